@@ -1,0 +1,14 @@
+"""ASGI entry point for daphne: HTTP goes to Django; channels carries cross-process signals."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
+
+# Django must be set up before anything imports models.
+django_application = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+
+application = ProtocolTypeRouter({"http": django_application})

@@ -1,0 +1,114 @@
+"""Conversations, their messages, and one audit row per generated answer."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from common.vocabulary import CancelledBy, FinishReason, MessageStatus
+
+
+def _choices(vocabulary) -> list[tuple[str, str]]:
+    return [(member.value, member.value.replace("_", " ")) for member in vocabulary]
+
+
+class ConversationQuerySet(models.QuerySet):
+    def alive(self):
+        return self.filter(deleted_at__isnull=True)
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Soft delete: audit rows keep pointing at a conversation its owner removed.
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "deleted_at", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    status = models.CharField(
+        max_length=16, choices=_choices(MessageStatus), default=MessageStatus.COMPLETED
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["conversation", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.pk} ({self.status})"
+
+
+class Generation(models.Model):
+    """The audit row of one assistant answer: written at its start and at its end."""
+
+    request_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="generations"
+    )
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.PROTECT, related_name="generations"
+    )
+    message = models.OneToOneField(
+        Message, on_delete=models.SET_NULL, null=True, blank=True, related_name="generation"
+    )
+    model = models.CharField(max_length=200)
+    sampling = models.JSONField(default=dict, blank=True)
+    prompt_messages = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    itl_mean_ms = models.FloatField(null=True, blank=True)
+    itl_max_ms = models.FloatField(null=True, blank=True)
+    finish_reason = models.CharField(
+        max_length=16, choices=_choices(FinishReason), blank=True, db_index=True
+    )
+    cancelled_by = models.CharField(
+        max_length=16, choices=_choices(CancelledBy), blank=True, db_index=True
+    )
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    final_text = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["model"]),
+            models.Index(fields=["started_at"]),
+            models.Index(fields=["user", "started_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.request_id)
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds() * 1000

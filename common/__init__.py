@@ -1,0 +1,1 @@
+"""Pieces shared by the Django project and the inference service (no Django, no torch)."""
