@@ -10,5 +10,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
 django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_application})
+# nginx serves /static/ itself in front of us; this answers it only when nginx is absent
+# (`make run` on a machine without nginx), and passes every other path straight through.
+application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_application)})

@@ -1,0 +1,42 @@
+import signal
+from contextlib import ExitStack
+
+import pytest
+
+from stack import nginx
+from tests import servers
+
+
+@pytest.fixture(scope="session")
+def probe_app_port():
+    """A real daphne serving the app plus the probe views (tests/probe_views.py)."""
+    port = servers.free_port()
+    command, env = servers.daphne_command(port)
+    with servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"):
+        yield port
+
+
+@pytest.fixture(scope="session")
+def nginx_binary():
+    binary = nginx.installed()
+    if binary is None:
+        pytest.fail("nginx is not installed: `.ci/run` installs it (apt-get install nginx)")
+    return binary
+
+
+@pytest.fixture
+def nginx_in_front(nginx_binary, probe_app_port, tmp_path):
+    """Call it (optionally with a site template) to start nginx in front of the probe app."""
+    with ExitStack() as stack:
+
+        def start(site_template: str | None = None) -> int:
+            port = servers.free_port()
+            site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstream=f"127.0.0.1:{probe_app_port}")
+            config = nginx.render(site, tmp_path / f"nginx-{port}", site_template)
+            stack.enter_context(servers.running(
+                nginx.command(config), ready_url=f"http://127.0.0.1:{port}/healthz",
+                stop_signal=signal.SIGQUIT,
+            ))
+            return port
+
+        yield start

@@ -1,0 +1,34 @@
+"""Small builders for rows the tests need; each returns a saved object."""
+
+import itertools
+
+from django.contrib.auth import get_user_model
+
+from chatapp.models import Conversation, Generation, Message
+
+_numbers = itertools.count(1)
+
+
+def user(**fields):
+    number = next(_numbers)
+    fields.setdefault("username", f"user{number}")
+    password = fields.pop("password", "a-long-test-password")
+    return get_user_model().objects.create_user(password=password, **fields)
+
+
+def conversation(owner=None, **fields):
+    return Conversation.objects.create(owner=owner or user(), **fields)
+
+
+def message(conversation_=None, **fields):
+    fields.setdefault("role", Message.Role.USER)
+    return Message.objects.create(conversation=conversation_ or conversation(), **fields)
+
+
+def generation(message_=None, **fields):
+    message_ = message_ or message(role=Message.Role.ASSISTANT)
+    fields.setdefault("model", "SmolLM2-135M-Instruct")
+    return Generation.objects.create(
+        user=message_.conversation.owner, conversation=message_.conversation, message=message_,
+        **fields,
+    )

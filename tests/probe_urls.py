@@ -1,0 +1,10 @@
+from django.urls import path
+
+from chatapp.urls import urlpatterns as app_urlpatterns
+from tests import probe_views
+
+urlpatterns = [
+    path("api/_probe/stream", probe_views.small_events),
+    path("api/_probe/echo", probe_views.echo),
+    *app_urlpatterns,
+]

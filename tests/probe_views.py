@@ -1,0 +1,38 @@
+"""Views that exist only in tests: a paced stream of small events, and a CSRF-guarded POST."""
+
+import asyncio
+import json
+
+from django.http import JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_http_methods
+
+EVENT_COUNT = 40
+EVENT_INTERVAL_S = 0.05
+
+
+async def small_events(request):
+    """40 events of about 50 bytes, one every 50 ms: small enough for a buffer to hold them all.
+
+    `?accel_header=0` leaves out X-Accel-Buffering, as an app that forgot it would.
+    """
+
+    async def events():
+        for index in range(EVENT_COUNT):
+            yield f"data: {json.dumps({'n': index, 'pad': 'x' * 16})}\n\n".encode()
+            await asyncio.sleep(EVENT_INTERVAL_S)  # the stream's own pace, not a wait in a test
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    if request.GET.get("accel_header") != "0":
+        response["X-Accel-Buffering"] = "no"
+    return response
+
+
+@ensure_csrf_cookie
+@require_http_methods(["GET", "POST"])
+def echo(request):
+    """GET hands out the CSRF cookie; POST (guarded by CsrfViewMiddleware) echoes the body."""
+    if request.method == "GET":
+        return JsonResponse({"ok": True})
+    return JsonResponse({"ok": True, "received": json.loads(request.body or b"{}")})

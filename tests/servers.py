@@ -1,0 +1,73 @@
+"""Starting and stopping real servers (daphne, nginx, the stack) from tests."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Polls `condition` until it holds; fails loudly with `what` when the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code < 500
+    except httpx.TransportError:
+        return False
+
+
+@contextmanager
+def running(command: list[str], *, ready_url: str, env: dict[str, str] | None = None,
+            timeout_s: float = 60, stop_signal: int = signal.SIGTERM) -> Iterator[subprocess.Popen]:
+    """Runs `command` in its own process group until the block ends; ready when `ready_url` answers."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_DIR,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_until(
+            lambda: process.poll() is not None or answers(ready_url), timeout_s, ready_url
+        )
+        if process.poll() is not None:
+            raise RuntimeError(f"{command[:3]} exited early:\n{process.stdout.read().decode()}")
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, stop_signal)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def daphne_command(port: int, settings_module: str = "tests.probe_settings") -> tuple[list[str], dict]:
+    return (
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"],
+        {"DJANGO_SETTINGS_MODULE": settings_module},
+    )

@@ -1,0 +1,79 @@
+"""Admins review the audit log in Django admin and cannot rewrite it."""
+
+import pytest
+from django.urls import reverse
+
+from common.vocabulary import CancelledBy, FinishReason
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff_client(client):
+    admin = factories.user(is_staff=True, is_superuser=True)
+    client.force_login(admin)
+    return client
+
+
+def test_the_generation_list_shows_timings_and_tokens_with_its_filters(staff_client):
+    factories.generation(ttft_ms=123.0, input_tokens=11, output_tokens=22,
+                         finish_reason=FinishReason.LENGTH)
+
+    page = staff_client.get(reverse("admin:chatapp_generation_changelist"))
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    for heading in ["Ttft ms", "Input tokens", "Output tokens", "Duration (ms)"]:
+        assert heading in text
+    for filter_title in ["finish reason", "cancelled by", "model", "started at"]:
+        assert f"By {filter_title}" in text
+    assert "123.0" in text
+
+
+def test_the_generation_list_filters_by_finish_reason_and_cancelled_by(staff_client):
+    kept = factories.generation(finish_reason=FinishReason.CANCELLED, cancelled_by=CancelledBy.USER)
+    factories.generation(finish_reason=FinishReason.STOP)
+    url = reverse("admin:chatapp_generation_changelist")
+
+    page = staff_client.get(url, {"finish_reason": "cancelled", "cancelled_by": "user"})
+
+    assert list(page.context["cl"].result_list) == [kept]
+
+
+def test_the_generation_list_finds_a_row_by_request_id_and_by_username(staff_client):
+    wanted = factories.generation()
+    factories.generation()
+    url = reverse("admin:chatapp_generation_changelist")
+
+    by_id = staff_client.get(url, {"q": str(wanted.request_id)})
+    by_user = staff_client.get(url, {"q": wanted.user.username})
+
+    assert list(by_id.context["cl"].result_list) == [wanted]
+    assert list(by_user.context["cl"].result_list) == [wanted]
+
+
+def test_the_audit_log_cannot_be_added_to_changed_or_deleted(staff_client):
+    generation = factories.generation(final_text="as the user saw it")
+
+    add = staff_client.get(reverse("admin:chatapp_generation_add"))
+    change = staff_client.post(
+        reverse("admin:chatapp_generation_change", args=[generation.pk]), {"final_text": "edited"}
+    )
+    delete = staff_client.post(
+        reverse("admin:chatapp_generation_delete", args=[generation.pk]), {"post": "yes"}
+    )
+    generation.refresh_from_db()
+
+    assert add.status_code == 403
+    assert change.status_code == 403
+    assert delete.status_code == 403
+    assert generation.final_text == "as the user saw it"
+
+
+def test_a_user_who_is_not_staff_cannot_see_the_audit_log(client):
+    client.force_login(factories.user())
+
+    page = client.get(reverse("admin:chatapp_generation_changelist"))
+
+    assert page.status_code == 302

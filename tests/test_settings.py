@@ -1,0 +1,126 @@
+"""Settings come from the environment, every variable is documented, and bad values stop start-up."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import env
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+SOURCE_DIRS = ["chatapp", "common", "inference", "stack", "benchmarks"]
+ENV_READ = re.compile(r"\benv\.(?:string|boolean|integer|number|words|parsed)\(\s*\"([A-Z0-9_]+)\"")
+DIRECT_READ = re.compile(r"os\.(?:environ|getenv)")
+
+
+def documented_variables() -> set[str]:
+    lines = (REPO_DIR / ".env.example").read_text().splitlines()
+    return {line.split("=", 1)[0].strip() for line in lines if "=" in line and not line.startswith("#")}
+
+
+def python_sources():
+    for folder in SOURCE_DIRS:
+        yield from (REPO_DIR / folder).rglob("*.py")
+
+
+def settings_under(variables: dict[str, str]) -> subprocess.CompletedProcess:
+    """Imports the real settings in a fresh process with exactly these variables set."""
+    script = (
+        "import json, django; from django.conf import settings; django.setup();"
+        "print(json.dumps({'DEBUG': settings.DEBUG, 'CHANNEL_LAYERS': settings.CHANNEL_LAYERS,"
+        "'CACHES': settings.CACHES, 'CELERY_BROKER_URL': settings.CELERY_BROKER_URL,"
+        "'CELERY_TASK_ALWAYS_EAGER': settings.CELERY_TASK_ALWAYS_EAGER,"
+        "'ENGINE': settings.DATABASES['default']['ENGINE']}))"
+    )
+    environment = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "chatapp.settings", **variables}
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_DIR, env=environment, capture_output=True, text=True
+    )
+
+
+def test_every_variable_the_settings_read_is_listed_in_env_example():
+    from django.conf import settings
+
+    assert settings.configured
+    assert env.names_read  # the settings did read through common.env
+    assert env.names_read <= documented_variables()
+
+
+def test_every_variable_named_in_the_source_is_listed_in_env_example():
+    named = {name for path in python_sources() for name in ENV_READ.findall(path.read_text())}
+
+    assert "DATABASE_URL" in named
+    assert named - documented_variables() == set()
+
+
+def test_only_common_env_reads_the_environment_directly():
+    readers = {
+        str(path.relative_to(REPO_DIR))
+        for path in python_sources()
+        if any(DIRECT_READ.search(line) and "setdefault(\"DJANGO_SETTINGS_MODULE\"" not in line
+               for line in path.read_text().splitlines())
+    }
+
+    assert readers == {"common/env.py"}
+
+
+def test_debug_is_off_by_default():
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50})
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["DEBUG"] is False
+
+
+def test_a_missing_secret_key_stops_start_up_when_debug_is_off():
+    result = settings_under({})
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is required" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("DATABASE_URL", "bogus"),
+        ("DATABASE_URL", "postgres://user:pass@host:notaport/db"),
+        ("DJANGO_DEBUG", "perhaps"),
+    ],
+)
+def test_a_bad_value_stops_start_up_with_a_message_naming_the_variable(variable, value):
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, variable: value})
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert variable in result.stderr.splitlines()[-1]
+
+
+def test_without_redis_everything_runs_in_process():
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50})
+    loaded = json.loads(result.stdout)
+
+    assert loaded["CHANNEL_LAYERS"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert loaded["CACHES"]["default"]["BACKEND"].endswith("LocMemCache")
+    assert loaded["CELERY_TASK_ALWAYS_EAGER"] is True
+    assert loaded["ENGINE"] == "django.db.backends.sqlite3"
+
+
+def test_redis_url_moves_the_channel_layer_cache_and_broker_to_redis():
+    url = "redis://127.0.0.1:6379/3"
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, "REDIS_URL": url})
+    loaded = json.loads(result.stdout)
+
+    assert loaded["CHANNEL_LAYERS"]["default"]["CONFIG"]["hosts"] == [url]
+    assert loaded["CACHES"]["default"]["LOCATION"] == url
+    assert loaded["CELERY_BROKER_URL"] == url
+    assert loaded["CELERY_TASK_ALWAYS_EAGER"] is False
+
+
+def test_database_url_selects_postgresql():
+    result = settings_under(
+        {"DJANGO_SECRET_KEY": "x" * 50, "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test"}
+    )
+
+    assert json.loads(result.stdout)["ENGINE"] == "django.db.backends.postgresql"
