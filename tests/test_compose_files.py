@@ -1,0 +1,223 @@
+"""Offline checks of the Docker deployment: no Docker engine, no network, no database.
+
+The compose-spec JSON schema (shipped inside check-jsonschema) catches misspelt keys and wrong
+types; the reference checks below catch what a schema cannot see: names that point at nothing
+and paths missing from the repository.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_FILE = ROOT / "docker-compose.yml"
+GPU_FILE = ROOT / "docker-compose.gpu.yml"
+ENV_DIR = ROOT / "docker" / "env"
+PUBLIC_SERVICE = "nginx"
+NGINX_TEMPLATE_TARGET = "/etc/nginx/templates/chatapp.conf.template"
+DJANGO_SERVICES = ("web", "worker", "beat")
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Mappings merge key by key, anything else is replaced. Compose appends some lists
+    (ports, volumes) instead; the GPU override sets none, so the result is the same."""
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+@pytest.fixture(params=["base", "with gpu override"])
+def compose(request) -> dict:
+    base = load(BASE_FILE)
+    return base if request.param == "base" else merge(base, load(GPU_FILE))
+
+
+def services(compose: dict) -> dict:
+    return compose.get("services") or {}
+
+
+def dependencies(service: dict) -> dict:
+    """depends_on in either syntax, as {name: options}; the list form has no condition."""
+    depends_on = service.get("depends_on") or {}
+    return {name: {} for name in depends_on} if isinstance(depends_on, list) else depends_on
+
+
+def volume_mounts(service: dict) -> list[tuple[str, str, str]]:
+    """(type, source, target) per mount; short syntax: a source path means a bind mount."""
+    mounts = []
+    for entry in service.get("volumes") or []:
+        if isinstance(entry, dict):
+            mounts.append((entry.get("type", "volume"), entry.get("source", ""), entry["target"]))
+            continue
+        parts = entry.split(":")
+        if len(parts) == 1:  # anonymous volume: nothing to declare
+            mounts.append(("volume", "", parts[0]))
+        else:
+            kind = "bind" if parts[0].startswith((".", "/", "~")) else "volume"
+            mounts.append((kind, parts[0], parts[1]))
+    return mounts
+
+
+def env_files(service: dict) -> list[str]:
+    entries = service.get("env_file") or []
+    entries = [entries] if isinstance(entries, str) else entries
+    return [entry["path"] if isinstance(entry, dict) else entry for entry in entries]
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    lines = (line.strip() for line in path.read_text().splitlines())
+    pairs = (line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    return {key: value for key, value in pairs}
+
+
+def missing_dependencies(compose: dict) -> list[str]:
+    names = set(services(compose))
+    return [
+        f"{name} depends on {dependency}, which is not a service"
+        for name, service in services(compose).items()
+        for dependency in dependencies(service)
+        if dependency not in names
+    ]
+
+
+def check_schema(*paths: Path) -> subprocess.CompletedProcess:
+    # The schema is bundled with check-jsonschema, so this needs no network.
+    command = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec"]
+    return subprocess.run([*command, *map(str, paths)], capture_output=True, text=True)
+
+
+def test_both_compose_files_match_the_compose_spec_schema():
+    # The schema requires no key of a service, so the partial GPU override validates alone.
+    result = check_schema(BASE_FILE, GPU_FILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_base_file_with_the_gpu_override_merged_matches_the_compose_spec_schema(tmp_path):
+    merged = tmp_path / "merged.yml"
+    merged.write_text(yaml.safe_dump(merge(load(BASE_FILE), load(GPU_FILE))))
+    result = check_schema(merged)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_service_named_in_depends_on_exists(compose):
+    assert missing_dependencies(compose) == []
+
+
+def test_the_dependency_check_reports_a_service_that_does_not_exist():
+    broken = {"services": {"web": {"depends_on": {"db": {"condition": "service_healthy"}}}}}
+    assert missing_dependencies(broken) == ["web depends on db, which is not a service"]
+
+
+def test_every_depends_on_waits_for_a_healthy_service(compose):
+    loose = [
+        f"{name} -> {dependency}"
+        for name, service in services(compose).items()
+        for dependency, options in dependencies(service).items()
+        if options.get("condition") != "service_healthy"
+    ]
+    assert loose == []
+
+
+def test_every_service_has_a_healthcheck(compose):
+    unchecked = [
+        name
+        for name, service in services(compose).items()
+        if not service.get("healthcheck", {}).get("test")
+        or service["healthcheck"].get("disable")
+    ]
+    assert unchecked == []
+
+
+def test_every_named_volume_used_by_a_service_is_declared_at_top_level(compose):
+    declared = set(compose.get("volumes") or {})
+    undeclared = [
+        f"{name}: {source}"
+        for name, service in services(compose).items()
+        for kind, source, _ in volume_mounts(service)
+        if kind == "volume" and source and source not in declared
+    ]
+    assert undeclared == []
+
+
+def test_every_bind_mounted_repository_path_exists(compose):
+    missing = [
+        f"{name}: {source}"
+        for name, service in services(compose).items()
+        for kind, source, _ in volume_mounts(service)
+        if kind == "bind" and source.startswith(".") and not (ROOT / source).exists()
+    ]
+    assert missing == []
+
+
+def test_the_nginx_template_is_mounted_where_the_nginx_image_renders_templates(compose):
+    sources = [
+        source
+        for kind, source, target in volume_mounts(services(compose)[PUBLIC_SERVICE])
+        if kind == "bind" and target == NGINX_TEMPLATE_TARGET
+    ]
+    assert len(sources) == 1
+    assert (ROOT / sources[0]).is_file()
+
+
+def test_every_env_file_named_by_a_service_exists(compose):
+    missing = [
+        f"{name}: {path}"
+        for name, service in services(compose).items()
+        for path in env_files(service)
+        if not (ROOT / path).is_file()
+    ]
+    assert missing == []
+
+
+def test_every_build_context_dockerfile_target_and_build_arg_exist(compose):
+    for name, service in services(compose).items():
+        build = service.get("build")
+        if build is None:
+            continue
+        build = {"context": build} if isinstance(build, str) else build
+        context = ROOT / build.get("context", ".")
+        assert context.is_dir(), f"{name}: no build context {context}"
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert dockerfile.is_file(), f"{name}: no Dockerfile {dockerfile}"
+        text = dockerfile.read_text()
+        stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", text, re.MULTILINE | re.IGNORECASE)
+        if "target" in build:
+            assert build["target"] in stages, f"{name}: no stage {build['target']}"
+        for arg in build.get("args") or {}:
+            assert re.search(rf"^ARG\s+{arg}\b", text, re.MULTILINE), f"{name}: no ARG {arg}"
+
+
+def test_only_nginx_publishes_ports(compose):
+    publishing = [name for name, service in services(compose).items() if service.get("ports")]
+    assert publishing == [PUBLIC_SERVICE]
+
+
+def test_nginx_listens_on_the_container_port_it_publishes(compose):
+    nginx = services(compose)[PUBLIC_SERVICE]
+    listen = {}
+    for path in env_files(nginx):
+        listen.update(read_env_file(ROOT / path))
+    container_ports = {str(port).rsplit(":", 1)[-1].split("/")[0] for port in nginx["ports"]}
+    assert container_ports == {listen["CHATAPP_LISTEN"]}
+
+
+def test_the_django_secret_key_comes_from_the_shell_and_debug_stays_off(compose):
+    for name in DJANGO_SERVICES:
+        secret = services(compose)[name]["environment"]["DJANGO_SECRET_KEY"]
+        assert secret.startswith("${DJANGO_SECRET_KEY:?"), name
+    for path in ENV_DIR.glob("*.env"):
+        variables = read_env_file(path)
+        assert "DJANGO_SECRET_KEY" not in variables, f"{path.name} holds the secret key"
+        assert variables.get("DJANGO_DEBUG", "0") in {"0", "false", "no", "off", ""}, path.name
