@@ -1,0 +1,6 @@
+"""The inference service: OpenAI-compatible chat completions over a continuous-batching engine.
+
+Three layers: `server` and `protocol` (HTTP, SSE, validation; no torch), `async_engine`
+(coordination: per-request queues, the step thread, cancellation), and `engine/` (scheduler,
+KV cache, model runner, sampler; synchronous, no HTTP).
+"""

@@ -1,0 +1,26 @@
+"""`python -m inference [--host H] [--port P] [--model PATH]`; defaults from the environment."""
+
+import argparse
+import logging
+
+import uvicorn
+
+from .config import InferenceConfig
+from .server import create_app
+from .service import InferenceService
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m inference", description=__doc__)
+    parser.add_argument("--host", help="interface to bind (INFERENCE_HOST)")
+    parser.add_argument("--port", type=int, help="port (INFERENCE_PORT)")
+    parser.add_argument("--model", help="HF model directory or .gguf file (INFERENCE_MODEL)")
+    arguments = parser.parse_args()
+    config = InferenceConfig.from_env(host=arguments.host, port=arguments.port, model=arguments.model)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app = create_app(InferenceService(config))
+    uvicorn.run(app, host=config.host, port=config.port, log_level="info", timeout_keep_alive=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""The coordination layer: many asyncio streams over one engine stepped by one thread.
+
+Each request has its own `asyncio.Queue`, fed from the step thread with
+`call_soon_threadsafe`. New and aborted requests are handed to the step thread through
+thread-safe inboxes and applied at the top of each step, so only that thread touches the
+engine. The thread sleeps on an event when there is nothing to do (no polling). A stream whose
+consumer goes away (cancelled, closed) aborts its request in `finally`, which frees its cache
+before the next step. If a step raises, the loop stops, every open stream receives the error
+at once, and the engine reports itself unhealthy.
+"""
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from .engine import LLMEngine, RequestOutput, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineUnavailable(RuntimeError):
+    """The step loop is not running (not started yet, stopped, or dead after an error)."""
+
+
+class QueueFull(RuntimeError):
+    """Too many requests are waiting already."""
+
+
+class DuplicateRequest(ValueError):
+    """A request with this id is already streaming."""
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+    def put(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, max_waiting: int, on_abort=None):
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self._on_abort = on_abort or (lambda request_id: None)
+        self._streams: dict[str, _Stream] = {}
+        self._new: deque[tuple[str, list[int], SamplingParams]] = deque()
+        self._aborted: deque[str] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # --- life ---
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="engine-step-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the loop; open streams receive EngineUnavailable."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    @property
+    def healthy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.error is None
+
+    # --- streams ---
+    def open(self, request_id: str, prompt_token_ids: list[int],
+             params: SamplingParams) -> "RequestStream":
+        """Queues a request and returns its stream; refuses at once when it cannot be taken.
+
+        The caller must `close()` the stream (finished or not): closing early aborts the request.
+        """
+        self._check_can_accept(request_id)
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        self._streams[request_id] = stream
+        self._new.append((request_id, prompt_token_ids, params))
+        self._wake.set()
+        return RequestStream(self, request_id, stream.queue)
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int],
+                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
+        """Yields this request's outputs until it finishes; leaving early aborts it."""
+        stream = self.open(request_id, prompt_token_ids, params)
+        try:
+            async for output in stream:
+                yield output
+        finally:
+            stream.close()
+
+    def _release(self, request_id: str, abort: bool) -> None:
+        self._streams.pop(request_id, None)
+        if abort:
+            self._aborted.append(request_id)
+            self._wake.set()
+
+    def _check_can_accept(self, request_id: str) -> None:
+        if not self.healthy:
+            raise EngineUnavailable(self._unavailable_reason())
+        if request_id in self._streams:
+            raise DuplicateRequest(f"request {request_id} is already streaming")
+        if len(self._new) + self.engine.num_waiting >= self.max_waiting:
+            raise QueueFull(f"{self.max_waiting} requests are waiting already")
+
+    def _unavailable_reason(self) -> str:
+        if self.error is not None:
+            return f"the engine stopped after an error: {self.error!r}"
+        return "the engine is not running"
+
+    # --- the step thread ---
+    def _loop(self) -> None:
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                self._take_inbox()
+                if not self.engine.has_work():
+                    self._wake.wait()
+                    continue
+                for output in self.engine.step():
+                    stream = self._streams.get(output.request_id)
+                    if stream is not None:
+                        stream.put(output)
+        except BaseException as error:  # the loop must never die silently
+            logger.exception("engine step loop failed")
+            self.error = error
+        finally:
+            self.engine.abort_all()
+            failure = EngineUnavailable(self._unavailable_reason())
+            for stream in list(self._streams.values()):
+                stream.put(failure)
+
+    def _take_inbox(self) -> None:
+        while self._aborted:
+            request_id = self._aborted.popleft()
+            if self.engine.abort_request(request_id):
+                self._on_abort(request_id)
+        while self._new:
+            request_id, prompt_token_ids, params = self._new.popleft()
+            if request_id not in self._streams:
+                continue  # its client left before it reached the engine
+            try:
+                self.engine.add_request(request_id, prompt_token_ids, params)
+            except ValueError as error:
+                self._streams[request_id].put(error)
+
+
+class RequestStream:
+    """One request's outputs, in order, ending after the finished one."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, queue: asyncio.Queue):
+        self.request_id = request_id
+        self._engine = engine
+        self._queue = queue
+        self._done = False  # the engine holds nothing more of this request
+        self._closed = False
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self._done:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if isinstance(item, BaseException):
+            self._done = True  # the loop dropped it already
+            raise item
+        self._done = item.finished
+        return item
+
+    def close(self) -> None:
+        """Idempotent; aborts the request in the engine unless it already finished."""
+        if not self._closed:
+            self._closed = True
+            self._engine._release(self.request_id, abort=not self._done)

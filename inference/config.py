@@ -1,0 +1,86 @@
+"""The inference service's configuration: one frozen dataclass, read from the environment once."""
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from common import env
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "chatapp" / "models"
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    host: str = "127.0.0.1"
+    port: int = 8001
+    # A Hugging Face model directory or a .gguf file; empty means the default model's GGUF file.
+    model: str = ""
+    # The name clients send as `model`; empty means the model directory's or file's name.
+    model_name: str = ""
+    device: str = "auto"
+    dtype: str = "auto"
+    # torch threads; 0 keeps torch's default (one per core).
+    threads: int = 0
+    max_running: int = 64
+    # Requests beyond this many waiting are refused with 429 before any stream starts.
+    max_waiting: int = 256
+    # KV cache budget in tokens, reserved per request as prompt + max_tokens.
+    max_cached_tokens: int = 49152
+    # Longest prompt + answer; also capped by the model's own context length.
+    max_model_len: int = 2048
+    # Prompt tokens per step while other streams decode: a long prompt is fed in chunks so that
+    # running streams keep their pace.
+    prefill_chunk: int = 64
+    # Prompt tokens per step when nothing else is running.
+    prefill_chunk_idle: int = 512
+    # Cache rows per group; a group's memory is sized for its longest member.
+    cache_group_size: int = 8
+    default_max_tokens: int = 512
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"INFERENCE_DEVICE must be one of {DEVICES}, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"INFERENCE_DTYPE must be one of {DTYPES}, got {self.dtype!r}")
+        positive = ["port", "max_running", "max_waiting", "max_cached_tokens", "max_model_len",
+                    "prefill_chunk", "prefill_chunk_idle", "cache_group_size", "default_max_tokens"]
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be 0 (torch's default) or more, got {self.threads}")
+
+    @classmethod
+    def from_env(cls, **overrides) -> "InferenceConfig":
+        try:
+            values = dict(
+                host=env.string("INFERENCE_HOST", cls.host),
+                port=env.integer("INFERENCE_PORT", cls.port),
+                model=env.string("INFERENCE_MODEL"),
+                model_name=env.string("INFERENCE_MODEL_NAME"),
+                device=env.string("INFERENCE_DEVICE", cls.device),
+                dtype=env.string("INFERENCE_DTYPE", cls.dtype),
+                threads=env.integer("INFERENCE_THREADS", cls.threads),
+                max_running=env.integer("INFERENCE_MAX_RUNNING", cls.max_running),
+                max_waiting=env.integer("INFERENCE_MAX_WAITING", cls.max_waiting),
+                max_cached_tokens=env.integer("INFERENCE_MAX_CACHED_TOKENS", cls.max_cached_tokens),
+                max_model_len=env.integer("INFERENCE_MAX_MODEL_LEN", cls.max_model_len),
+                prefill_chunk=env.integer("INFERENCE_PREFILL_CHUNK", cls.prefill_chunk),
+                prefill_chunk_idle=env.integer("INFERENCE_PREFILL_CHUNK_IDLE", cls.prefill_chunk_idle),
+                cache_group_size=env.integer("INFERENCE_CACHE_GROUP_SIZE", cls.cache_group_size),
+                default_max_tokens=env.integer("INFERENCE_DEFAULT_MAX_TOKENS", cls.default_max_tokens),
+                cache_dir=Path(env.string("INFERENCE_CACHE_DIR") or _default_cache_dir()),
+            )
+        except env.BadVariable as error:
+            raise ValueError(str(error)) from error
+        known = {f.name for f in fields(cls)}
+        values.update({key: value for key, value in overrides.items() if key in known and value is not None})
+        return cls(**values)
+
+    def with_changes(self, **changes) -> "InferenceConfig":
+        return replace(self, **changes)

@@ -1,0 +1,136 @@
+"""Keys and values of every running sequence, in groups of rows that grow with their longest member.
+
+A sequence owns one row of one group for its whole life. Attention for all decoding rows of a
+group is one batched call over a plain tensor slice (no gather, no copy), and a group's memory
+is sized for the longest sequence it holds, so short and long requests placed in different
+groups do not pay for each other. A group whose last row is freed gives its memory back.
+Admission reserves prompt + max_tokens per sequence against `max_tokens`, so a running
+sequence never runs out of room.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+# Capacities are whole blocks, so that a group grows rarely.
+BLOCK_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class CacheSlot:
+    group: int
+    row: int
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def bytes_per_token(self) -> int:
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
+
+
+class _Group:
+    def __init__(self, shape: CacheShape, rows: int, capacity: int):
+        size = (shape.num_layers, rows, shape.num_kv_heads, capacity, shape.head_dim)
+        self.keys = torch.zeros(size, dtype=shape.dtype, device=shape.device)
+        self.values = torch.zeros(size, dtype=shape.dtype, device=shape.device)
+        self.reserved: list[int] = [0] * rows  # 0 marks a free row
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[3]
+
+    @property
+    def free_rows(self) -> list[int]:
+        return [row for row, reserved in enumerate(self.reserved) if reserved == 0]
+
+    def grow(self, capacity: int) -> None:
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_zeros((*old.shape[:3], capacity, old.shape[4]))
+            new[:, :, :, : old.shape[3]] = old
+            setattr(self, name, new)
+
+
+class KVCache:
+    def __init__(self, shape: CacheShape, max_tokens: int, max_rows: int, group_size: int):
+        self.shape = shape
+        self.max_tokens = max_tokens
+        self.group_size = min(group_size, max_rows)
+        self.max_groups = -(-max_rows // self.group_size)
+        self.groups: list[_Group | None] = [None] * self.max_groups
+        self.num_reserved_tokens = 0
+
+    # --- reservation ---
+    def can_allocate(self, num_tokens: int) -> bool:
+        if self.num_reserved_tokens + _blocks(num_tokens) > self.max_tokens:
+            return False
+        return any(group is None or group.free_rows for group in self.groups)
+
+    def allocate(self, num_tokens: int) -> CacheSlot:
+        if not self.can_allocate(num_tokens):
+            raise RuntimeError("no room in the KV cache; check can_allocate first")
+        needed = _blocks(num_tokens)
+        index = self._best_group(needed)
+        group = self.groups[index]
+        if group is None:
+            group = self.groups[index] = _Group(self.shape, self.group_size, needed)
+        elif group.capacity < needed:
+            group.grow(needed)
+        row = group.free_rows[0]
+        group.reserved[row] = needed
+        self.num_reserved_tokens += needed
+        return CacheSlot(index, row)
+
+    def free(self, slot: CacheSlot) -> None:
+        group = self.groups[slot.group]
+        self.num_reserved_tokens -= group.reserved[slot.row]
+        group.reserved[slot.row] = 0
+        if len(group.free_rows) == len(group.reserved):
+            self.groups[slot.group] = None
+
+    def _best_group(self, needed: int) -> int:
+        """The group that fits with the least waste: big enough already if possible."""
+        open_groups = [(i, g) for i, g in enumerate(self.groups) if g is not None and g.free_rows]
+        fitting = [(g.capacity, i) for i, g in open_groups if g.capacity >= needed]
+        if fitting:
+            return min(fitting)[1]
+        empty = [i for i, g in enumerate(self.groups) if g is None]
+        if empty:
+            return empty[0]
+        return max((g.capacity, i) for i, g in open_groups)[1]
+
+    # --- tensors ---
+    def layer(self, group: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of one layer of one group: [rows, kv_heads, capacity, head_dim]."""
+        cached = self.groups[group]
+        return cached.keys[layer], cached.values[layer]
+
+    # --- accounting ---
+    @property
+    def num_allocated_bytes(self) -> int:
+        rows_times_tokens = sum(
+            len(g.reserved) * g.capacity for g in self.groups if g is not None
+        )
+        return rows_times_tokens * self.shape.bytes_per_token
+
+    @property
+    def num_used_rows(self) -> int:
+        return sum(
+            len(g.reserved) - len(g.free_rows) for g in self.groups if g is not None
+        )
+
+    @property
+    def usage(self) -> float:
+        return self.num_reserved_tokens / self.max_tokens
+
+
+def _blocks(num_tokens: int) -> int:
+    return -(-num_tokens // BLOCK_TOKENS) * BLOCK_TOKENS

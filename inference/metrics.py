@@ -1,0 +1,62 @@
+"""Prometheus metrics of the inference service: one registry per service instance."""
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("inference_requests", "Finished requests by finish_reason.",
+                                ["finish_reason"], registry=r)
+        self.cancelled = Counter("inference_requests_cancelled",
+                                 "Requests aborted because their client went away.", registry=r)
+        self.ttft = Histogram("inference_time_to_first_token_seconds",
+                              "Request received to first token sent.", buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("inference_inter_token_latency_seconds",
+                             "Gap between consecutive tokens of one stream.", buckets=LATENCY_BUCKETS,
+                             registry=r)
+        self.queue_wait = Histogram("inference_queue_wait_seconds",
+                                    "Arrival to admission into the running batch.",
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self.generated_tokens = Counter("inference_generated_tokens", "Output tokens.", registry=r)
+        self.prompt_tokens = Counter("inference_prompt_tokens", "Prompt tokens.", registry=r)
+        self.running = Gauge("inference_running_sequences", "Sequences in the batch.", registry=r)
+        self.waiting = Gauge("inference_waiting_sequences", "Sequences waiting for room.", registry=r)
+        self.cache_usage = Gauge("inference_kv_cache_usage_ratio",
+                                 "Reserved share of the KV cache token budget.", registry=r)
+        self.cache_bytes = Gauge("inference_kv_cache_bytes", "Memory held by the KV cache.", registry=r)
+
+    def watch(self, engine) -> None:
+        """Gauges read the engine's state when scraped."""
+        self.running.set_function(lambda: engine.num_running)
+        self.waiting.set_function(lambda: engine.num_waiting)
+        self.cache_usage.set_function(lambda: engine.kv_cache.usage)
+        self.cache_bytes.set_function(lambda: engine.kv_cache.num_allocated_bytes)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestClock:
+    """Times one request's tokens into the histograms."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+        self.started = time.monotonic()
+        self.last_token_at: float | None = None
+
+    def token(self, queue_wait_s: float | None) -> None:
+        now = time.monotonic()
+        if self.last_token_at is None:
+            self.metrics.ttft.observe(now - self.started)
+        else:
+            self.metrics.itl.observe(now - self.last_token_at)
+        if queue_wait_s is not None:
+            self.metrics.queue_wait.observe(queue_wait_s)
+        self.last_token_at = now
+        self.metrics.generated_tokens.inc()

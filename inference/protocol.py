@@ -1,0 +1,207 @@
+"""The OpenAI Chat Completions subset we speak: request validation and response shapes.
+
+Imports no torch. Fields we do not implement are refused with a 400 naming the field, rather
+than silently ignored.
+"""
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = ("system", "user", "assistant")
+MAX_STOP_SEQUENCES = 4
+ACCEPTED_FIELDS = {
+    "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+    "temperature", "top_p", "stop", "seed", "n", "user",
+}
+
+
+class ProtocolError(Exception):
+    """An error answered before any stream starts, as `{"error": {...}}` with an HTTP status."""
+
+    def __init__(self, status: int, message: str, code: str, param: str | None = None,
+                 error_type: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.type = error_type or ("invalid_request_error" if status < 500 else "server_error")
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.code, self.param)
+
+
+def error_body(message: str, error_type: str, code: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": error_type, "code": code, "param": param}}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, str]]
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    stop: tuple[str, ...]
+    seed: int | None
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ProtocolError(400, f"the body is not valid JSON: {error}", "invalid_json") from error
+    if not isinstance(body, dict):
+        raise ProtocolError(400, "the body must be a JSON object", "invalid_request")
+    unknown = sorted(set(body) - ACCEPTED_FIELDS)
+    if unknown:
+        raise ProtocolError(400, f"unsupported field: {unknown[0]}", "unsupported_field", unknown[0])
+
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ProtocolError(400, "model is required", "missing_field", "model")
+    stream = _typed(body, "stream", bool, False)
+    options = _typed(body, "stream_options", dict, None)
+    if options is not None and not stream:
+        raise ProtocolError(400, "stream_options is only allowed with stream: true",
+                            "invalid_value", "stream_options")
+    include_usage = _typed(options or {}, "include_usage", bool, False, "stream_options.include_usage")
+    if set(options or {}) - {"include_usage"}:
+        raise ProtocolError(400, "stream_options supports include_usage only", "unsupported_field",
+                            "stream_options")
+    if _typed(body, "n", int, 1) != 1:
+        raise ProtocolError(400, "only n = 1 is supported", "invalid_value", "n")
+    _typed(body, "user", str, None)
+
+    return ChatRequest(
+        model=model,
+        messages=_messages(body.get("messages")),
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=_max_tokens(body),
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        stop=_stop(body.get("stop")),
+        seed=_typed(body, "seed", int, None),
+    )
+
+
+def _typed(body: dict, name: str, kind: type, default, param: str | None = None):
+    value = body.get(name, default)
+    if value is None:
+        return default
+    # bool is an int in Python; a JSON true is no count.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(400, f"{param or name} must be {kind.__name__}", "invalid_type", param or name)
+    return value
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float,
+            low_open: bool = False) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProtocolError(400, f"{name} must be a number", "invalid_type", name)
+    if value > high or value < low or (low_open and value == low):
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ProtocolError(400, f"{name} must be in {interval}, got {value}", "invalid_value", name)
+    return float(value)
+
+
+def _max_tokens(body: dict) -> int | None:
+    values = {name: body[name] for name in ("max_completion_tokens", "max_tokens")
+              if body.get(name) is not None}
+    if len(set(map(repr, values.values()))) > 1:
+        raise ProtocolError(400, "max_tokens and max_completion_tokens disagree", "invalid_value",
+                            "max_tokens")
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProtocolError(400, f"{name} must be a positive integer", "invalid_value", name)
+        return value
+    return None
+
+
+def _messages(messages) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise ProtocolError(400, "messages must be a non-empty list", "invalid_value", "messages")
+    parsed = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise ProtocolError(400, f"{where} must be an object", "invalid_type", where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise ProtocolError(400, f"{where}.role must be one of {', '.join(ROLES)}",
+                                "invalid_value", f"{where}.role")
+        parsed.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
+    return parsed
+
+
+def _content(content, where: str) -> str:
+    """A string, or a list of text parts as newer clients send."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    raise ProtocolError(400, f"{where} must be a string or a list of text parts", "invalid_type", where)
+
+
+def _stop(stop) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    sequences = [stop] if isinstance(stop, str) else stop
+    if (not isinstance(sequences, list) or len(sequences) > MAX_STOP_SEQUENCES
+            or not all(isinstance(s, str) and s for s in sequences)):
+        raise ProtocolError(400, f"stop must be a non-empty string or a list of up to "
+                            f"{MAX_STOP_SEQUENCES} non-empty strings", "invalid_value", "stop")
+    return tuple(sequences)
+
+
+# --- responses ---
+class CompletionShape:
+    """Builds the JSON objects of one completion, streamed or whole."""
+
+    def __init__(self, completion_id: str, model: str):
+        self.id = completion_id
+        self.model = model
+        self.created = int(time.time())
+
+    def _envelope(self, kind: str) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def chunk(self, delta: dict[str, str], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**self._envelope("chat.completion.chunk"), "choices": [choice]}
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        return {**self._envelope("chat.completion.chunk"), "choices": [],
+                "usage": usage(prompt_tokens, completion_tokens)}
+
+    def completion(self, text: str, finish_reason: str, prompt_tokens: int,
+                   completion_tokens: int) -> dict[str, Any]:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "logprobs": None, "finish_reason": finish_reason}
+        return {**self._envelope("chat.completion"), "choices": [choice],
+                "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def sse(data: dict | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+SSE_DONE = sse("[DONE]")
+SSE_HEARTBEAT = b": ping\n\n"

@@ -1,0 +1,218 @@
+"""The protocol layer: HTTP routes, validation answers, and SSE framing. No torch here."""
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .async_engine import DuplicateRequest, EngineUnavailable, QueueFull, RequestStream
+from .config import InferenceConfig
+from .metrics import RequestClock
+from .protocol import (
+    SSE_DONE, SSE_HEARTBEAT, ChatRequest, CompletionShape, ProtocolError, error_body,
+    parse_chat_request, sse,
+)
+from .service import InferenceService, ServiceState
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 15.0
+_HEARTBEAT = object()
+
+
+class EventStreamResponse(StreamingResponse):
+    """An SSE response that notices a departed client at once, even while no event is due.
+
+    Starlette only listens for `http.disconnect` on older ASGI servers; here a listener always
+    runs beside the stream and cancels it, and `on_close` runs whatever way the response ends.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content, on_close, headers=None):
+        super().__init__(content, headers={
+            "Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})
+        })
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            async with anyio.create_task_group() as tasks:
+
+                async def stream_then_stop() -> None:
+                    await self.stream_response(send)
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(stream_then_stop)
+                await self.listen_for_disconnect(receive)
+                tasks.cancel_scope.cancel()
+        except OSError:
+            pass  # the client went away while we were sending
+        finally:
+            self._on_close()
+
+
+def error_response(error: ProtocolError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def chat_completions(request: Request) -> Response:
+    service: InferenceService = request.app.state.service
+    try:
+        if not service.healthy:
+            raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
+        chat = parse_chat_request(await request.body())
+        prompt, params = service.prompt_and_params(chat)
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        stream = service.async_engine.open(request_id, prompt, params)
+    except ProtocolError as error:
+        return error_response(error)
+    except QueueFull as error:
+        return error_response(ProtocolError(429, str(error), "queue_full"))
+    except DuplicateRequest as error:
+        return error_response(ProtocolError(409, str(error), "duplicate_request_id"))
+    except EngineUnavailable as error:
+        return error_response(ProtocolError(503, str(error), "service_unavailable"))
+    service.metrics.prompt_tokens.inc(len(prompt))
+    shape = CompletionShape(f"chatcmpl-{request_id}", service.model_name)
+    headers = {"X-Request-Id": request_id}
+    if chat.stream:
+        events = _events(stream, shape, chat, RequestClock(service.metrics), service)
+        return EventStreamResponse(events, on_close=stream.close, headers=headers)
+    return await _whole(request, stream, shape, RequestClock(service.metrics), service, headers)
+
+
+async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatRequest,
+                  clock: RequestClock, service: InferenceService):
+    yield sse(shape.chunk({"role": "assistant"}))
+    try:
+        async for output in _with_heartbeats(stream):
+            if output is _HEARTBEAT:
+                yield SSE_HEARTBEAT
+                continue
+            clock.token(output.queue_wait_s)
+            if output.text:
+                yield sse(shape.chunk({"content": output.text}))
+            if output.finished:
+                reason = output.finish_reason.value
+                service.metrics.requests.labels(reason).inc()
+                yield sse(shape.chunk({}, reason))
+                if chat.include_usage:
+                    yield sse(shape.usage_chunk(output.num_prompt_tokens, output.num_output_tokens))
+    except (EngineUnavailable, ValueError) as error:
+        service.metrics.requests.labels("error").inc()
+        yield sse(error_body(str(error), "server_error", "engine_error"))
+    yield SSE_DONE
+
+
+async def _with_heartbeats(stream: RequestStream):
+    """The stream's outputs, with a heartbeat marker whenever it is quiet for a while."""
+    pending = asyncio.ensure_future(anext(stream, None))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=HEARTBEAT_INTERVAL_S)
+            if not done:
+                yield _HEARTBEAT
+                continue
+            output = pending.result()
+            if output is None:
+                return
+            yield output
+            pending = asyncio.ensure_future(anext(stream, None))
+    finally:
+        pending.cancel()
+
+
+async def _whole(request: Request, stream: RequestStream, shape: CompletionShape,
+                 clock: RequestClock, service: InferenceService, headers: dict) -> Response:
+    async def collect():
+        parts, last = [], None
+        async for output in stream:
+            clock.token(output.queue_wait_s)
+            parts.append(output.text)
+            last = output
+        return "".join(parts), last
+
+    collecting = asyncio.ensure_future(collect())
+    departed = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({collecting, departed}, return_when=asyncio.FIRST_COMPLETED)
+        if not collecting.done():
+            return Response(status_code=499)  # nobody is listening any more
+        try:
+            text, last = collecting.result()
+        except (EngineUnavailable, ValueError) as error:
+            service.metrics.requests.labels("error").inc()
+            return error_response(ProtocolError(500, str(error), "engine_error"))
+    finally:
+        for task in (collecting, departed):
+            task.cancel()
+        stream.close()
+    reason = last.finish_reason.value
+    service.metrics.requests.labels(reason).inc()
+    body = shape.completion(text, reason, last.num_prompt_tokens, last.num_output_tokens)
+    return JSONResponse(body, headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _unavailable_message(service: InferenceService) -> str:
+    if service.state is ServiceState.LOADING:
+        return "the model is still loading"
+    return f"the engine is not running: {service.health_error()}"
+
+
+async def models(request: Request) -> JSONResponse:
+    service: InferenceService = request.app.state.service
+    data = []
+    if service.state is ServiceState.READY:
+        data.append({"id": service.model_name, "object": "model", "created": int(time.time()),
+                     "owned_by": "chatapp"})
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def health(request: Request) -> JSONResponse:
+    service: InferenceService = request.app.state.service
+    if service.healthy:
+        return JSONResponse({"status": "ok", "model": service.model_name})
+    status = "loading" if service.state is ServiceState.LOADING else "unhealthy"
+    return JSONResponse({"status": status, "error": service.health_error()}, status_code=503)
+
+
+async def metrics(request: Request) -> Response:
+    service: InferenceService = request.app.state.service
+    return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def create_app(service: InferenceService, load: bool = True) -> Starlette:
+    """The ASGI app; with `load`, the model loads in the background while /health says so."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if load and service.state is ServiceState.LOADING:
+            service.load_in_background()
+        yield
+        service.stop()
+
+    app = Starlette(routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ], lifespan=lifespan)
+    app.state.service = service
+    return app
+
+
+def app_from_env() -> Starlette:
+    return create_app(InferenceService(InferenceConfig.from_env()))

@@ -1,0 +1,107 @@
+"""One running inference service: the loaded model, its engine, its step loop and its metrics."""
+
+import logging
+import threading
+from enum import Enum
+
+from .async_engine import AsyncEngine
+from .config import InferenceConfig
+from .engine import LLMEngine, SamplingParams
+from .engine.llm_engine import EngineLimits
+from .metrics import Metrics
+from .protocol import ChatRequest, ProtocolError
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceState(Enum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class InferenceService:
+    def __init__(self, config: InferenceConfig):
+        self.config = config
+        self.metrics = Metrics()
+        self.state = ServiceState.LOADING
+        self.error: BaseException | None = None
+        self.model_name = ""
+        self.engine: LLMEngine | None = None
+        self.async_engine: AsyncEngine | None = None
+
+    # --- life ---
+    def load(self) -> None:
+        """Loads the model and starts the step loop (slow: run it off the event loop)."""
+        try:
+            from .engine import loader  # torch and transformers load here, not at import
+
+            if self.config.threads:
+                import torch
+
+                torch.set_num_threads(self.config.threads)
+            loaded = loader.load(self.config.model, self.config.cache_dir, self.config.device,
+                                 self.config.dtype, self.config.model_name)
+            self.attach(LLMEngine(loaded.model, loaded.tokenizer, self.limits()), loaded.name)
+        except BaseException as error:
+            logger.exception("loading the model failed")
+            self.error = error
+            self.state = ServiceState.FAILED
+
+    def attach(self, engine: LLMEngine, model_name: str) -> None:
+        """Serves an engine built elsewhere (tests build one on a tiny model)."""
+        self.engine = engine
+        self.model_name = model_name
+        self.metrics.watch(engine)
+        self.async_engine = AsyncEngine(engine, self.config.max_waiting,
+                                        on_abort=lambda _: self.metrics.cancelled.inc())
+        self.async_engine.start()
+        self.state = ServiceState.READY
+        logger.info("serving %s", model_name)
+
+    def load_in_background(self) -> threading.Thread:
+        thread = threading.Thread(target=self.load, name="model-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        if self.async_engine is not None:
+            self.async_engine.stop()
+
+    def limits(self) -> EngineLimits:
+        c = self.config
+        return EngineLimits(c.max_running, c.max_cached_tokens, c.max_model_len, c.prefill_chunk,
+                            c.prefill_chunk_idle, c.cache_group_size)
+
+    @property
+    def healthy(self) -> bool:
+        return self.state is ServiceState.READY and self.async_engine.healthy
+
+    def health_error(self) -> str | None:
+        if self.state is ServiceState.FAILED:
+            return repr(self.error)
+        if self.async_engine is not None and self.async_engine.error is not None:
+            return repr(self.async_engine.error)
+        return None
+
+    # --- requests ---
+    def prompt_and_params(self, chat: ChatRequest) -> tuple[list[int], SamplingParams]:
+        """Tokenizes the conversation and settles the sampling limits, or refuses with a 400."""
+        if chat.model != self.model_name:
+            raise ProtocolError(404, f"the model {chat.model!r} does not exist; this service "
+                                f"serves {self.model_name!r}", "model_not_found", "model")
+        prompt = self.engine.encode_chat(chat.messages)
+        context = self.engine.max_model_len
+        room = min(context, self.engine.kv_cache.max_tokens) - len(prompt)
+        if room < 1:
+            raise ProtocolError(400, f"the prompt has {len(prompt)} tokens; this model's context "
+                                f"holds {context} including the answer", "context_length_exceeded",
+                                "messages")
+        if chat.max_tokens is not None and chat.max_tokens > room:
+            raise ProtocolError(400, f"max_tokens {chat.max_tokens} does not fit: the prompt has "
+                                f"{len(prompt)} tokens and {room} remain of the context",
+                                "context_length_exceeded", "max_tokens")
+        max_tokens = chat.max_tokens or min(self.config.default_max_tokens, room)
+        params = SamplingParams(max_tokens=max_tokens, temperature=chat.temperature,
+                                top_p=chat.top_p, seed=chat.seed, stop=chat.stop)
+        return prompt, params
