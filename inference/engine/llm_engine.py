@@ -17,8 +17,8 @@ from .sequence import SamplingParams, Sequence
 @dataclass(frozen=True)
 class RequestOutput:
     request_id: str
+    token_id: int  # the token this step added
     text: str  # new text since this request's previous output; may be empty
-    num_new_tokens: int
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: FinishReason | None = None
@@ -113,8 +113,8 @@ class LLMEngine:
                 sequence.finish(FinishReason.LENGTH)
         return RequestOutput(
             request_id=sequence.request_id,
+            token_id=token_id,
             text=text,
-            num_new_tokens=1,
             num_prompt_tokens=sequence.num_prompt_tokens,
             num_output_tokens=sequence.num_output_tokens,
             finish_reason=sequence.finish_reason,

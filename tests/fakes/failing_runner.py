@@ -1,0 +1,17 @@
+"""Fault injection: a model runner that raises mid-stream, as a crashing kernel or OOM would."""
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+class FailingRunner:
+    def __init__(self, runner, after_steps: int):
+        self.runner = runner
+        self.steps_left = after_steps
+
+    def run(self, chunks):
+        if self.steps_left == 0:
+            raise InjectedFault("injected fault in the forward pass")
+        self.steps_left -= 1
+        return self.runner.run(chunks)

@@ -1,0 +1,19 @@
+"""Fault injection: a model runner that holds every step until the test releases it.
+
+Stands in for a stuck or very slow accelerator, which a real model cannot be made into on
+demand. The real runner still does the work once released.
+"""
+
+import threading
+
+
+class StallingRunner:
+    def __init__(self, runner):
+        self.runner = runner
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def run(self, chunks):
+        self.entered.set()
+        self.released.wait()
+        return self.runner.run(chunks)

@@ -1,0 +1,76 @@
+"""Models for the inference tests: the real default model, and a tiny random one of its shape."""
+
+import copy
+import functools
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from inference.config import InferenceConfig
+from inference.engine import LLMEngine, loader
+from inference.engine.llm_engine import EngineLimits
+
+
+@functools.cache
+def default_model_dir() -> Path:
+    """The default model converted from its GGUF file (once per machine, in the usual cache)."""
+    return loader.converted_gguf(loader.default_model_path(), InferenceConfig().cache_dir)
+
+
+@functools.cache
+def tokenizer():
+    return AutoTokenizer.from_pretrained(default_model_dir(), local_files_only=True)
+
+
+def tiny_model() -> torch.nn.Module:
+    """A randomly initialised two-layer Llama with the real tokenizer's vocabulary, in float64.
+
+    float64 makes batched and single-sequence arithmetic agree far below any gap between two
+    logits, so greedy tokens must match exactly.
+    """
+    config = LlamaConfig(
+        vocab_size=len(tokenizer()), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(torch.float64).eval()
+
+
+def copy_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The same weights in a model left on transformers' own attention (a reference)."""
+    twin = type(model)(copy.deepcopy(model.config)).to(next(model.parameters()).dtype).eval()
+    twin.load_state_dict(model.state_dict())
+    twin.set_attn_implementation("sdpa")
+    return twin
+
+
+def real_model() -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(default_model_dir(), dtype=torch.float32,
+                                                local_files_only=True).eval()
+
+
+def limits(**changes) -> EngineLimits:
+    values = dict(max_running=8, max_cached_tokens=8192, max_model_len=2048, prefill_chunk=16,
+                  prefill_chunk_idle=64, cache_group_size=4)
+    values.update(changes)
+    return EngineLimits(**values)
+
+
+def engine(model: torch.nn.Module, **changes) -> LLMEngine:
+    return LLMEngine(model, tokenizer(), limits(**changes))
+
+
+def generate_alone(reference: torch.nn.Module, prompt: list[int], max_tokens: int) -> list[int]:
+    """Greedy tokens from transformers' own generate, one request at a time."""
+    with torch.inference_mode():
+        output = reference.generate(torch.tensor([prompt]), max_new_tokens=max_tokens,
+                                    do_sample=False, eos_token_id=2, pad_token_id=2)
+    return output[0, len(prompt):].tolist()
+
+
+def engine_tokenizer_prompt(messages: list[dict]) -> list[int]:
+    """The prompt tokens the service builds for these messages."""
+    return list(tokenizer().apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                return_dict=False))

@@ -1,0 +1,61 @@
+"""A real uvicorn server in a thread, serving an inference service built around a given engine."""
+
+import json
+import threading
+from contextlib import contextmanager
+
+import uvicorn
+
+from inference.config import InferenceConfig
+from inference.server import create_app
+from inference.service import InferenceService
+from tests import servers
+
+MODEL_NAME = "tiny-test-model"
+
+
+def service_for(engine, model_name: str = MODEL_NAME, **config) -> InferenceService:
+    service = InferenceService(InferenceConfig(**config))
+    service.attach(engine, model_name)
+    return service
+
+
+@contextmanager
+def serving(service: InferenceService):
+    """Yields the base URL; stops the server and the service's step loop afterwards."""
+    port = servers.free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(service, load=False), host="127.0.0.1", port=port, log_level="warning",
+    ))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        servers.wait_until(lambda: server.started, 30, "uvicorn to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        service.stop()
+
+
+def chat(content: str = "Hello there", **fields) -> dict:
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": content}]}
+    body.update(fields)
+    return body
+
+
+def sse_events(lines) -> list:
+    """`data:` payloads of an SSE body, in order: JSON objects, or the string "[DONE]"."""
+    events = []
+    for line in lines:
+        if line.startswith("data: "):
+            payload = line[len("data: "):]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)

@@ -1,0 +1,71 @@
+"""Text goes out in whole characters, adds up to the tokenizer's own decode, and stops cleanly."""
+
+import pytest
+
+from inference.engine.detokenizer import IncrementalDetokenizer
+from tests.inference import models
+
+SAMPLES = [
+    "Plain ASCII text, with punctuation: done.",
+    "Emoji 👍🏽 and a family 👨‍👩‍👧 and flags 🇫🇷🇯🇵 in a row 🎉🎉",
+    "中文文本：你好，世界！日本語のテキストも。한국어도 있어요.",
+    "Mixed: naïve café, Ελληνικά, русский, עברית, العربية 🙂",
+]
+
+
+def decode(ids):
+    return models.tokenizer().decode(ids, skip_special_tokens=True)
+
+
+def stream(text: str, stop=()):
+    """Feeds `text`'s tokens one at a time; returns the deltas and the detokenizer."""
+    ids = models.tokenizer().encode(text, add_special_tokens=False)
+    detokenizer = IncrementalDetokenizer(decode, stop)
+    deltas = [detokenizer.add(ids[: i + 1]) for i in range(len(ids))]
+    deltas.append(detokenizer.finish(ids))
+    return ids, deltas, detokenizer
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_deltas_add_up_to_the_tokenizers_decode_of_the_whole_output(text):
+    ids, deltas, _ = stream(text)
+
+    assert "".join(deltas) == decode(ids)
+
+
+@pytest.mark.parametrize("text", SAMPLES[1:])
+def test_no_delta_ever_carries_half_a_character(text):
+    ids, deltas, _ = stream(text)
+
+    assert len(ids) > len([d for d in deltas if d])  # some characters did span tokens
+    for delta in deltas:
+        assert "\ufffd" not in delta
+        delta.encode("utf-8", errors="strict")
+
+
+def test_a_zero_width_joiner_is_held_until_the_glyph_continues():
+    _, deltas, _ = stream("family 👨‍👩‍👧 here")
+
+    assert not any(delta.endswith("\u200d") for delta in deltas[:-1])
+
+
+def test_a_stop_string_that_spans_tokens_ends_the_text_and_is_never_emitted():
+    text = "Alpha beta. The END marker follows: and then more text"
+    ids, deltas, detokenizer = stream(text, stop=("END marker",))
+
+    assert len(models.tokenizer().encode("END marker", add_special_tokens=False)) > 1
+    assert "".join(deltas) == "Alpha beta. The "
+    assert detokenizer.stopped
+
+
+def test_text_that_only_looks_like_the_start_of_a_stop_string_is_released():
+    ids, deltas, detokenizer = stream("an END of sorts, not the end", stop=("END marker",))
+
+    assert "".join(deltas) == decode(ids)
+    assert not detokenizer.stopped
+
+
+def test_the_earliest_of_several_stop_strings_wins():
+    _, deltas, _ = stream("one two three four", stop=("four", "two"))
+
+    assert "".join(deltas) == "one "

@@ -1,0 +1,93 @@
+"""Continuous batching changes nothing about what each request generates.
+
+Requests join at different steps, with different prompt lengths (prompts longer than a prefill
+chunk are fed over several steps beside running decodes) and different max_tokens; some are
+cancelled mid-way. Each must produce exactly the greedy tokens of the same model generating
+that request alone with transformers' own `generate`.
+"""
+
+import random
+
+import pytest
+
+from common.vocabulary import FinishReason
+from inference.engine import SamplingParams
+from tests.inference import models
+
+
+def run_staggered(engine, arrivals, cancels):
+    """arrivals: step -> [(request_id, prompt, max_tokens)]; cancels: step -> [request_id]."""
+    tokens: dict[str, list[int]] = {}
+    reasons: dict[str, FinishReason] = {}
+    step = 0
+    while engine.has_work() or any(s >= step for s in arrivals):
+        for request_id, prompt, max_tokens in arrivals.get(step, []):
+            tokens[request_id] = []
+            engine.add_request(request_id, prompt, SamplingParams(max_tokens=max_tokens))
+        for request_id in cancels.get(step, []):
+            assert engine.abort_request(request_id)
+            reasons[request_id] = FinishReason.CANCELLED
+        for output in engine.step():
+            tokens[output.request_id].append(output.token_id)
+            if output.finished:
+                reasons[output.request_id] = output.finish_reason
+        step += 1
+    return tokens, reasons
+
+
+def test_a_tiny_model_batched_with_staggered_arrivals_and_cancels_matches_generating_alone():
+    model = models.tiny_model()
+    reference = models.copy_of(model)
+    engine = models.engine(model, max_running=6, prefill_chunk=16, cache_group_size=4)
+    rng = random.Random(7)
+    requests = [
+        (f"r{i}", [rng.randrange(3, 49152) for _ in range(length)], max_tokens)
+        for i, (length, max_tokens) in enumerate(
+            [(5, 30), (120, 12), (1, 25), (47, 40), (300, 9), (16, 33), (80, 20), (9, 17), (200, 28)]
+        )
+    ]
+    arrivals = {0: requests[:2], 1: requests[2:3], 3: requests[3:5], 7: requests[5:7], 12: requests[7:]}
+    # r4 is cancelled while its prompt is still being fed; r3 and r8 while decoding.
+    cancels = {9: ["r3"], 11: ["r4"], 32: ["r8"]}
+
+    tokens, reasons = run_staggered(engine, arrivals, cancels)
+
+    for request_id, prompt, max_tokens in requests:
+        alone = models.generate_alone(reference, prompt, max_tokens)
+        if reasons[request_id] is FinishReason.CANCELLED:
+            assert len(tokens[request_id]) < max_tokens, request_id
+            assert tokens[request_id] == alone[: len(tokens[request_id])], request_id
+        else:
+            assert tokens[request_id] == alone, request_id
+    assert tokens["r4"] == [] and len(tokens["r3"]) > 0 and len(tokens["r8"]) > 0
+    assert engine.num_running == 0 and engine.num_waiting == 0
+    assert engine.kv_cache.num_allocated_bytes == 0
+    assert engine.kv_cache.num_reserved_tokens == 0
+
+
+@pytest.mark.slow
+def test_the_real_model_batched_with_staggered_arrivals_matches_generating_alone():
+    model = models.real_model()
+    reference = models.real_model()
+    engine = models.engine(model, max_running=4, prefill_chunk=16, cache_group_size=2)
+    questions = [
+        ("a", "What is the capital of France?", 20),
+        ("b", "Write a haiku about the sea.", 28),
+        ("c", "List three colors, one per line.", 12),
+        ("d", "Explain gravity to a five year old child in one short paragraph, please.", 24),
+        ("e", "Name a large mammal.", 16),
+    ]
+    prompts = {rid: engine.encode_chat([{"role": "user", "content": text}]) for rid, text, _ in questions}
+    arrivals = {0: [], 2: [], 5: [], 6: []}
+    for (rid, _, max_tokens), step in zip(questions, [0, 0, 2, 5, 6]):
+        arrivals[step].append((rid, prompts[rid], max_tokens))
+
+    tokens, reasons = run_staggered(engine, arrivals, cancels={8: ["d"]})
+
+    for rid, _, max_tokens in questions:
+        alone = models.generate_alone(reference, prompts[rid], max_tokens)
+        if rid == "d":
+            assert tokens[rid] == alone[: len(tokens[rid])]
+        else:
+            assert tokens[rid] == alone, rid
+            assert reasons[rid] == (FinishReason.STOP if alone[-1] == 2 else FinishReason.LENGTH)

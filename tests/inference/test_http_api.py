@@ -1,0 +1,192 @@
+"""The OpenAI-compatible HTTP API: stream shape, whole completions, and every refusal."""
+
+import json
+
+import httpx
+import pytest
+
+from inference.engine import loader
+from tests.fakes.stalling_runner import StallingRunner
+from tests.inference import models
+from tests.inference.serving import MODEL_NAME, chat, metric, serving, service_for, sse_events
+
+
+@pytest.fixture(scope="module")
+def tiny_service_url():
+    engine = models.engine(models.tiny_model(), max_running=8, max_model_len=256,
+                           max_cached_tokens=4096)
+    with serving(service_for(engine, max_waiting=8)) as url:
+        yield url
+
+
+def stream(url: str, body: dict, headers=None) -> tuple[httpx.Response, list]:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+                      timeout=60) as response:
+        lines = list(response.iter_lines())
+    return response, sse_events(lines)
+
+
+def test_a_stream_sends_role_then_content_then_finish_then_usage_then_done(tiny_service_url):
+    body = chat(stream=True, max_tokens=6, temperature=0, stream_options={"include_usage": True})
+    response, events = stream(tiny_service_url, body)
+    prompt_tokens = len(models.engine_tokenizer_prompt(body["messages"]))
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache"
+    assert response.headers["x-accel-buffering"] == "no"
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant"}
+    content = events[1:-3]
+    assert content and all(set(e["choices"][0]["delta"]) == {"content"} for e in content)
+    assert all(e["choices"][0]["finish_reason"] is None for e in content)
+    assert events[-3]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+    assert events[-2]["choices"] == []
+    assert events[-2]["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 6,
+                                   "total_tokens": prompt_tokens + 6}
+    assert events[-1] == "[DONE]"
+    assert len({e["id"] for e in events[:-1]}) == 1
+
+
+def test_without_include_usage_no_usage_chunk_is_sent(tiny_service_url):
+    _, events = stream(tiny_service_url, chat(stream=True, max_tokens=3, temperature=0))
+
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert not any("usage" in e for e in events[:-1])
+
+
+def test_a_whole_completion_matches_the_streamed_text(tiny_service_url):
+    body = chat(max_tokens=8, temperature=0)
+    whole = httpx.post(f"{tiny_service_url}/v1/chat/completions", json=body, timeout=60)
+    _, events = stream(tiny_service_url, {**body, "stream": True})
+    streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e["choices"])
+
+    assert whole.status_code == 200
+    completion = whole.json()
+    assert completion["object"] == "chat.completion"
+    assert completion["choices"][0]["message"] == {"role": "assistant", "content": streamed}
+    assert completion["choices"][0]["finish_reason"] == "length"
+    assert completion["usage"]["completion_tokens"] == 8
+
+
+def test_the_callers_request_id_names_the_completion(tiny_service_url):
+    response, events = stream(tiny_service_url, chat(stream=True, max_tokens=2),
+                              headers={"X-Request-Id": "audit-123"})
+
+    assert response.headers["x-request-id"] == "audit-123"
+    assert events[0]["id"] == "chatcmpl-audit-123"
+
+
+def test_models_lists_the_served_model_and_health_is_ok(tiny_service_url):
+    listed = httpx.get(f"{tiny_service_url}/v1/models").json()
+    health = httpx.get(f"{tiny_service_url}/health")
+
+    assert [m["id"] for m in listed["data"]] == [MODEL_NAME]
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_metrics_count_requests_tokens_and_latencies(tiny_service_url):
+    stream(tiny_service_url, chat(stream=True, max_tokens=4))
+    text = httpx.get(f"{tiny_service_url}/metrics").text
+
+    assert metric(text, 'inference_requests_total{finish_reason="length"}') >= 1
+    assert metric(text, "inference_generated_tokens_total") >= 4
+    assert metric(text, "inference_time_to_first_token_seconds_count") >= 1
+    assert metric(text, "inference_inter_token_latency_seconds_count") >= 3
+    assert metric(text, "inference_queue_wait_seconds_count") >= 1
+    assert metric(text, "inference_running_sequences") == 0
+    assert metric(text, "inference_kv_cache_bytes") == 0
+
+
+LONG = "word " * 400
+BAD_REQUESTS = [
+    ("not json", "invalid_json", None),
+    ("[1, 2]", "invalid_request", None),
+    ({"messages": [{"role": "user", "content": "hi"}]}, "missing_field", "model"),
+    (chat() | {"messages": []}, "invalid_value", "messages"),
+    (chat() | {"messages": "hi"}, "invalid_value", "messages"),
+    (chat() | {"messages": [{"role": "wizard", "content": "hi"}]}, "invalid_value", "messages[0].role"),
+    (chat() | {"messages": [{"role": "user", "content": 42}]}, "invalid_type", "messages[0].content"),
+    (chat() | {"messages": ["hi"]}, "invalid_type", "messages[0]"),
+    (chat(temperature=-0.1), "invalid_value", "temperature"),
+    (chat(temperature=2.5), "invalid_value", "temperature"),
+    (chat(temperature="hot"), "invalid_type", "temperature"),
+    (chat(top_p=0), "invalid_value", "top_p"),
+    (chat(top_p=1.5), "invalid_value", "top_p"),
+    (chat(max_tokens=0), "invalid_value", "max_tokens"),
+    (chat(max_tokens=True), "invalid_value", "max_tokens"),
+    (chat(max_tokens=5, max_completion_tokens=6), "invalid_value", "max_tokens"),
+    (chat(max_completion_tokens=-3), "invalid_value", "max_completion_tokens"),
+    (chat(seed="abc"), "invalid_type", "seed"),
+    (chat(stream="yes"), "invalid_type", "stream"),
+    (chat(stream_options={"include_usage": True}), "invalid_value", "stream_options"),
+    (chat(stop=["a", "b", "c", "d", "e"]), "invalid_value", "stop"),
+    (chat(stop=""), "invalid_value", "stop"),
+    (chat(n=2), "invalid_value", "n"),
+    (chat(tools=[]), "unsupported_field", "tools"),
+    (chat(logprobs=True), "unsupported_field", "logprobs"),
+    (chat(LONG), "context_length_exceeded", "messages"),
+    (chat(max_tokens=250), "context_length_exceeded", "max_tokens"),
+]
+
+
+@pytest.mark.parametrize("body, code, param", BAD_REQUESTS)
+def test_a_bad_request_is_refused_with_400_before_any_stream_starts(tiny_service_url, body, code, param):
+    content = body if isinstance(body, str) else json.dumps(body)
+
+    response = httpx.post(f"{tiny_service_url}/v1/chat/completions", content=content,
+                          headers={"content-type": "application/json"})
+
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == code
+    assert error["param"] == param
+    assert error["message"]
+
+
+def test_an_unknown_model_is_refused_with_404(tiny_service_url):
+    response = httpx.post(f"{tiny_service_url}/v1/chat/completions",
+                          json={**chat(stream=True), "model": "gpt-9"})
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_full_waiting_queue_is_refused_with_429_before_any_stream_starts():
+    engine = models.engine(models.tiny_model(), max_running=1)
+    stall = engine.runner = StallingRunner(engine.runner)
+    with serving(service_for(engine, max_waiting=1)) as url, httpx.Client(timeout=60) as client:
+        with client.stream("POST", f"{url}/v1/chat/completions", json=chat(stream=True, max_tokens=2)) as first:
+            assert stall.entered.wait(30)  # the first request holds the only running place
+            with client.stream("POST", f"{url}/v1/chat/completions",
+                               json=chat(stream=True, max_tokens=2)) as second:
+                refused = httpx.post(f"{url}/v1/chat/completions", json=chat(stream=True, max_tokens=2))
+                stall.released.set()
+                second_events = sse_events(second.iter_lines())
+            first_events = sse_events(first.iter_lines())
+
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "queue_full"
+    assert first_events[-1] == "[DONE]" and second_events[-1] == "[DONE]"
+
+
+def test_requests_before_the_model_is_loaded_get_503_and_health_says_loading():
+    from inference.config import InferenceConfig
+    from inference.service import InferenceService
+
+    service = InferenceService(InferenceConfig())
+    with serving(service) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json=chat(stream=True))
+        health = httpx.get(f"{url}/health")
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "service_unavailable"
+    assert health.status_code == 503 and health.json()["status"] == "loading"
+
+
+def test_the_default_model_is_found_inside_its_package():
+    path = loader.default_model_path()
+
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file()

@@ -1,0 +1,82 @@
+"""The KV cache reserves room per sequence, groups rows by length, and gives memory back."""
+
+import pytest
+import torch
+
+from inference.engine.kv_cache import BLOCK_TOKENS, CacheShape, KVCache
+
+
+def cache(max_tokens=4096, max_rows=8, group_size=4) -> KVCache:
+    shape = CacheShape(num_layers=2, num_kv_heads=2, head_dim=8, dtype=torch.float32,
+                       device=torch.device("cpu"))
+    return KVCache(shape, max_tokens=max_tokens, max_rows=max_rows, group_size=group_size)
+
+
+def test_reservations_are_whole_blocks_and_count_against_the_budget():
+    kv = cache(max_tokens=4 * BLOCK_TOKENS)
+
+    kv.allocate(1)
+    kv.allocate(BLOCK_TOKENS + 1)
+
+    assert kv.num_reserved_tokens == 3 * BLOCK_TOKENS
+    assert kv.can_allocate(BLOCK_TOKENS)
+    assert not kv.can_allocate(BLOCK_TOKENS + 1)
+
+
+def test_rows_run_out_before_tokens_do():
+    kv = cache(max_rows=2, group_size=2)
+    kv.allocate(10)
+    kv.allocate(10)
+
+    assert not kv.can_allocate(10)
+    with pytest.raises(RuntimeError):
+        kv.allocate(10)
+
+
+def test_a_sequence_that_fits_no_group_opens_a_new_one_rather_than_growing_another():
+    kv = cache()
+    short = kv.allocate(50)
+    long = kv.allocate(1000)
+
+    assert long.group != short.group
+    assert kv.groups[short.group].capacity == BLOCK_TOKENS
+
+
+def test_a_sequence_takes_the_tightest_group_that_already_fits_it():
+    kv = cache(group_size=2)
+    long = kv.allocate(1000)
+    kv.allocate(1000)  # fills the long group
+    medium = kv.allocate(300)
+    other_long = kv.allocate(1000)
+    bytes_before = kv.num_allocated_bytes
+
+    short = kv.allocate(200)
+
+    assert len({long.group, medium.group, other_long.group}) == 3
+    assert short.group == medium.group
+    assert kv.num_allocated_bytes == bytes_before
+
+
+def test_a_group_grows_to_fit_a_longer_member_and_keeps_what_it_held():
+    kv = cache(max_rows=2, group_size=2)
+    first = kv.allocate(10)
+    keys, _ = kv.layer(first.group, 0)
+    keys[first.row, :, :5] = 1.0
+    kv.allocate(100)  # must share the only group
+
+    keys, _ = kv.layer(first.group, 0)
+    assert keys.shape[2] == 2 * BLOCK_TOKENS
+    assert torch.all(keys[first.row, :, :5] == 1.0)
+
+
+def test_freeing_every_row_returns_all_memory():
+    kv = cache()
+    slots = [kv.allocate(n) for n in (10, 500, 70, 1000, 3)]
+    assert kv.num_allocated_bytes > 0
+
+    for slot in slots:
+        kv.free(slot)
+
+    assert kv.num_allocated_bytes == 0
+    assert kv.num_reserved_tokens == 0
+    assert kv.num_used_rows == 0

@@ -1,0 +1,46 @@
+"""Sampling: greedy picks the top token; a seed makes a request repeatable; top-p trims the tail."""
+
+import torch
+
+from inference.engine.detokenizer import IncrementalDetokenizer
+from inference.engine.sampler import sample
+from inference.engine.sequence import SamplingParams, Sequence
+
+
+def sequence(**params) -> Sequence:
+    params.setdefault("max_tokens", 8)
+    return Sequence("r", [1], SamplingParams(**params), IncrementalDetokenizer(lambda ids: ""))
+
+
+def test_greedy_takes_the_most_likely_token():
+    logits = torch.tensor([[0.1, 3.0, 0.2], [5.0, 0.0, 0.0]])
+
+    assert sample(logits, [sequence(), sequence()]) == [1, 0]
+
+
+def test_the_same_seed_draws_the_same_tokens_whatever_shares_the_batch():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 1000)
+    alone = [sample(logits[:1], [s])[0] for s in [sequence(temperature=1.0, seed=42)] for _ in range(5)]
+    seeded = sequence(temperature=1.0, seed=42)
+    neighbours = [sequence(temperature=1.0), sequence(temperature=0.5, top_p=0.5)]
+
+    batched = [sample(logits, [seeded, *neighbours])[0] for _ in range(5)]
+
+    assert batched == alone
+    assert len(set(batched)) > 1  # it did sample, not argmax
+
+
+def test_top_p_never_draws_outside_the_nucleus():
+    # Probabilities 0.5, 0.3, 0.1, 0.1: top_p 0.75 keeps only the first two.
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.1, 0.1]]))
+    draws = {sample(logits, [sequence(temperature=1.0, top_p=0.75, seed=s)])[0] for s in range(200)}
+
+    assert draws == {0, 1}
+
+
+def test_a_flat_distribution_still_honours_top_p_beyond_the_shortlist():
+    logits = torch.zeros(1, 1000)
+    draws = {sample(logits, [sequence(temperature=1.0, top_p=0.9, seed=s)])[0] for s in range(300)}
+
+    assert len(draws) > 100

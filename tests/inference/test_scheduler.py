@@ -1,0 +1,55 @@
+"""A long new prompt is fed in chunks beside the running streams instead of freezing them."""
+
+from inference.engine import SamplingParams
+from inference.engine.scheduler import ScheduledChunk
+from tests.inference import models
+
+
+def test_a_long_prompt_joining_never_costs_a_running_stream_a_step():
+    engine = models.engine(models.tiny_model(), prefill_chunk=16, prefill_chunk_idle=64)
+    engine.add_request("running", [5] * 10, SamplingParams(max_tokens=60))
+    while not engine.step():
+        pass  # its own prompt first
+    engine.add_request("newcomer", list(range(3, 303)), SamplingParams(max_tokens=5))
+    fed_per_step, running_got_a_token = [], []
+    original = engine.runner.run
+
+    def observing(chunks: list[ScheduledChunk]):
+        fed_per_step.append(sum(len(c.token_ids) for c in chunks if c.sequence.request_id == "newcomer"))
+        return original(chunks)
+
+    engine.runner.run = observing
+    while any(s.request_id == "newcomer" and s.is_prefilling for s in engine.scheduler.running + list(engine.scheduler.waiting)):
+        running_got_a_token.append(any(o.request_id == "running" for o in engine.step()))
+
+    assert len(fed_per_step) == 300 // 16 + 1
+    assert max(fed_per_step) == 16
+    assert all(running_got_a_token)
+
+
+def test_with_nothing_else_running_a_prompt_is_fed_in_bigger_chunks():
+    engine = models.engine(models.tiny_model(), prefill_chunk=16, prefill_chunk_idle=64)
+    engine.add_request("alone", list(range(3, 203)), SamplingParams(max_tokens=1))
+    steps = 0
+    while engine.has_work():
+        engine.step()
+        steps += 1
+
+    assert steps == 200 // 64 + 1
+
+
+def test_waiting_requests_join_as_soon_as_a_running_place_frees():
+    engine = models.engine(models.tiny_model(), max_running=2)
+    for name, max_tokens in [("a", 3), ("b", 8), ("c", 4)]:
+        engine.add_request(name, [5, 6, 7], SamplingParams(max_tokens=max_tokens))
+    joined_at = None
+    step = 0
+    while engine.has_work():
+        outputs = engine.step()
+        step += 1
+        if joined_at is None and any(o.request_id == "c" for o in outputs):
+            joined_at = step
+        assert engine.num_running <= 2
+
+    # a finishes at step 3; c is admitted at the top of step 4 and yields its first token there.
+    assert joined_at == 4
