@@ -28,7 +28,7 @@ class Metrics:
         self.running = Gauge("inference_running_sequences", "Sequences in the batch.", registry=r)
         self.waiting = Gauge("inference_waiting_sequences", "Sequences waiting for room.", registry=r)
         self.cache_usage = Gauge("inference_kv_cache_usage_ratio",
-                                 "Reserved share of the KV cache token budget.", registry=r)
+                                 "Allocated share of the KV cache token budget.", registry=r)
         self.cache_bytes = Gauge("inference_kv_cache_bytes", "Memory held by the KV cache.", registry=r)
 
     def watch(self, engine) -> None:

@@ -92,7 +92,7 @@ class InferenceService:
                                 f"serves {self.model_name!r}", "model_not_found", "model")
         prompt = self.engine.encode_chat(chat.messages)
         context = self.engine.max_model_len
-        room = min(context, self.engine.kv_cache.max_tokens) - len(prompt)
+        room = min(context, self.engine.kv_cache.max_sequence_tokens) - len(prompt)
         if room < 1:
             raise ProtocolError(400, f"the prompt has {len(prompt)} tokens; this model's context "
                                 f"holds {context} including the answer", "context_length_exceeded",

@@ -4,8 +4,8 @@ A sequence owns one row of one group for its whole life. Attention for all decod
 group is one batched call over a plain tensor slice (no gather, no copy), and a group's memory
 is sized for the longest sequence it holds, so short and long requests placed in different
 groups do not pay for each other. A group whose last row is freed gives its memory back.
-Admission reserves prompt + max_tokens per sequence against `max_tokens`, so a running
-sequence never runs out of room.
+A row is sized at admission for prompt + max_tokens, so a running sequence never runs out of
+room; `max_tokens` bounds the memory actually allocated (rows x capacity of every group).
 """
 
 from dataclasses import dataclass
@@ -69,10 +69,21 @@ class KVCache:
         self.num_reserved_tokens = 0
 
     # --- reservation ---
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The longest sequence that fits at all: a fresh group of rows that long."""
+        return self.max_tokens // self.group_size // BLOCK_TOKENS * BLOCK_TOKENS
+
     def can_allocate(self, num_tokens: int) -> bool:
-        if self.num_reserved_tokens + _blocks(num_tokens) > self.max_tokens:
+        if not any(group is None or group.free_rows for group in self.groups):
             return False
-        return any(group is None or group.free_rows for group in self.groups)
+        needed = _blocks(num_tokens)
+        group = self.groups[self._best_group(needed)]
+        if group is None:
+            extra = self.group_size * needed
+        else:
+            extra = len(group.reserved) * max(0, needed - group.capacity)
+        return self.num_allocated_tokens + extra <= self.max_tokens
 
     def allocate(self, num_tokens: int) -> CacheSlot:
         if not self.can_allocate(num_tokens):
@@ -115,11 +126,13 @@ class KVCache:
 
     # --- accounting ---
     @property
+    def num_allocated_tokens(self) -> int:
+        """Token places held in memory: rows x capacity over every group."""
+        return sum(len(g.reserved) * g.capacity for g in self.groups if g is not None)
+
+    @property
     def num_allocated_bytes(self) -> int:
-        rows_times_tokens = sum(
-            len(g.reserved) * g.capacity for g in self.groups if g is not None
-        )
-        return rows_times_tokens * self.shape.bytes_per_token
+        return self.num_allocated_tokens * self.shape.bytes_per_token
 
     @property
     def num_used_rows(self) -> int:
@@ -129,7 +142,7 @@ class KVCache:
 
     @property
     def usage(self) -> float:
-        return self.num_reserved_tokens / self.max_tokens
+        return self.num_allocated_tokens / self.max_tokens
 
 
 def _blocks(num_tokens: int) -> int:

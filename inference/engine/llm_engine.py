@@ -67,8 +67,9 @@ class LLMEngine:
         needed = len(prompt_token_ids) + params.max_tokens
         if needed > self.max_model_len:
             raise ValueError(f"prompt + max_tokens = {needed} exceeds the context of {self.max_model_len}")
-        if needed > self.kv_cache.max_tokens:
-            raise ValueError(f"prompt + max_tokens = {needed} exceeds the cache of {self.kv_cache.max_tokens}")
+        if needed > self.kv_cache.max_sequence_tokens:
+            raise ValueError(f"prompt + max_tokens = {needed} exceeds the {self.kv_cache.max_sequence_tokens}"
+                             " tokens one sequence may hold in the cache")
         detokenizer = IncrementalDetokenizer(self.decode, params.stop)
         self.scheduler.add(Sequence(request_id, prompt_token_ids, params, detokenizer))
 

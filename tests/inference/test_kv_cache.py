@@ -6,21 +6,23 @@ import torch
 from inference.engine.kv_cache import BLOCK_TOKENS, CacheShape, KVCache
 
 
-def cache(max_tokens=4096, max_rows=8, group_size=4) -> KVCache:
+def cache(max_tokens=65536, max_rows=8, group_size=4) -> KVCache:
     shape = CacheShape(num_layers=2, num_kv_heads=2, head_dim=8, dtype=torch.float32,
                        device=torch.device("cpu"))
     return KVCache(shape, max_tokens=max_tokens, max_rows=max_rows, group_size=group_size)
 
 
-def test_reservations_are_whole_blocks_and_count_against_the_budget():
-    kv = cache(max_tokens=4 * BLOCK_TOKENS)
+def test_the_budget_bounds_the_memory_actually_allocated():
+    kv = cache(max_tokens=4 * BLOCK_TOKENS, group_size=2)
 
-    kv.allocate(1)
-    kv.allocate(BLOCK_TOKENS + 1)
+    kv.allocate(1)  # opens a group of two rows, one block each
+    kv.allocate(BLOCK_TOKENS)  # the group's second row
 
-    assert kv.num_reserved_tokens == 3 * BLOCK_TOKENS
-    assert kv.can_allocate(BLOCK_TOKENS)
-    assert not kv.can_allocate(BLOCK_TOKENS + 1)
+    assert kv.num_allocated_tokens == 2 * BLOCK_TOKENS
+    assert kv.num_reserved_tokens == 2 * BLOCK_TOKENS
+    assert kv.can_allocate(BLOCK_TOKENS)  # a second group of two blocks fills the budget
+    assert not kv.can_allocate(BLOCK_TOKENS + 1)  # two rows of two blocks would not fit
+    assert kv.max_sequence_tokens == 2 * BLOCK_TOKENS
 
 
 def test_rows_run_out_before_tokens_do():
