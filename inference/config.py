@@ -51,9 +51,9 @@ class InferenceConfig:
                     "prefill_chunk", "prefill_chunk_idle", "cache_group_size", "default_max_tokens"]
         for name in positive:
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ValueError(f"INFERENCE_{name.upper()} must be at least 1, got {getattr(self, name)}")
         if self.threads < 0:
-            raise ValueError(f"threads must be 0 (torch's default) or more, got {self.threads}")
+            raise ValueError(f"INFERENCE_THREADS must be 0 (torch's default) or more, got {self.threads}")
 
     @classmethod
     def from_env(cls, **overrides) -> "InferenceConfig":
