@@ -24,17 +24,20 @@ ATTENTION_NAME = "chatapp_cache_rows"
 class _GroupWrite:
     group: int
     tokens: torch.Tensor  # indices into the step's tokens
-    rows: torch.Tensor
-    positions: torch.Tensor
+    # Where each (token, kv head) lands in the group's layer viewed as [rows*heads*capacity, dim].
+    places: torch.Tensor
 
 
 @dataclass
 class _GroupDecode:
     group: int
-    tokens: torch.Tensor
-    rows: torch.Tensor
+    first_token: int  # the group's decode tokens are side by side in the step
+    count: int
+    first_row: int  # attention runs over the rows first_row .. first_row + span
+    span: int
+    rows: torch.Tensor | None  # offsets within the span when they are not simply 0..count-1
     length: int  # keys to attend over: the longest sequence in this step's rows
-    mask: torch.Tensor  # [rows, 1, 1, length], True where a key may be attended
+    mask: torch.Tensor | None  # [span, 1, 1, length]; None when every row sees every key
 
 
 @dataclass
@@ -64,24 +67,30 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         raise RuntimeError(f"{ATTENTION_NAME} attention runs only inside ModelRunner.run")
     layer = module.layer_idx
     cache = chatapp_step.cache
+    dim = query.shape[-1]
     new_keys = key[0].transpose(0, 1)  # [T, kv_heads, dim]
     new_values = value[0].transpose(0, 1)
     for write in chatapp_step.writes:
         keys, values = cache.layer(write.group, layer)
-        keys[write.rows, :, write.positions] = new_keys[write.tokens]
-        values[write.rows, :, write.positions] = new_values[write.tokens]
+        keys.view(-1, dim).index_copy_(0, write.places, new_keys.index_select(0, write.tokens).reshape(-1, dim))
+        values.view(-1, dim).index_copy_(0, write.places, new_values.index_select(0, write.tokens).reshape(-1, dim))
 
     queries = query[0].transpose(0, 1)  # [T, heads, dim]
     output = torch.empty_like(queries)
     for decode in chatapp_step.decodes:
         keys, values = cache.layer(decode.group, layer)
-        grouped = queries.new_zeros(keys.shape[0], queries.shape[1], 1, queries.shape[2])
-        grouped[decode.rows, :, 0] = queries[decode.tokens]
+        tokens = slice(decode.first_token, decode.first_token + decode.count)
+        rows = slice(decode.first_row, decode.first_row + decode.span)
+        if decode.rows is None:
+            grouped = queries[tokens].unsqueeze(2)
+        else:
+            grouped = queries.new_zeros(decode.span, queries.shape[1], 1, dim)
+            grouped.view(decode.span, -1).index_copy_(0, decode.rows, queries[tokens].reshape(decode.count, -1))
         attended = F.scaled_dot_product_attention(
-            grouped, keys[:, :, : decode.length], values[:, :, : decode.length],
+            grouped, keys[rows, :, : decode.length], values[rows, :, : decode.length],
             attn_mask=decode.mask, scale=scaling, enable_gqa=True,
-        )
-        output[decode.tokens] = attended[decode.rows, :, 0]
+        )[:, :, 0]
+        output[tokens] = attended if decode.rows is None else attended.index_select(0, decode.rows)
     for chunk in chatapp_step.prompts:
         keys, values = cache.layer(chunk.group, layer)
         span = slice(chunk.first_token, chunk.first_token + chunk.count)
@@ -130,16 +139,16 @@ class ModelRunner:
 
     def _layout(self, chunks: list[ScheduledChunk]) -> StepLayout:
         layout = StepLayout(self.kv_cache)
-        by_group: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, position)
+        writes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, position)
         decodes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, length)
         first = 0
         for chunk in chunks:
             slot = chunk.sequence.slot
             count = len(chunk.token_ids)
-            by_group.setdefault(slot.group, []).extend(
+            writes.setdefault(slot.group, []).extend(
                 (first + i, slot.row, chunk.start + i) for i in range(count)
             )
-            if count == 1 and chunk.start > 0 and not chunk.sequence.is_prefilling:
+            if not chunk.sequence.is_prefilling:
                 decodes.setdefault(slot.group, []).append((first, slot.row, chunk.end))
             else:
                 layout.prompts.append(_PromptChunk(
@@ -147,21 +156,36 @@ class ModelRunner:
                     None if chunk.start == 0 else self._chunk_mask(chunk.start, count),
                 ))
             first += count
-        for group, entries in by_group.items():
-            tokens, rows, positions = (self._indices(column) for column in zip(*entries))
-            layout.writes.append(_GroupWrite(group, tokens, rows, positions))
+        for group, entries in writes.items():
+            layout.writes.append(self._write(group, entries))
         for group, entries in decodes.items():
-            tokens, rows, lengths = zip(*entries)
-            length = max(lengths)
-            num_rows = self.kv_cache.groups[group].keys.shape[1]
-            limits = torch.ones(num_rows, dtype=torch.long)  # idle rows see one key: no NaN
-            limits[list(rows)] = torch.tensor(lengths)
-            mask = torch.arange(length)[None, :] < limits[:, None]
-            layout.decodes.append(_GroupDecode(
-                group, self._indices(tokens), self._indices(rows), length,
-                mask.view(num_rows, 1, 1, length).to(self.device),
-            ))
+            layout.decodes.append(self._decode(group, entries))
         return layout
+
+    def _write(self, group: int, entries: list[tuple[int, int, int]]) -> _GroupWrite:
+        keys, _ = self.kv_cache.layer(group, 0)
+        _, heads, capacity, _ = keys.shape
+        tokens, rows, positions = (torch.tensor(column) for column in zip(*entries))
+        places = (rows[:, None] * heads + torch.arange(heads)[None, :]) * capacity + positions[:, None]
+        return _GroupWrite(group, tokens.to(self.device), places.flatten().to(self.device))
+
+    def _decode(self, group: int, entries: list[tuple[int, int, int]]) -> _GroupDecode:
+        """Decode tokens of one group; the scheduler put them side by side, in row order."""
+        tokens, rows, lengths = zip(*entries)
+        if list(tokens) != list(range(tokens[0], tokens[0] + len(tokens))) or list(rows) != sorted(set(rows)):
+            raise RuntimeError("decode chunks must come grouped and in cache-row order")
+        first_row, span = rows[0], rows[-1] - rows[0] + 1
+        length = max(lengths)
+        offsets = None
+        if span != len(rows):
+            offsets = torch.tensor([row - first_row for row in rows], device=self.device)
+        mask = None
+        if span != len(rows) or min(lengths) != length:
+            limits = torch.ones(span, dtype=torch.long)  # rows not decoding see one key: no NaN
+            limits[[row - first_row for row in rows]] = torch.tensor(lengths)
+            mask = (torch.arange(length)[None, :] < limits[:, None]).view(span, 1, 1, length)
+            mask = mask.to(self.device)
+        return _GroupDecode(group, tokens[0], len(tokens), first_row, span, offsets, length, mask)
 
     def _chunk_mask(self, start: int, count: int) -> torch.Tensor:
         """Chunk token i (at position start + i) sees every key up to and including its own."""
@@ -169,5 +193,3 @@ class ModelRunner:
         queries = torch.arange(start, start + count)[:, None]
         return (keys <= queries).to(self.device)
 
-    def _indices(self, values) -> torch.Tensor:
-        return torch.tensor(list(values), dtype=torch.long, device=self.device)

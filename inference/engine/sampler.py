@@ -8,8 +8,9 @@ import torch
 
 from .sequence import Sequence
 
-# Most nucleus sets fit in the top few dozen tokens: look there before sorting the vocabulary.
-NUCLEUS_SHORTLIST = 64
+# Most nucleus sets fit in the top few dozen tokens: look there, then wider, before sorting
+# the whole vocabulary (a full sort costs milliseconds per row).
+NUCLEUS_SHORTLISTS = (64, 1024)
 
 
 def sample(logits: torch.Tensor, sequences: list[Sequence]) -> list[int]:
@@ -28,13 +29,20 @@ def sample(logits: torch.Tensor, sequences: list[Sequence]) -> list[int]:
 def _draw(probabilities: torch.Tensor, top_p: float, generator: torch.Generator) -> int:
     if top_p >= 1.0:
         return int(torch.multinomial(probabilities, 1, generator=generator))
-    shortlist = min(NUCLEUS_SHORTLIST, probabilities.numel())
-    top, ids = torch.topk(probabilities, shortlist)
-    if float(top.sum()) < top_p and shortlist < probabilities.numel():
-        top, ids = torch.sort(probabilities, descending=True)
+    top, ids = _most_likely(probabilities, top_p)
     cumulative = torch.cumsum(top, dim=0)
     # Keep every token up to and including the one that brings the mass to top_p.
     keep = int(torch.searchsorted(cumulative, torch.tensor([top_p])).item()) + 1
     nucleus = top[:keep]
     picked = torch.multinomial(nucleus / nucleus.sum(), 1, generator=generator)
     return int(ids[picked])
+
+
+def _most_likely(probabilities: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The likeliest tokens in order, at least as many as the nucleus holds."""
+    for shortlist in NUCLEUS_SHORTLISTS:
+        if shortlist < probabilities.numel():
+            top, ids = torch.topk(probabilities, shortlist)
+            if float(top.sum()) >= top_p:
+                return top, ids
+    return torch.sort(probabilities, descending=True)

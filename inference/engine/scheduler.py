@@ -56,7 +56,9 @@ class Scheduler:
 
     def schedule(self) -> list[ScheduledChunk]:
         self._admit()
-        decoding = [s for s in self.running if not s.is_prefilling]
+        # In cache order, so that each group's decode tokens sit side by side in the step.
+        decoding = sorted((s for s in self.running if not s.is_prefilling),
+                          key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
         budget = self.prefill_chunk if decoding else self.prefill_chunk_idle
         for sequence in self.running:
