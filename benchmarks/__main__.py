@@ -1,14 +1,56 @@
-"""Runs every benchmark in turn; each prints its figures and the command that reproduces it."""
+"""`python -m benchmarks [NAME [options]]`: one benchmark, or every one in turn with its defaults.
 
+Each benchmark is a module with `add_arguments(parser)` and `run(args) -> int`; it prints its
+figures and the command that reproduces them. A module keeps its heavy imports (torch) inside
+`run`, so listing the options of every benchmark stays quick.
+"""
+
+import argparse
+import importlib
+import shlex
 import sys
+from pathlib import Path
 
-BENCHMARKS: list[str] = []
+# name -> (module, one-line help); a later benchmark (the relay) is one more entry here.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "inference": ("benchmarks.inference_bench",
+                  "the inference server against HF generate, transformers' continuous batching "
+                  "and a static batch"),
+}
 
 
-def main() -> int:
-    if not BENCHMARKS:
-        print("No benchmarks yet.")
-    return 0
+def _command_line(argv: list[str]) -> str:
+    """The exact command, with the interpreter as the user would type it from the repo root."""
+    python = Path(sys.executable)
+    try:
+        python = python.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return shlex.join([str(python), "-m", "benchmarks", *argv])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="benchmark", metavar="NAME")
+    modules = {}
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        sub = subparsers.add_parser(name, help=help_text)
+        modules[name] = (module_name, sub)
+        importlib.import_module(module_name).add_arguments(sub)
+    args = parser.parse_args(argv)
+    command = _command_line(argv)
+
+    chosen = [args.benchmark] if args.benchmark else list(BENCHMARKS)
+    status = 0
+    for name in chosen:
+        module_name, sub = modules[name]
+        own_args = args if args.benchmark else sub.parse_args([])
+        own_args.command = command
+        print(f"--- benchmark: {name} ---", flush=True)
+        status = max(status, importlib.import_module(module_name).run(own_args))
+    return status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,331 @@
+"""What a run leaves behind: the printed table, the results JSON, the plot, a BENCHMARKS.md section.
+
+The section is rewritten between its own markers only, so other benchmarks can keep theirs in
+the same file.
+"""
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .machine_load import DISTURBED_CORES
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+PLOT_PATH = BENCH_DIR / "inference.png"
+MARKDOWN_PATH = REPO_ROOT / "BENCHMARKS.md"
+SECTION_START = "<!-- inference:start -->"
+SECTION_END = "<!-- inference:end -->"
+
+SYSTEM_ORDER = {"hf-generate": 0, "ours": 1, "hf-manager": 2, "static-batch": 3}
+SYSTEM_NAMES = {
+    "ours": "ours (HTTP/SSE)",
+    "hf-generate": "HF generate, 1 at a time",
+    "hf-manager": "HF ContinuousBatchingManager",
+    "static-batch": "static batch (ceiling)",
+}
+COLUMNS = ["system", "streams", "ok/reqs", "out tok/s", "req/s", "TTFT ms p50/p90/p99",
+           "ITL ms p50/p90/p99", "TPOT ms p50/p90/p99", "peak RSS", "other CPU"]
+
+
+@dataclass
+class Results:
+    command: str
+    plan: dict
+    machine: dict
+    runs: list  # of inference_bench.DeviceRun
+    started: float
+    finished: float
+    workload: dict
+
+    def to_json(self) -> dict:
+        return {
+            "benchmark": "inference",
+            "command": self.command,
+            "started": _stamp(self.started),
+            "duration_s": round(self.finished - self.started, 1),
+            "plan": self.plan,
+            "machine": self.machine,
+            "workload": self.workload,
+            "runs": [{
+                "device": run.device,
+                "label": run.label,
+                "levels": [dict(level.summary(), records=[r.brief() for r in level.records])
+                           for level in _ordered(run.levels)],
+                "cancel": run.cancel,
+                "targets": run.targets,
+                "failures": run.failures,
+            } for run in self.runs],
+        }
+
+
+# --- formatting ---
+def ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f}" if seconds >= 0.1 else f"{seconds * 1000:.1f}"
+
+
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def _triple(spread: dict) -> str:
+    return "/".join(ms(spread.get(k)) for k in ("p50", "p90", "p99"))
+
+
+def _ordered(levels: list) -> list:
+    return sorted(levels, key=lambda l: (l.concurrency, SYSTEM_ORDER.get(l.system, 9)))
+
+
+def _rows(run) -> list[list[str]]:
+    rows = []
+    for level in _ordered(run.levels):
+        s = level.summary()
+        peak = s.get("peak_rss_bytes")
+        streams = str(s["concurrency"]) + (" (batch)" if level.system == "static-batch" else "")
+        rows.append([
+            SYSTEM_NAMES.get(level.system, level.system), streams,
+            f"{s['completed']}/{s['requests']}",
+            f"{s['output_tokens_per_s']:.1f}" if s["output_tokens_per_s"] else "-",
+            f"{s['requests_per_s']:.2f}" if s["requests_per_s"] else "-",
+            _triple(s["ttft_s"]), _triple(s["itl_s"]), _triple(s["tpot_s"]),
+            f"{peak / 1e9:.2f} GB" if peak else "-",
+            cores(s.get("other_cpu_cores")) + (" !" if _disturbed(s) else ""),
+        ])
+    return rows
+
+
+def cores(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _disturbed(summary: dict) -> bool:
+    return (summary.get("other_cpu_cores") or 0.0) > DISTURBED_CORES
+
+
+def caveat_lines(run) -> list[str]:
+    """Failed references, and a warning for each measurement that other processes disturbed."""
+    flagged = [f"{SYSTEM_NAMES.get(s['system'], s['system'])} @{s['concurrency']} "
+               f"({s['other_cpu_cores']:.2f} cores)"
+               for s in (level.summary() for level in _ordered(run.levels)) if _disturbed(s)]
+    if (run.cancel.get("other_cpu_cores") or 0.0) > DISTURBED_CORES:
+        flagged.append(f"the cancel experiment ({run.cancel['other_cpu_cores']:.2f} cores)")
+    failures = [f"FAILED reference {failure}" for failure in run.failures]
+    if not flagged:
+        return failures
+    return failures + [f"WARNING: other processes used more than {DISTURBED_CORES} cores during: "
+            + ", ".join(flagged) + ". Those figures are not trustworthy; rerun on a quiet machine."]
+
+
+def _verdict(target: dict) -> str:
+    return {True: "PASS", False: "FAIL", None: "N/A "}[target["passed"]]
+
+
+def target_lines(run) -> list[str]:
+    return [f"{_verdict(t)} {t['name']}: {t['detail']}" for t in run.targets]
+
+
+# --- the terminal ---
+def print_results(results: Results) -> None:
+    for run in results.runs:
+        rows = [COLUMNS] + _rows(run)
+        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        print(f"\n=== inference benchmark, {run.label} ===")
+        for index, row in enumerate(rows):
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+            if index == 0:
+                print("  ".join("-" * width for width in widths))
+        print()
+        for line in target_lines(run) + caveat_lines(run):
+            print(line)
+    print(f"\ncommand: {results.command}")
+
+
+# --- files ---
+def write_json(results: Results) -> Path:
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(results.started))
+    path = RESULTS_DIR / f"inference-{stamp}.json"
+    path.write_text(json.dumps(results.to_json(), indent=1) + "\n")
+    return path
+
+
+def write_plot(results: Results, path: Path = PLOT_PATH) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    runs = results.runs
+    figure, axes = plt.subplots(len(runs), 2, figsize=(11, 4 * len(runs)), squeeze=False)
+    styles = {"ours": ("tab:blue", "o"), "hf-manager": ("tab:orange", "s"),
+              "static-batch": ("tab:green", "^"), "hf-generate": ("tab:gray", "D")}
+    for row, run in zip(axes, runs):
+        throughput, latency = row
+        for system in ("ours", "hf-manager", "static-batch", "hf-generate"):
+            levels = sorted((l for l in run.levels if l.system == system),
+                            key=lambda l: l.concurrency)
+            if not levels:
+                continue
+            color, marker = styles[system]
+            x = [l.concurrency for l in levels]
+            summaries = [l.summary() for l in levels]
+            p50 = [_ms_or_none(s["itl_s"]["p50"]) for s in summaries]
+            p99 = [_ms_or_none(s["itl_s"]["p99"]) for s in summaries]
+            if system == "hf-generate":  # one request at a time: a level, not a curve
+                throughput.axhline(summaries[0]["output_tokens_per_s"], color=color, linestyle=":",
+                                   label=SYSTEM_NAMES[system])
+            else:
+                throughput.plot(x, [s["output_tokens_per_s"] for s in summaries], marker=marker,
+                                color=color, label=SYSTEM_NAMES[system])
+            latency.plot(x, p50, marker=marker, color=color, label=SYSTEM_NAMES[system])
+            latency.plot(x, p99, marker=marker, color=color, linestyle="--", alpha=0.7)
+        concurrencies = sorted({l.concurrency for l in run.levels})
+        for axis in row:
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(concurrencies, [str(c) for c in concurrencies])
+            axis.set_xlabel("concurrent streams (static batch: batch size)")
+            axis.grid(True, alpha=0.3)
+        throughput.set_ylabel("output tokens/s")
+        throughput.set_title(f"{run.label}: aggregate output throughput")
+        latency.set_yscale("log")
+        latency.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 2, 5)))
+        latency.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        latency.yaxis.set_minor_formatter(ticker.NullFormatter())
+        latency.set_ylabel("inter-token latency, ms")
+        latency.set_title(f"{run.label}: ITL p50 (solid) and p99 (dashed)")
+        throughput.legend(fontsize=8)
+        latency.legend(fontsize=7)
+    mode = "QUICK smoke run, not representative" if results.plan.get("quick") else "full run"
+    figure.suptitle(f"SmolLM2-135M-Instruct fp32, {results.plan['threads']} threads, {mode}",
+                    fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+    # The plot is committed: a 256-colour palette makes it about three times smaller, same look.
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.convert("RGB").quantize(colors=256).save(path, optimize=True)
+    return path
+
+
+def write_markdown(results: Results, path: Path = MARKDOWN_PATH) -> Path:
+    section = f"{SECTION_START}\n{render_section(results)}\n{SECTION_END}"
+    if path.exists():
+        text = path.read_text()
+        start, end = text.find(SECTION_START), text.find(SECTION_END)
+        if start != -1 and end > start:
+            text = text[:start] + section + text[end + len(SECTION_END):]
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+    else:
+        text = ("# Benchmarks\n\n`make bench` runs every benchmark; each one rewrites only its own "
+                "section below, between its markers, and states the command that produced it.\n\n"
+                + section + "\n")
+    path.write_text(text)
+    return path
+
+
+def render_section(results: Results) -> str:
+    m, p, w = results.machine, results.plan, results.workload
+    lines = ["## Inference server", ""]
+    if p.get("quick"):
+        lines += ["**Quick smoke run: tiny counts and answers, not representative. Run the full "
+                  "command below for real figures.**", ""]
+    levels = ", ".join(f"{count} requests at {level} stream{'s' if level > 1 else ''}"
+                       for level, count in w["requests_per_level"].items())
+    max_tokens = " or ".join(map(str, w["max_tokens_values"]))
+    lines += [
+        f"Command: `{results.command}` (started {_stamp(results.started)}, "
+        f"{(results.finished - results.started) / 60:.1f} min, commit {m['commit']}).",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']:.0f} GB RAM"
+        + (f", GPU {m['gpu']}" if m.get("gpu") else ", no GPU")
+        + f"; Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}; "
+        f"load average at start {m['load_average']}. Server: `INFERENCE_THREADS={p['threads']}`; "
+        f"references: `torch.set_num_threads({p['threads']})`, in this process after the server "
+        "stopped. The load generator shares the machine with the server.",
+        "",
+        f"Workload (seed {p['seed']}): SmolLM2-135M-Instruct converted to fp32, greedy; prompts of "
+        f"{w['prompt_tokens_min']}-{w['prompt_tokens_max']} tokens (about "
+        f"{w['long_prompt_share']:.0%} long), max_tokens {max_tokens}; fixed concurrency, a new "
+        f"request as soon as one ends: {levels}. Every system gets the same list at a given "
+        "concurrency; tokens are counted as produced (an answer may stop early). "
+        f"The static batch takes the first B requests of that list, left-padded, and decodes "
+        f"{p['static_steps']} steps counting B tokens per step. TTFT: sent to first token; ITL: "
+        "gaps between one stream's tokens (SSE chunks for ours); TPOT: (E2E - TTFT)/(tokens - 1). "
+        "Other CPU: cores' worth of work by processes outside the benchmark during that "
+        f"measurement (flagged ! above {DISTURBED_CORES}).",
+        "",
+    ]
+    for run in results.runs:
+        rows = [COLUMNS] + _rows(run)
+        lines += [f"### {run.label}", "",
+                  "| " + " | ".join(rows[0]) + " |",
+                  "|" + "|".join("---" for _ in COLUMNS) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+        lines += ["", "Targets:", ""]
+        lines += [f"- **{_verdict(t).strip()}** {t['name']}: {t['detail']}" for t in run.targets]
+        caveats = caveat_lines(run)
+        lines += ([""] + [f"**{line}**" for line in caveats] if caveats else []) + [""]
+    lines.append("![Throughput and ITL against concurrency](benchmarks/inference.png)")
+    return "\n".join(lines)
+
+
+def machine_notes(threads: int) -> dict:
+    import torch
+    import transformers
+
+    notes = {
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "threads": threads,
+        "load_average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "commit": _commit(), "gpu": None,
+    }
+    if torch.cuda.is_available():
+        notes["gpu"] = torch.cuda.get_device_name(0)
+    return notes
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return 0.0
+
+
+def _commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+        return commit + (" with uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(seconds))

@@ -1,0 +1,130 @@
+"""The inference server as a child process: started, awaited, watched for memory, stopped.
+
+Peak memory is the kernel's own high-water mark (VmHWM), reset before each level through
+/proc/PID/clear_refs, so each level reports its own peak rather than the peak so far; when the
+reset is refused the figure is the peak since start, and says so.
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: a benchmark killed outright must not leave a server behind."""
+    try:
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the `finally` in the caller is all there is
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, env: dict[str, str], port: int | None = None):
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, **env, "INFERENCE_PORT": str(self.port)}
+        self.process: subprocess.Popen | None = None
+        # A temporary file, not a pipe: a pipe nobody reads would stall the server once full.
+        self.log = tempfile.NamedTemporaryFile(prefix="inference-bench-server-", suffix=".log",
+                                               delete=False)
+        self.peak_is_per_level = True
+        self.model_name = ""
+
+    # --- life ---
+    def start(self, timeout_s: float = 600.0) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "inference", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.process.returncode}:\n"
+                                   f"{self.log_tail()}")
+            try:
+                response = httpx.get(f"{self.base_url}/health", timeout=2.0)
+                if response.status_code == 200:
+                    self.model_name = response.json()["model"]
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"the server was not healthy within {timeout_s:.0f}s:\n"
+                           f"{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)  # uvicorn shuts down cleanly on SIGINT
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def close(self) -> None:
+        self.stop()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        self.log.flush()
+        text = Path(self.log.name).read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    # --- memory ---
+    def reset_peak(self) -> None:
+        try:
+            Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+        except OSError:
+            self.peak_is_per_level = False
+
+    def peak_rss_bytes(self) -> int | None:
+        return self._status_kib("VmHWM")
+
+    def rss_bytes(self) -> int | None:
+        return self._status_kib("VmRSS")
+
+    def _status_kib(self, field: str) -> int | None:
+        try:
+            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        return None
+
+    # --- metrics ---
+    async def metrics(self, client: httpx.AsyncClient) -> dict[str, float]:
+        """The unlabelled samples of /metrics, by name (labelled ones are summed per name)."""
+        response = await client.get(f"{self.base_url}/metrics")
+        values: dict[str, float] = {}
+        for line in response.text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name_part, _, value = line.rpartition(" ")
+            name = name_part.split("{", 1)[0]
+            try:
+                values[name] = values.get(name, 0.0) + float(value)
+            except ValueError:
+                continue
+        return values
