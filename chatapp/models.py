@@ -63,7 +63,10 @@ class Message(models.Model):
 
 
 class Generation(models.Model):
-    """The audit row of one assistant answer: written at its start and at its end."""
+    """The audit row of one generation: written at its start, coarsely while streaming, at its end.
+
+    An answer usually has one; continuing a truncated answer adds another to the same message.
+    """
 
     request_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(
@@ -72,8 +75,8 @@ class Generation(models.Model):
     conversation = models.ForeignKey(
         Conversation, on_delete=models.PROTECT, related_name="generations"
     )
-    message = models.OneToOneField(
-        Message, on_delete=models.SET_NULL, null=True, blank=True, related_name="generation"
+    message = models.ForeignKey(
+        Message, on_delete=models.SET_NULL, null=True, blank=True, related_name="generations"
     )
     model = models.CharField(max_length=200)
     sampling = models.JSONField(default=dict, blank=True)
@@ -95,6 +98,10 @@ class Generation(models.Model):
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
     final_text = models.TextField(blank=True)
+    # Stop pressed: how many characters (code points) of this generation's text the user saw.
+    stop_seen_chars = models.PositiveIntegerField(null=True, blank=True)
+    # The last time the partial text was saved; a stream that stops saving was interrupted.
+    saved_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-started_at"]
@@ -106,6 +113,10 @@ class Generation(models.Model):
 
     def __str__(self) -> str:
         return str(self.request_id)
+
+    @property
+    def is_streaming(self) -> bool:
+        return self.finished_at is None
 
     @property
     def duration_ms(self) -> float | None:

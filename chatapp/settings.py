@@ -32,6 +32,24 @@ try:
     REDIS_URL = env.string("REDIS_URL")
     LOG_LEVEL = env.string("DJANGO_LOG_LEVEL", "INFO").upper()
     DATABASE_URL = env.string("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")
+    # The chat: what is asked of the inference service, and the limits that keep it alive.
+    CHAT_MODEL = env.string("CHAT_MODEL", "SmolLM2-135M-Instruct")
+    CHAT_MAX_TOKENS = env.integer("CHAT_MAX_TOKENS", 512, minimum=1)
+    # The default model loops under greedy decoding, so chat samples by default.
+    CHAT_TEMPERATURE = env.number("CHAT_TEMPERATURE", 0.7, minimum=0)
+    CHAT_TOP_P = env.number("CHAT_TOP_P", 0.9, minimum=0.01)
+    CHAT_CONTEXT_TOKENS = env.integer("CHAT_CONTEXT_TOKENS", 2048, minimum=64)
+    CHAT_MAX_MESSAGE_CHARS = env.integer("CHAT_MAX_MESSAGE_CHARS", 8000, minimum=1)
+    CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
+    CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
+    CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)
+    CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
+    # A stream whose partial text has not been saved for this long was interrupted (a crash).
+    CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 120.0, minimum=1)
+    INFERENCE_CONNECT_TIMEOUT_SECONDS = env.number("INFERENCE_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+    # Between two upstream reads; the inference service sends a heartbeat every 15 s while quiet.
+    INFERENCE_READ_TIMEOUT_SECONDS = env.number("INFERENCE_READ_TIMEOUT_SECONDS", 60.0, minimum=1)
+    INFERENCE_MAX_CONNECTIONS = env.integer("INFERENCE_MAX_CONNECTIONS", 1000, minimum=1)
 except env.BadVariable as error:
     raise ImproperlyConfigured(str(error)) from error
 
@@ -130,6 +148,12 @@ else:
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE = {
+    "fail-interrupted-streams": {
+        "task": "chatapp.tasks.fail_interrupted_streams",
+        "schedule": 60.0,
+    },
+}
 
 LOGGING = {
     "version": 1,

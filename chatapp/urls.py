@@ -1,10 +1,26 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-from . import views
+from . import api, audit_views, views
+
+api_patterns = [
+    path("auth/session", api.session, name="session"),
+    path("auth/login", api.login, name="login"),
+    path("auth/logout", api.logout, name="logout"),
+    path("conversations", api.conversations, name="conversations"),
+    path("conversations/<int:conversation_id>", api.conversation, name="conversation"),
+    path("conversations/<int:conversation_id>/messages", api.messages, name="messages"),
+    path("conversations/<int:conversation_id>/regenerate", api.regenerate, name="regenerate"),
+    path("messages/<int:message_id>/edit", api.edit, name="edit"),
+    path("messages/<int:message_id>/continue", api.continue_answer, name="continue"),
+    path("generations/<int:generation_id>", api.generation, name="generation"),
+    path("generations/<int:generation_id>/stop", api.stop, name="stop"),
+]
 
 urlpatterns = [
+    path("api/", include((api_patterns, "api"))),
     path("admin/", admin.site.urls),
+    path("staff/audit/", audit_views.audit, name="staff-audit"),
     path("healthz", views.health, name="health"),
     path("", views.index, name="index"),
 ]

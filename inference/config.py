@@ -32,9 +32,11 @@ class InferenceConfig:
     max_cached_tokens: int = 49152
     # Longest prompt + answer; also capped by the model's own context length.
     max_model_len: int = 2048
-    # Prompt tokens per step while other streams decode: a long prompt is fed in chunks so that
-    # running streams keep their pace.
+    # Prompt tokens per step while other streams decode: one per decoding stream, within
+    # [prefill_chunk_min, prefill_chunk]. A long prompt is fed in chunks so that running
+    # streams keep their pace: a step then costs at most about twice a plain decode step.
     prefill_chunk: int = 64
+    prefill_chunk_min: int = 16
     # Prompt tokens per step when nothing else is running.
     prefill_chunk_idle: int = 512
     # Cache rows per group; a group's memory is sized for its longest member.
@@ -48,7 +50,7 @@ class InferenceConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"INFERENCE_DTYPE must be one of {DTYPES}, got {self.dtype!r}")
         positive = ["port", "max_running", "max_waiting", "max_cached_tokens", "max_model_len",
-                    "prefill_chunk", "prefill_chunk_idle", "cache_group_size", "default_max_tokens"]
+                    "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens"]
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"INFERENCE_{name.upper()} must be at least 1, got {getattr(self, name)}")
@@ -71,6 +73,7 @@ class InferenceConfig:
                 max_cached_tokens=env.integer("INFERENCE_MAX_CACHED_TOKENS", cls.max_cached_tokens),
                 max_model_len=env.integer("INFERENCE_MAX_MODEL_LEN", cls.max_model_len),
                 prefill_chunk=env.integer("INFERENCE_PREFILL_CHUNK", cls.prefill_chunk),
+                prefill_chunk_min=env.integer("INFERENCE_PREFILL_CHUNK_MIN", cls.prefill_chunk_min),
                 prefill_chunk_idle=env.integer("INFERENCE_PREFILL_CHUNK_IDLE", cls.prefill_chunk_idle),
                 cache_group_size=env.integer("INFERENCE_CACHE_GROUP_SIZE", cls.cache_group_size),
                 default_max_tokens=env.integer("INFERENCE_DEFAULT_MAX_TOKENS", cls.default_max_tokens),

@@ -14,6 +14,8 @@ MAX_STOP_SEQUENCES = 4
 ACCEPTED_FIELDS = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "stop", "seed", "n", "user",
+    # vLLM's extension: write on at the end of a final assistant message instead of answering it.
+    "continue_final_message",
 }
 
 
@@ -48,6 +50,7 @@ class ChatRequest:
     top_p: float
     stop: tuple[str, ...]
     seed: int | None
+    continue_final_message: bool = False
 
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
@@ -77,9 +80,14 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         raise ProtocolError(400, "only n = 1 is supported", "invalid_value", "n")
     _typed(body, "user", str, None)
 
+    messages = _messages(body.get("messages"))
+    continue_final_message = _typed(body, "continue_final_message", bool, False)
+    if continue_final_message and messages[-1]["role"] != "assistant":
+        raise ProtocolError(400, "continue_final_message needs an assistant message last",
+                            "invalid_value", "continue_final_message")
     return ChatRequest(
         model=model,
-        messages=_messages(body.get("messages")),
+        messages=messages,
         stream=stream,
         include_usage=include_usage,
         max_tokens=_max_tokens(body),
@@ -87,6 +95,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
         stop=_stop(body.get("stop")),
         seed=_typed(body, "seed", int, None),
+        continue_final_message=continue_final_message,
     )
 
 

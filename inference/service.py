@@ -71,7 +71,7 @@ class InferenceService:
     def limits(self) -> EngineLimits:
         c = self.config
         return EngineLimits(c.max_running, c.max_cached_tokens, c.max_model_len, c.prefill_chunk,
-                            c.prefill_chunk_idle, c.cache_group_size)
+                            c.prefill_chunk_idle, c.cache_group_size, c.prefill_chunk_min)
 
     @property
     def healthy(self) -> bool:
@@ -90,7 +90,7 @@ class InferenceService:
         if chat.model != self.model_name:
             raise ProtocolError(404, f"the model {chat.model!r} does not exist; this service "
                                 f"serves {self.model_name!r}", "model_not_found", "model")
-        prompt = self.engine.encode_chat(chat.messages)
+        prompt = self.engine.encode_chat(chat.messages, chat.continue_final_message)
         context = self.engine.max_model_len
         room = min(context, self.engine.kv_cache.max_sequence_tokens) - len(prompt)
         if room < 1:

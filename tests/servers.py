@@ -5,12 +5,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import uvicorn
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -71,3 +73,18 @@ def daphne_command(port: int, settings_module: str = "tests.probe_settings") -> 
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"],
         {"DJANGO_SETTINGS_MODULE": settings_module},
     )
+
+
+@contextmanager
+def uvicorn_in_thread(app) -> Iterator[str]:
+    """Serves an ASGI app on a free loopback port in this process; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 30, "uvicorn to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

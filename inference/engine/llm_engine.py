@@ -38,6 +38,7 @@ class EngineLimits:
     prefill_chunk: int
     prefill_chunk_idle: int
     cache_group_size: int
+    prefill_chunk_min: int = 16
 
 
 class LLMEngine:
@@ -55,7 +56,7 @@ class LLMEngine:
         self.kv_cache = KVCache(shape, limits.max_cached_tokens, limits.max_running,
                                 limits.cache_group_size)
         self.scheduler = Scheduler(self.kv_cache, limits.max_running, limits.prefill_chunk,
-                                   limits.prefill_chunk_idle)
+                                   limits.prefill_chunk_idle, limits.prefill_chunk_min)
         self.runner = ModelRunner(model, self.kv_cache)
         self.max_model_len = min(limits.max_model_len,
                                  getattr(config, "max_position_embeddings", limits.max_model_len))
@@ -127,9 +128,11 @@ class LLMEngine:
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, str]], continue_final_message: bool = False) -> list[int]:
+        """The prompt; with `continue_final_message`, the last (assistant) message stays open."""
         encoded = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            messages, add_generation_prompt=not continue_final_message,
+            continue_final_message=continue_final_message, tokenize=True, return_dict=False,
         )
         return list(encoded)
 

@@ -32,11 +32,12 @@ class ScheduledChunk:
 
 class Scheduler:
     def __init__(self, kv_cache: KVCache, max_running: int, prefill_chunk: int,
-                 prefill_chunk_idle: int):
+                 prefill_chunk_idle: int, prefill_chunk_min: int = 16):
         self.kv_cache = kv_cache
         self.max_running = max_running
         self.prefill_chunk = prefill_chunk
         self.prefill_chunk_idle = prefill_chunk_idle
+        self.prefill_chunk_min = min(prefill_chunk_min, prefill_chunk)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
@@ -60,7 +61,10 @@ class Scheduler:
         decoding = sorted((s for s in self.running if not s.is_prefilling),
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
-        budget = self.prefill_chunk if decoding else self.prefill_chunk_idle
+        if decoding:
+            budget = min(self.prefill_chunk, max(self.prefill_chunk_min, len(decoding)))
+        else:
+            budget = self.prefill_chunk_idle
         for sequence in self.running:
             if budget == 0:
                 break

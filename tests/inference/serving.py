@@ -1,10 +1,7 @@
 """A real uvicorn server in a thread, serving an inference service built around a given engine."""
 
 import json
-import threading
 from contextlib import contextmanager
-
-import uvicorn
 
 from inference.config import InferenceConfig
 from inference.server import create_app
@@ -23,18 +20,10 @@ def service_for(engine, model_name: str = MODEL_NAME, **config) -> InferenceServ
 @contextmanager
 def serving(service: InferenceService):
     """Yields the base URL; stops the server and the service's step loop afterwards."""
-    port = servers.free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(service, load=False), host="127.0.0.1", port=port, log_level="warning",
-    ))
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
     try:
-        servers.wait_until(lambda: server.started, 30, "uvicorn to start")
-        yield f"http://127.0.0.1:{port}"
+        with servers.uvicorn_in_thread(create_app(service, load=False)) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         service.stop()
 
 

@@ -1,0 +1,225 @@
+"""The JSON API: thin views that validate input, call a service or selector, and shape output.
+
+Session authentication, CSRF on every unsafe method (Django's middleware), and every object
+scoped to its owner. Errors before any stream starts are `{"error": {"code", "message"}}` with
+the right status; after the first byte they travel as stream events (see chatapp/relay.py).
+"""
+
+import asyncio
+import functools
+import json
+import time
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import alogin, alogout, aauthenticate
+from django.http import JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import ensure_csrf_cookie
+
+from common.vocabulary import CancelledBy
+
+from . import selectors, services
+from .errors import ApiError
+from .inference_client import UpstreamRefused, UpstreamStream
+from .relay import Relay, stop_group
+
+
+def error_response(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+def endpoint(*methods: str, login_required: bool = True):
+    """Method check, authentication and ApiError handling for an async view."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        async def wrapper(request, *args, **kwargs):
+            if request.method not in methods:
+                return error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
+            user = await request.auser()
+            if login_required and not user.is_authenticated:
+                return error_response(401, "not_authenticated", "sign in first")
+            try:
+                return await view(request, user, *args, **kwargs)
+            except ApiError as error:
+                return error_response(error.status, error.code, error.message)
+
+        return wrapper
+
+    return decorate
+
+
+def body_of(request) -> dict:
+    try:
+        body = json.loads(request.body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    return body
+
+
+# --- shapes ---
+def user_json(user) -> dict | None:
+    if not user.is_authenticated:
+        return None
+    return {"id": user.pk, "username": user.username, "is_staff": user.is_staff}
+
+
+def conversation_json(conversation) -> dict:
+    return {"id": conversation.pk, "title": conversation.title,
+            "system_prompt": conversation.system_prompt,
+            "created_at": conversation.created_at.isoformat(),
+            "updated_at": conversation.updated_at.isoformat()}
+
+
+def message_json(message) -> dict:
+    generations = list(message.generations.all())
+    latest = generations[-1] if generations else None
+    return {"id": message.pk, "role": message.role, "content": message.content,
+            "status": message.status, "created_at": message.created_at.isoformat(),
+            "generation": None if latest is None else {
+                "id": latest.pk, "finish_reason": latest.finish_reason, "ttft_ms": latest.ttft_ms,
+                "output_tokens": latest.output_tokens}}
+
+
+# --- session ---
+@ensure_csrf_cookie
+@endpoint("GET", login_required=False)
+async def session(request, user):
+    return JsonResponse({"user": user_json(user)})
+
+
+@endpoint("POST", login_required=False)
+async def login(request, user):
+    body = body_of(request)
+    signed_in = await aauthenticate(request, username=str(body.get("username", "")),
+                                    password=str(body.get("password", "")))
+    if signed_in is None:
+        raise ApiError(400, "invalid_credentials", "wrong username or password")
+    await alogin(request, signed_in)
+    return JsonResponse({"user": user_json(signed_in)})
+
+
+@endpoint("POST")
+async def logout(request, user):
+    await alogout(request)
+    return JsonResponse({"user": None})
+
+
+# --- conversations ---
+@endpoint("GET", "POST")
+async def conversations(request, user):
+    if request.method == "POST":
+        body = body_of(request)
+        created = await sync_to_async(services.conversation_create)(
+            owner=user, title=str(body.get("title", "")), system_prompt=str(body.get("system_prompt", "")))
+        return JsonResponse(conversation_json(created), status=201)
+    page = await sync_to_async(_conversation_page)(user, request.GET.get("q", ""), request.GET.get("page", 1))
+    return JsonResponse(page)
+
+
+def _conversation_page(user, query: str, page) -> dict:
+    found = selectors.conversation_list(user=user, query=query.strip(), page=page)
+    return {"results": [conversation_json(c) for c in found], "page": found.number,
+            "num_pages": found.paginator.num_pages, "count": found.paginator.count}
+
+
+@endpoint("GET", "PATCH", "DELETE")
+async def conversation(request, user, conversation_id: int):
+    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
+    if request.method == "DELETE":
+        await sync_to_async(services.conversation_delete)(conversation=found)
+        return JsonResponse({}, status=204)
+    if request.method == "PATCH":
+        body = body_of(request)
+        title, prompt = body.get("title"), body.get("system_prompt")
+        if not all(value is None or isinstance(value, str) for value in (title, prompt)):
+            raise ApiError(400, "invalid_value", "title and system_prompt must be strings")
+        found = await sync_to_async(services.conversation_update)(
+            conversation=found, title=title, system_prompt=prompt)
+    return JsonResponse(conversation_json(found))
+
+
+@endpoint("GET", "POST")
+async def messages(request, user, conversation_id: int):
+    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
+    if request.method == "POST":
+        content = services.validate_content(body_of(request).get("content"))
+        return await stream_answer(lambda: services.message_send(user=user, conversation=found,
+                                                                 content=content))
+    listed = await sync_to_async(_messages_of)(found)
+    return JsonResponse({"conversation": conversation_json(found), "results": listed})
+
+
+def _messages_of(conversation) -> list[dict]:
+    return [message_json(m) for m in conversation.messages.prefetch_related("generations")]
+
+
+@endpoint("POST")
+async def regenerate(request, user, conversation_id: int):
+    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
+    return await stream_answer(lambda: services.answer_regenerate(user=user, conversation=found))
+
+
+@endpoint("POST")
+async def edit(request, user, message_id: int):
+    found = await sync_to_async(selectors.message_get)(user=user, message_id=message_id)
+    content = services.validate_content(body_of(request).get("content"))
+    return await stream_answer(lambda: services.message_edit_and_resend(user=user, message=found,
+                                                                        content=content))
+
+
+@endpoint("POST")
+async def continue_answer(request, user, message_id: int):
+    found = await sync_to_async(selectors.message_get)(user=user, message_id=message_id)
+    return await stream_answer(lambda: services.answer_continue(user=user, message=found))
+
+
+@endpoint("GET")
+async def generation(request, user, generation_id: int):
+    found = await sync_to_async(selectors.generation_get)(user=user, generation_id=generation_id)
+    return JsonResponse({"id": found.pk, "streaming": found.is_streaming,
+                         "finish_reason": found.finish_reason, "cancelled_by": found.cancelled_by})
+
+
+@endpoint("POST")
+async def stop(request, user, generation_id: int):
+    """Stop with the number of characters (code points) of this generation the user saw."""
+    found = await sync_to_async(selectors.generation_get)(user=user, generation_id=generation_id)
+    seen = body_of(request).get("seen_chars")
+    if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
+        raise ApiError(400, "invalid_value", "seen_chars must be a non-negative integer")
+    if await sync_to_async(services.generation_stop)(generation=found, seen_chars=seen):
+        # The stream may be held by another daphne process: tell them all.
+        await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
+    return JsonResponse({"id": found.pk, "stopping": True}, status=202)
+
+
+# --- streaming ---
+async def stream_answer(start_answer) -> StreamingHttpResponse | JsonResponse:
+    """Writes the rows, opens the upstream, and only then starts our stream."""
+    started = time.monotonic()
+    start = await sync_to_async(start_answer)()
+    payload = {"model": settings.CHAT_MODEL, "messages": start.prompt, "stream": True,
+               "stream_options": {"include_usage": True}, **start.sampling}
+    if start.continue_final_message:
+        payload["continue_final_message"] = True
+    finish = sync_to_async(services.generation_finish)
+    try:
+        upstream = await UpstreamStream.open(payload, str(start.generation.request_id))
+    except UpstreamRefused as refusal:
+        await finish(generation_id=start.generation.pk, outcome=services.Outcome(
+            error_code=refusal.code, error_message=refusal.message))
+        return error_response(refusal.status, refusal.code, refusal.message)
+    except asyncio.CancelledError:
+        # The browser left while we were connecting.
+        await asyncio.shield(finish(generation_id=start.generation.pk, outcome=services.Outcome(
+            cancelled_by=CancelledBy.CLIENT_GONE)))
+        raise
+    response = StreamingHttpResponse(Relay(start, upstream, started).events(),
+                                     content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

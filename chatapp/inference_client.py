@@ -1,0 +1,141 @@
+"""The client side of any OpenAI-compatible streaming upstream (our service, vLLM, TGI, llama.cpp).
+
+One `httpx.AsyncClient` per process and event loop, with timeouts fit for a slow first token
+and a pool sized for many concurrent streams. Refusals before the first byte raise
+`UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk iterator.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+
+from common.vocabulary import FinishReason
+
+from .sse import SSEParser
+
+# Peers name the same ends differently; TGI says stop_sequence and eos_token.
+_FINISH_REASONS = {
+    "stop": FinishReason.STOP, "stop_sequence": FinishReason.STOP, "eos_token": FinishReason.STOP,
+    "length": FinishReason.LENGTH, "max_tokens": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+
+class UpstreamRefused(Exception):
+    """No stream: the upstream could not be reached or answered with an error status."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class UpstreamBroken(Exception):
+    """The stream started but did not end as the protocol intends."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass(frozen=True)
+class UpstreamChunk:
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    usage: dict | None = None
+
+
+_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+
+
+def client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    if loop not in _clients:
+        for stale in [l for l in _clients if l.is_closed()]:
+            del _clients[stale]
+        _clients[loop] = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
+                                  connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
+            limits=httpx.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
+                                max_keepalive_connections=100),
+        )
+    return _clients[loop]
+
+
+class UpstreamStream:
+    def __init__(self, response: httpx.Response):
+        self._response = response
+
+    @classmethod
+    async def open(cls, payload: dict, request_id: str) -> "UpstreamStream":
+        request = client().build_request(
+            "POST", f"{settings.INFERENCE_URL}/v1/chat/completions", json=payload,
+            headers={"X-Request-Id": request_id, "Accept": "text/event-stream"},
+        )
+        try:
+            response = await client().send(request, stream=True)
+        except httpx.TimeoutException as error:
+            raise UpstreamRefused(504, "upstream_timeout",
+                                  f"the inference service did not answer in time ({error!r})") from error
+        except httpx.TransportError as error:
+            raise UpstreamRefused(502, "upstream_unreachable",
+                                  f"the inference service is unreachable ({error!r})") from error
+        if response.status_code != 200:
+            body = await response.aread()
+            await response.aclose()
+            raise _refusal(response.status_code, body)
+        return cls(response)
+
+    async def chunks(self) -> AsyncIterator[UpstreamChunk]:
+        parser = SSEParser()
+        try:
+            async for data in self._response.aiter_raw():
+                for event in parser.feed(data):
+                    if event.data.strip() == "[DONE]":
+                        return
+                    yield _chunk(event.data)
+        except httpx.TransportError as error:
+            raise UpstreamBroken("upstream_disconnected",
+                                 f"the inference service dropped the stream ({error!r})") from error
+        raise UpstreamBroken("upstream_disconnected", "the stream ended without [DONE]")
+
+    async def aclose(self) -> None:
+        """Closing mid-stream drops the connection, which is how the upstream learns to stop."""
+        await self._response.aclose()
+
+
+def _chunk(data: str) -> UpstreamChunk:
+    try:
+        message = json.loads(data)
+    except json.JSONDecodeError as error:
+        raise UpstreamBroken("upstream_protocol", f"the stream sent something that is not JSON: "
+                             f"{data[:80]!r}") from error
+    if not isinstance(message, dict):
+        raise UpstreamBroken("upstream_protocol", f"unexpected stream event {data[:80]!r}")
+    if "error" in message:
+        error = message["error"] if isinstance(message["error"], dict) else {"message": str(message["error"])}
+        raise UpstreamBroken(str(error.get("code") or "upstream_error"),
+                             str(error.get("message") or "the inference service failed"))
+    choices = message.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    delta = choice.get("delta") or {}
+    reason = choice.get("finish_reason")
+    return UpstreamChunk(
+        text=delta.get("content") or "",
+        finish_reason=_FINISH_REASONS.get(reason, FinishReason.STOP) if reason else None,
+        usage=message.get("usage") if isinstance(message.get("usage"), dict) else None,
+    )
+
+
+def _refusal(status: int, body: bytes) -> UpstreamRefused:
+    try:
+        detail = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        detail = body[:200].decode(errors="replace") or f"HTTP {status}"
+    if status in (429, 503):
+        return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}")
+    return UpstreamRefused(502, "upstream_error",
+                           f"the inference service refused the request (HTTP {status}): {detail}")

@@ -1,0 +1,168 @@
+"""The relay: one answer, from the inference service to the browser, event by event.
+
+Every upstream content chunk becomes one `delta` event the moment it arrives: nothing is
+coalesced and nothing waits for the database (the partial text is saved at most once per
+interval, in the background). The relay ends in exactly one final write, whatever ends it:
+the upstream finishing or failing, the browser leaving (Django cancels us), a Stop from any
+process (the channel layer), or the time limit. That write is shielded from cancellation.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.utils import timezone
+
+from common.vocabulary import CancelledBy, status_for
+
+from . import services, sse
+from .inference_client import UpstreamBroken, UpstreamStream
+
+logger = logging.getLogger(__name__)
+
+_HEARTBEAT, _STOP, _TIMEOUT, _END = (object() for _ in range(4))
+
+
+def stop_group(generation_id: int) -> str:
+    return f"generation-stop-{generation_id}"
+
+
+class Relay:
+    def __init__(self, start: services.AnswerStart, upstream: UpstreamStream, started: float):
+        self.start = start
+        self.generation = start.generation
+        self.upstream = upstream
+        self.started = started  # monotonic time the request arrived
+        self.outcome = services.Outcome()
+        self._sent: list[str] = []
+        self._last_delta_at: float | None = None
+        self._gaps: list[float] = []
+        self._last_save = started
+        self._saving: asyncio.Task | None = None
+
+    async def events(self) -> AsyncIterator[bytes]:
+        yield sse.event("start", {
+            "message_id": self.start.message.pk, "generation_id": self.generation.pk,
+            "request_id": str(self.generation.request_id), "model": self.generation.model,
+        })
+        try:
+            async with contextlib.aclosing(self._upstream_items()) as items:
+                async for item in items:
+                    if item is _HEARTBEAT:
+                        yield sse.HEARTBEAT
+                    elif item is _STOP or item is _TIMEOUT:
+                        self.outcome.cancelled_by = (CancelledBy.USER if item is _STOP
+                                                     else CancelledBy.TIMEOUT)
+                        break
+                    else:
+                        if item.text:
+                            yield sse.event("delta", {"text": item.text})
+                            self._sent_delta(item.text)  # reached only once the event went out
+                        self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason
+                        self.outcome.usage = item.usage or self.outcome.usage
+        except UpstreamBroken as error:
+            self.outcome.error_code, self.outcome.error_message = error.code, error.message
+        except BaseException:
+            # Cancelled (the browser left) or closed: finish the rows, then let it propagate.
+            self.outcome.cancelled_by = CancelledBy.CLIENT_GONE
+            await self._finish()
+            raise
+        generation = await self._finish()
+        if self.outcome.error_code and not generation.cancelled_by:
+            yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
+        yield sse.event("done", {
+            "generation_id": generation.pk, "message_id": self.start.message.pk,
+            "finish_reason": generation.finish_reason, "status": status_for(generation.finish_reason).value,
+            "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
+            "ttft_ms": generation.ttft_ms,
+        })
+
+    async def _upstream_items(self):
+        """Upstream chunks, interleaved with heartbeats, a Stop, or the time limit."""
+        stop = asyncio.Event()
+        listener = asyncio.create_task(self._listen_for_stop(stop))
+        chunks = self.upstream.chunks()
+        deadline = self.started + settings.CHAT_GENERATION_TIMEOUT_SECONDS
+        next_chunk = asyncio.ensure_future(anext(chunks, _END))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while True:
+                wait = min(settings.CHAT_HEARTBEAT_SECONDS, deadline - time.monotonic())
+                done, _ = await asyncio.wait({next_chunk, stopped}, timeout=max(wait, 0),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stopped in done:
+                    yield _STOP
+                    return
+                if next_chunk in done:
+                    chunk = next_chunk.result()
+                    if chunk is _END:
+                        return
+                    yield chunk
+                    next_chunk = asyncio.ensure_future(anext(chunks, _END))
+                elif time.monotonic() >= deadline:
+                    yield _TIMEOUT
+                    return
+                else:
+                    yield _HEARTBEAT
+        finally:
+            for task in (next_chunk, stopped, listener):
+                task.cancel()
+
+    async def _listen_for_stop(self, stop: asyncio.Event) -> None:
+        """A Stop may come from any process: it arrives over the channel layer."""
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        group = stop_group(self.generation.pk)
+        await layer.group_add(group, channel)
+        try:
+            while (await layer.receive(channel)).get("type") != "generation.stop":
+                pass
+            stop.set()
+        finally:
+            await asyncio.shield(layer.group_discard(group, channel))
+
+    def _sent_delta(self, text: str) -> None:
+        now = time.monotonic()
+        if self._last_delta_at is None:
+            self.outcome.first_token_at = timezone.now()
+            self.outcome.ttft_ms = (now - self.started) * 1000
+        else:
+            self._gaps.append((now - self._last_delta_at) * 1000)
+        self._last_delta_at = now
+        self._sent.append(text)
+        self.outcome.num_chunks += 1
+        if now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS and self._saving is None:
+            self._last_save = now
+            self._saving = asyncio.create_task(self._save_partial("".join(self._sent)))
+
+    async def _save_partial(self, text: str) -> None:
+        try:
+            await sync_to_async(services.generation_save_partial)(generation_id=self.generation.pk, text=text)
+        except Exception:  # a failed coarse save must not end the stream; the final save follows
+            logger.exception("saving the partial answer of generation %s failed", self.generation.pk)
+        finally:
+            self._saving = None
+
+    async def _finish(self):
+        """Closes the upstream (the engine frees the sequence) and writes the final rows."""
+        self.outcome.text = "".join(self._sent)
+        if self._gaps:
+            self.outcome.itl_mean_ms = sum(self._gaps) / len(self._gaps)
+            self.outcome.itl_max_ms = max(self._gaps)
+        work = asyncio.ensure_future(self._close_and_save())
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            return await work  # cancelled again while finishing: the write still completes
+
+    async def _close_and_save(self):
+        await self.upstream.aclose()
+        if self._saving is not None:
+            await asyncio.wait({self._saving})  # a late partial save must not land after the final one
+        return await sync_to_async(services.generation_finish)(
+            generation_id=self.generation.pk, outcome=self.outcome)

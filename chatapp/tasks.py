@@ -1,0 +1,29 @@
+"""Background work (Celery; run eagerly in-process when REDIS_URL is unset)."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from . import services
+from .models import Generation
+
+
+@shared_task
+def fail_interrupted_streams() -> int:
+    """Ends answers whose relay died (a crash, a killed process): they stopped saving.
+
+    What was saved last stays; the audit row says the stream was interrupted. A Stop the user
+    pressed before still counts as theirs.
+    """
+    cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_STREAM_SECONDS)
+    stale = Generation.objects.filter(finished_at__isnull=True, saved_at__lt=cutoff)
+    ended = 0
+    for generation in stale.only("pk", "final_text"):
+        services.generation_finish(generation_id=generation.pk, outcome=services.Outcome(
+            text=generation.final_text, error_code="interrupted",
+            error_message="the stream was interrupted and its relay is gone",
+        ))
+        ended += 1
+    return ended

@@ -1,0 +1,45 @@
+import pytest
+from django.test import AsyncClient
+
+from tests import factories, servers
+from tests.fakes.upstream import FakeUpstream, Script
+
+
+@pytest.fixture(scope="session")
+def fake_upstream_server():
+    upstream = FakeUpstream()
+    with servers.uvicorn_in_thread(upstream) as url:
+        yield upstream, url
+
+
+@pytest.fixture
+def upstream(fake_upstream_server, settings):
+    """The stand-in upstream, reset, with the app pointed at it."""
+    fake, url = fake_upstream_server
+    fake.script = Script()
+    fake.requests.clear()
+    fake.hung_up.clear()
+    settings.INFERENCE_URL = url
+    return fake
+
+
+@pytest.fixture
+def user(transactional_db):
+    return factories.user()
+
+
+@pytest.fixture
+def other_user(transactional_db):
+    return factories.user()
+
+
+@pytest.fixture
+async def api(user):
+    client = AsyncClient()
+    await client.aforce_login(user)
+    return client
+
+
+@pytest.fixture
+def conversation(user):
+    return factories.conversation(owner=user)

@@ -1,0 +1,177 @@
+"""The relay from the inference service to the browser, against a stand-in upstream."""
+
+import pytest
+
+from chatapp.models import Generation, Message
+from tests.chat.streams import names, read_events, text_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send_url(conversation) -> str:
+    return f"/api/conversations/{conversation.pk}/messages"
+
+
+async def send(api, conversation, content="Hi there"):
+    return await api.post(send_url(conversation), {"content": content}, content_type="application/json")
+
+
+def rows(conversation):
+    answer = Message.objects.filter(conversation=conversation, role="assistant").last()
+    return answer, Generation.objects.filter(conversation=conversation).last()
+
+
+async def test_an_answer_streams_start_then_one_delta_per_upstream_chunk_then_done(api, conversation, upstream):
+    upstream.script.chunks = ["Hel", "lo", " ", "wor", "ld", "!", " 👋", " 你好"]
+
+    response = await send(api, conversation)
+    events = await read_events(response)
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+    assert response["Cache-Control"] == "no-cache"
+    assert response["X-Accel-Buffering"] == "no"
+    assert names(events) == ["start"] + ["delta"] * 8 + ["done"]
+    assert [p["text"] for n, p in events if n == "delta"] == upstream.script.chunks
+    start, done = events[0][1], events[-1][1]
+    assert start["model"] == "SmolLM2-135M-Instruct"
+    assert done["finish_reason"] == "stop" and done["status"] == "completed"
+    assert done["usage"] == {"prompt_tokens": 11, "completion_tokens": 8}
+    assert done["ttft_ms"] > 0
+
+
+async def test_the_rows_hold_the_answer_and_a_complete_audit(api, conversation, upstream, user):
+    response = await send(api, conversation, "What is up?")
+    events = await read_events(response)
+
+    answer, generation = await rows_async(conversation)
+    body, headers = upstream.requests[-1]
+    assert answer.content == "Hello, world!" == text_of(events) == generation.final_text
+    assert answer.status == "completed"
+    assert generation.user_id == user.pk and generation.message_id == answer.pk
+    assert headers["x-request-id"] == str(generation.request_id) == events[0][1]["request_id"]
+    assert body["messages"][-1] == {"role": "user", "content": "What is up?"}
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert generation.sampling == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 512}
+    assert generation.prompt_messages == 1
+    assert (generation.input_tokens, generation.output_tokens) == (11, 4)
+    assert generation.finish_reason == "stop" and generation.cancelled_by == ""
+    assert generation.ttft_ms > 0 and generation.itl_mean_ms >= 0 and generation.itl_max_ms >= 0
+    assert generation.first_token_at >= generation.started_at
+    assert generation.finished_at >= generation.first_token_at
+
+
+async def rows_async(conversation):
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(rows)(conversation)
+
+
+async def test_hitting_max_tokens_leaves_a_truncated_answer(api, conversation, upstream):
+    upstream.script.finish_reason = "length"
+
+    events = await read_events(await send(api, conversation))
+
+    answer, generation = await rows_async(conversation)
+    assert events[-1][1]["status"] == "truncated"
+    assert answer.status == "truncated" and generation.finish_reason == "length"
+
+
+async def test_a_tgi_style_upstream_is_understood(api, conversation, upstream):
+    upstream.script.tgi_style = True
+
+    events = await read_events(await send(api, conversation))
+
+    assert text_of(events) == "Hello, world!"
+    assert events[-1][1]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("fault, code", [
+    ("crash_after", "upstream_disconnected"),
+    ("garbage_after", "upstream_protocol"),
+    ("error_after", "engine_error"),
+])
+async def test_a_failure_after_the_first_byte_keeps_the_partial_text_and_says_so(
+        api, conversation, upstream, fault, code):
+    setattr(upstream.script, fault, 2)
+
+    events = await read_events(await send(api, conversation))
+
+    answer, generation = await rows_async(conversation)
+    assert names(events) == ["start", "delta", "delta", "error", "done"]
+    assert events[-2][1]["code"] == code and events[-2][1]["message"]
+    assert events[-1][1]["status"] == "failed"
+    assert answer.content == "Hello," and answer.status == "failed"
+    assert generation.finish_reason == "error" and generation.error_code == code
+    assert generation.final_text == "Hello,"
+
+
+async def test_a_stream_that_ends_without_done_is_a_failure(api, conversation, upstream):
+    upstream.script.send_done = False
+
+    events = await read_events(await send(api, conversation))
+
+    answer, generation = await rows_async(conversation)
+    assert events[-2] == ("error", {"code": "upstream_disconnected",
+                                    "message": "the stream ended without [DONE]"})
+    assert answer.status == "failed" and answer.content == "Hello, world!"
+
+
+@pytest.mark.parametrize("status, expected, code", [(500, 502, "upstream_error"),
+                                                    (503, 503, "upstream_busy"),
+                                                    (429, 503, "upstream_busy")])
+async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_failed_row(
+        api, conversation, upstream, status, expected, code):
+    upstream.script.status = status
+
+    response = await send(api, conversation)
+
+    answer, generation = await rows_async(conversation)
+    assert response.status_code == expected
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == code
+    assert "upstream says no" in response.json()["error"]["message"]
+    assert answer.status == "failed" and generation.error_code == code
+
+
+async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conversation, settings):
+    from tests import servers
+
+    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()}"
+
+    response = await send(api, conversation)
+
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert "unreachable" in response.json()["error"]["message"]
+    answer, generation = await rows_async(conversation)
+    assert answer.status == "failed" and generation.finish_reason == "error"
+
+
+async def test_a_quiet_upstream_gets_heartbeats_to_the_browser(api, conversation, upstream, settings):
+    settings.CHAT_HEARTBEAT_SECONDS = 0.05
+    upstream.script.chunks = ["slow", " answer"]
+    upstream.script.interval_s = 0.3
+
+    events = await read_events(await send(api, conversation))
+
+    assert "ping" in names(events)
+    assert text_of(events) == "slow answer"
+
+
+async def test_the_partial_text_is_saved_while_streaming_not_only_at_the_end(
+        api, conversation, upstream, settings):
+    from asgiref.sync import sync_to_async
+
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 0.1
+    upstream.script.chunks = [f"w{i} " for i in range(12)]
+    upstream.script.interval_s = 0.05
+    seen_while_streaming = []
+    response = await send(api, conversation)
+    async for chunk in response.streaming_content:
+        if b"w9 " in chunk:
+            answer, _ = await sync_to_async(rows)(conversation)
+            seen_while_streaming.append((answer.status, answer.content))
+
+    assert seen_while_streaming[0][0] == "streaming"
+    assert seen_while_streaming[0][1].startswith("w0 w1 ")

@@ -1,0 +1,108 @@
+"""Fault injection: a stand-in OpenAI-compatible upstream that misbehaves on demand.
+
+The real inference service cannot be made to crash mid-stream, stall, answer 500 or send
+garbage when a test wants it; this one can. It also records what it was sent and notices when
+its client hangs up, so a test can see that the relay closed the upstream connection.
+"""
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Script:
+    chunks: list[str] = field(default_factory=lambda: ["Hello", ",", " world", "!"])
+    interval_s: float = 0.0  # pause after each content chunk
+    finish_reason: str = "stop"
+    status: int = 200  # anything else: refuse with this status and a JSON error
+    crash_after: int | None = None  # drop the connection after this many content chunks
+    stall_after: int | None = None  # go quiet after this many content chunks, until hung up
+    garbage_after: int | None = None  # send a line that is not JSON after this many chunks
+    error_after: int | None = None  # send an OpenAI error event after this many chunks
+    send_done: bool = True
+    tgi_style: bool = False  # role on every delta, stop_sequence, extra fields
+
+
+class FakeUpstream:
+    def __init__(self):
+        self.script = Script()
+        self.requests: list[tuple[dict, dict]] = []  # (body, headers)
+        self.hung_up = threading.Event()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        self.requests.append((json.loads(body or b"{}"), headers))
+        script = self.script
+        if script.status != 200:
+            payload = json.dumps({"error": {"message": "upstream says no", "type": "server_error",
+                                            "code": "nope"}}).encode()
+            await send({"type": "http.response.start", "status": script.status,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        listener = asyncio.create_task(self._notice_hang_up(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            await self._stream(script, send)
+        finally:
+            listener.cancel()
+
+    async def _notice_hang_up(self, receive):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.hung_up.set()
+
+    async def _stream(self, script: Script, send):
+        async def data(payload) -> None:
+            text = payload if isinstance(payload, str) else json.dumps(payload)
+            await send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(),
+                        "more_body": True})
+
+        def chunk(delta: dict, finish=None) -> dict:
+            if script.tgi_style:
+                delta = {"role": "assistant", **delta}
+            body = {"id": "x", "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if script.tgi_style:
+                body["system_fingerprint"] = "tgi"
+            return body
+
+        await data(chunk({"role": "assistant"}))
+        for index, text in enumerate(script.chunks):
+            if index == script.crash_after:
+                return  # no end of body: the connection just drops
+            if index == script.stall_after:
+                await asyncio.Event().wait()
+            if index == script.garbage_after:
+                await data("{this is not json")
+            if index == script.error_after:
+                await data({"error": {"message": "the model fell over", "type": "server_error",
+                                      "code": "engine_error"}})
+                await data("[DONE]")
+                break
+            await data(chunk({"content": text}))
+            if script.interval_s:
+                await asyncio.sleep(script.interval_s)  # the upstream's own pace
+        else:
+            finish = "stop_sequence" if script.tgi_style and script.finish_reason == "stop" else script.finish_reason
+            await data(chunk({}, finish))
+            await data({"id": "x", "object": "chat.completion.chunk", "choices": [],
+                        "usage": {"prompt_tokens": 11, "completion_tokens": len(script.chunks),
+                                  "total_tokens": 11 + len(script.chunks)}})
+            if script.send_done:
+                await data("[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
