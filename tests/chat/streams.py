@@ -22,3 +22,42 @@ def names(events) -> list[str]:
 
 def text_of(events) -> str:
     return "".join(payload["text"] for name, payload in events if name == "delta")
+
+
+class Browser:
+    """Speaks ASGI to the real app like a browser over daphne, and can hang up mid-stream."""
+
+    CSRF_TOKEN = "a" * 32
+
+    def __init__(self, api, path: str):
+        from asgiref.testing import ApplicationCommunicator
+        from django.conf import settings
+
+        from chatapp.asgi import application
+
+        session_key = api.cookies[settings.SESSION_COOKIE_NAME].value
+        cookies = f"{settings.SESSION_COOKIE_NAME}={session_key}; csrftoken={self.CSRF_TOKEN}"
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+            "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                        (b"cookie", cookies.encode()), (b"x-csrftoken", self.CSRF_TOKEN.encode())],
+        }
+        self.app = ApplicationCommunicator(application, scope)
+        self.parser = SSEParser()
+        self.events: list[tuple[str, dict]] = []
+        self.status: int | None = None
+
+    async def post(self, body: dict) -> None:
+        await self.app.send_input({"type": "http.request", "body": json.dumps(body).encode()})
+        self.status = (await self.app.receive_output(timeout=10))["status"]
+
+    async def read_until(self, deltas: int) -> None:
+        while len([name for name, _ in self.events if name == "delta"]) < deltas:
+            message = await self.app.receive_output(timeout=10)
+            self.events += [(e.event, json.loads(e.data)) for e in self.parser.feed(message["body"])]
+
+    async def hang_up(self) -> None:
+        await self.app.send_input({"type": "http.disconnect"})
+        await self.app.wait(timeout=10)

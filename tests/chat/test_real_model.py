@@ -1,0 +1,44 @@
+"""A conversation over the API, answered by the real inference service with the default model."""
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chatapp.models import Generation
+from inference.engine import LLMEngine
+from tests.chat.streams import names, read_events, text_of
+from tests.inference import models
+from tests.inference.serving import serving, service_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def real_inference_url():
+    engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(max_running=4))
+    with serving(service_for(engine, "SmolLM2-135M-Instruct")) as url:
+        yield url
+
+
+async def test_a_signed_in_user_holds_a_conversation_with_streamed_answers(
+        api, conversation, settings, real_inference_url):
+    settings.INFERENCE_URL = real_inference_url
+    settings.CHAT_MAX_TOKENS = 40
+    url = f"/api/conversations/{conversation.pk}/messages"
+
+    first = await read_events(await api.post(url, {"content": "What is the capital of France?"},
+                                             content_type="application/json"))
+    second = await read_events(await api.post(url, {"content": "And of Italy?"},
+                                              content_type="application/json"))
+
+    history = (await api.get(url)).json()["results"]
+    generations = await sync_to_async(list)(Generation.objects.filter(conversation=conversation).order_by("pk"))
+    for events, generation in zip((first, second), generations):
+        assert names(events)[0] == "start" and names(events)[-1] == "done"
+        assert names(events).count("delta") >= 1
+        assert events[-1][1]["status"] in ("completed", "truncated")
+        assert text_of(events) == generation.final_text
+        assert generation.input_tokens > 0 and 0 < generation.output_tokens <= 40
+        assert generation.ttft_ms > 0
+    assert "Paris" in text_of(first)
+    assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
+    assert generations[1].prompt_messages == 3

@@ -1,0 +1,119 @@
+"""Stop keeps exactly what the user saw, and reaches the stream from any daphne process."""
+
+import asyncio
+import json
+import os
+import sys
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from chatapp.models import Generation, Message
+from chatapp.sse import SSEParser
+from tests import servers
+from tests.chat.streams import Browser, names
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_stop_ends_the_stream_and_keeps_only_the_text_the_user_saw(api, conversation, upstream):
+    upstream.script.chunks = ["Alpha", " beta", " gamma", " delta", " epsilon"]
+    upstream.script.interval_s = 0.2
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    parser, events = SSEParser(), []
+    stream = response.streaming_content
+    while len([e for e in events if e.event == "delta"]) < 2:
+        events += parser.feed(await anext(stream))
+    generation_id = json.loads(events[0].data)["generation_id"]
+
+    stopped = await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": 8}),
+                             content_type="application/json")
+    rest = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
+    assert stopped.status_code == 202
+    assert names(rest)[-1] == "done" and rest[-1][1]["status"] == "stopped"
+    assert hung_up
+    assert generation.message.content == "Alpha be" and generation.message.status == "stopped"
+    assert generation.final_text == "Alpha be"
+    assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
+    assert generation.stop_seen_chars == 8
+
+
+async def test_a_stop_that_arrives_after_the_browser_left_still_counts_as_the_users(
+        api, conversation, upstream):
+    upstream.script.chunks = ["One", " two", " three", " four"]
+    upstream.script.interval_s = 0.3
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    await browser.post({"content": "go"})
+    await browser.read_until(deltas=2)
+    await browser.hang_up()  # the browser's abort reaches the relay before the Stop request
+    generation_id = browser.events[0][1]["generation_id"]
+
+    await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": 5}),
+                   content_type="application/json")
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
+    assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
+    assert generation.message.status == "stopped"
+    assert generation.message.content == generation.final_text == "One t"
+
+
+def shared_database_url() -> str:
+    settings = connection.settings_dict
+    if settings["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings['NAME']}"
+    return (f"postgres://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST'] or '127.0.0.1'}:"
+            f"{settings['PORT'] or 5432}/{settings['NAME']}")
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="processes share a channel layer only on Redis")
+def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversation, upstream):
+    upstream.script.chunks = [f" word{i}" for i in range(40)]
+    upstream.script.interval_s = 0.1
+    env = {"DATABASE_URL": shared_database_url(), "INFERENCE_URL": upstream_url(upstream),
+           "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40}
+    ports = [servers.free_port(), servers.free_port()]
+    commands = [[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(p), "chatapp.asgi:application"]
+                for p in ports]
+    with servers.running(commands[0], env=env, ready_url=f"http://127.0.0.1:{ports[0]}/healthz"), \
+            servers.running(commands[1], env=env, ready_url=f"http://127.0.0.1:{ports[1]}/healthz"):
+        holder, other = (httpx.Client(base_url=f"http://127.0.0.1:{p}", timeout=30) for p in ports)
+        sign_in(holder, user)
+        other.cookies = holder.cookies
+        token = holder.cookies["csrftoken"]
+        with holder.stream("POST", f"/api/conversations/{conversation.pk}/messages",
+                           json={"content": "go"}, headers={"X-CSRFToken": token}) as response:
+            parser, events, stop = SSEParser(), [], None
+            for chunk in response.iter_raw():
+                events += parser.feed(chunk)
+                deltas = [e for e in events if e.event == "delta"]
+                if stop is None and len(deltas) == 3:
+                    generation_id = json.loads(events[0].data)["generation_id"]
+                    stop = other.post(f"/api/generations/{generation_id}/stop", json={"seen_chars": 12},
+                                      headers={"X-CSRFToken": token})
+    generation = Generation.objects.select_related("message").get(pk=generation_id)
+
+    assert stop.status_code == 202
+    assert events[-1].event == "done" and json.loads(events[-1].data)["status"] == "stopped"
+    assert len([e for e in events if e.event == "delta"]) < 40
+    assert generation.cancelled_by == "user" and generation.message.status == "stopped"
+    assert generation.message.content == " word0 word1 word2"[:12]
+    assert upstream.hung_up.wait(10)
+
+
+def upstream_url(upstream) -> str:
+    from django.conf import settings
+
+    return settings.INFERENCE_URL
+
+
+def sign_in(client: httpx.Client, user) -> None:
+    client.get("/api/auth/session")
+    response = client.post("/api/auth/login", json={"username": user.username, "password": "a-long-test-password"},
+                           headers={"X-CSRFToken": client.cookies["csrftoken"]})
+    assert response.status_code == 200

@@ -1,0 +1,75 @@
+"""Answers whose relay died are ended by the periodic task, keeping what was saved."""
+
+from datetime import timedelta
+
+import os
+import sys
+
+import pytest
+from django.utils import timezone
+
+from chatapp.models import Generation
+from chatapp.tasks import fail_interrupted_streams
+from tests import factories, servers
+
+pytestmark = pytest.mark.django_db
+
+
+def streaming_generation(saved_ago_s: float, **fields):
+    answer = factories.message(role="assistant", status="streaming", content="partial")
+    generation = factories.generation(answer, final_text="partial", **fields)
+    Generation.objects.filter(pk=generation.pk).update(saved_at=timezone.now() - timedelta(seconds=saved_ago_s))
+    return generation
+
+
+def test_a_stream_that_stopped_saving_is_marked_failed_and_keeps_its_text(settings):
+    settings.CHAT_STALE_STREAM_SECONDS = 60
+    stale = streaming_generation(saved_ago_s=600)
+    fresh = streaming_generation(saved_ago_s=1)
+
+    ended = fail_interrupted_streams()
+
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    assert ended == 1
+    assert (stale.finish_reason, stale.error_code) == ("error", "interrupted")
+    assert stale.message.status == "failed" and stale.message.content == "partial"
+    assert fresh.finished_at is None
+
+
+def test_a_stop_pressed_before_the_crash_still_counts(settings):
+    settings.CHAT_STALE_STREAM_SECONDS = 60
+    stale = streaming_generation(saved_ago_s=600, cancelled_by="user", stop_seen_chars=4)
+
+    fail_interrupted_streams()
+
+    stale.refresh_from_db()
+    assert (stale.finish_reason, stale.cancelled_by) == ("cancelled", "user")
+    assert stale.message.status == "stopped" and stale.message.content == "part"
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="a separate worker needs the Redis broker")
+@pytest.mark.django_db(transaction=True)
+def test_a_celery_worker_runs_the_task_from_the_redis_broker(settings):
+    from tests.chat.test_stop import shared_database_url
+
+    stale = streaming_generation(saved_ago_s=600)
+    env = {**os.environ, "DATABASE_URL": shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "CHAT_STALE_STREAM_SECONDS": "60"}
+    worker = servers.subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--pool", "solo",
+         "--loglevel", "WARNING", "--queues", "chat-tests"],
+        cwd=servers.REPO_DIR, env=env, stdout=servers.subprocess.DEVNULL, stderr=servers.subprocess.DEVNULL,
+    )
+    try:
+        fail_interrupted_streams.apply_async(queue="chat-tests")
+        servers.wait_until(
+            lambda: Generation.objects.filter(pk=stale.pk, finished_at__isnull=False).exists(),
+            60, "the worker to end the interrupted stream",
+        )
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+    stale.refresh_from_db()
+    assert stale.error_code == "interrupted"
