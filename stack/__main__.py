@@ -52,7 +52,9 @@ def _processes(public_port: int, daphne_port: int, with_nginx: bool):
     yield "web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(daphne_port),
                   "chatapp.asgi:application"]
     if env.string("REDIS_URL"):
-        yield "worker", [python, "-m", "celery", "-A", "chatapp", "worker",
+        # One local worker also runs the periodic schedule (beat), e.g. ending interrupted streams.
+        yield "worker", [python, "-m", "celery", "-A", "chatapp", "worker", "--beat",
+                         "--schedule", str(REPO_DIR / "var" / "celerybeat-schedule"),
                          "--loglevel", "INFO", "--concurrency", "1"]
     if with_nginx:
         site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstream=f"127.0.0.1:{daphne_port}")
