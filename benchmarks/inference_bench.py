@@ -339,11 +339,13 @@ def _log_level(device_run: DeviceRun, result: LevelResult) -> None:
 def _run_references(device_run: DeviceRun, plan: Plan, model_dir, tokenizer, lists) -> None:
     import torch
 
+    from inference.engine.llm_engine import end_of_turn_ids
+
     from . import references
 
     torch.set_num_threads(plan.threads)
     model = references.load_model(model_dir, device_run.device)
-    eos = references.end_of_turn_ids(model, tokenizer)
+    eos = sorted(end_of_turn_ids(model, tokenizer))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     try:
         smallest = min(plan.levels)

@@ -37,18 +37,6 @@ def load_model(path, device: str) -> torch.nn.Module:
         path, dtype=torch.float32, local_files_only=True).to(device).eval()
 
 
-def end_of_turn_ids(model, tokenizer) -> list[int]:
-    """The tokens that end an answer, gathered from the same places the engine looks."""
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
-        value = getattr(source, "eos_token_id", None)
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(value)
-    return sorted(ids)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -60,7 +60,7 @@ class LLMEngine:
         self.runner = ModelRunner(model, self.kv_cache)
         self.max_model_len = min(limits.max_model_len,
                                  getattr(config, "max_position_embeddings", limits.max_model_len))
-        self.eos_token_ids = _end_of_turn_ids(model, tokenizer)
+        self.eos_token_ids = end_of_turn_ids(model, tokenizer)
         self.num_steps = 0
 
     # --- requests ---
@@ -146,7 +146,8 @@ class LLMEngine:
         return self.scheduler.num_waiting
 
 
-def _end_of_turn_ids(model, tokenizer) -> frozenset[int]:
+def end_of_turn_ids(model, tokenizer) -> frozenset[int]:
+    """The tokens that end an answer, from every place a model or tokenizer may name them."""
     ids = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
         value = getattr(source, "eos_token_id", None)
