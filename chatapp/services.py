@@ -165,7 +165,7 @@ def generation_finish(*, generation_id: int, outcome: Outcome) -> Generation:
     A Stop pressed earlier wins over however the stream ended: the text is cut to what the
     user saw then.
     """
-    generation = Generation.objects.select_for_update().select_related("message").get(pk=generation_id)
+    generation = Generation.objects.select_for_update(of=("self",)).select_related("message").get(pk=generation_id)
     text, reason, cancelled_by = outcome.text, outcome.finish_reason, outcome.cancelled_by
     error_code, error_message = outcome.error_code, outcome.error_message
     if generation.cancelled_by == CancelledBy.USER:
@@ -200,7 +200,7 @@ def generation_finish(*, generation_id: int, outcome: Outcome) -> Generation:
 def generation_save_partial(*, generation_id: int, text: str) -> None:
     """The coarse periodic save while streaming: a crash loses at most one interval."""
     with transaction.atomic():
-        generation = Generation.objects.select_for_update().select_related("message").get(pk=generation_id)
+        generation = Generation.objects.select_for_update(of=("self",)).select_related("message").get(pk=generation_id)
         if generation.finished_at is not None:
             return  # the final save came first
         generation.final_text = text

@@ -58,11 +58,11 @@ def bar_chart(title: str, bars: list[tuple[str, float, str]]) -> SafeString:
 
 
 def _nice_ceiling(value: float) -> float:
-    """A round axis maximum (1, 2, 2.5 or 5 times a power of ten) at or above value."""
+    """A round axis maximum (1, 2 or 5 times a power of ten) at or above value."""
     if value <= 0:
         return 1
     magnitude = 10 ** math.floor(math.log10(value))
-    return next(step * magnitude for step in (1, 2, 2.5, 5, 10) if value <= step * magnitude)
+    return next(step * magnitude for step in (1, 2, 5, 10) if value <= step * magnitude)
 
 
 def _runs(points: list[tuple[float, float | None]]) -> list[list[tuple[float, float]]]:
@@ -96,8 +96,9 @@ def line_chart(title: str, labels: list[str], series: list[tuple[str, list[float
         return top + plot_height * (1 - value / y_max)
 
     parts = [_open(width, height, title)]
-    for tick in range(5):
-        value = y_max * tick / 4
+    # Five intervals put round numbers on every gridline for each round maximum.
+    for tick in range(6):
+        value = y_max * tick / 5
         y = y_at(value)
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="#e5e7eb"/>')

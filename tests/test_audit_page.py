@@ -90,7 +90,7 @@ def test_ttft_p50_and_p95_are_nearest_rank_per_day_with_gaps_for_empty_days(staf
 
 
 def test_generations_outside_the_period_are_left_out(staff_client):
-    started(DAY_ONE - timedelta(seconds=1), finish_reason=FinishReason.ERROR)
+    started(datetime(2026, 2, 28, 23, 59, 59, tzinfo=UTC), finish_reason=FinishReason.ERROR)
     started(DAY_ONE, finish_reason=FinishReason.STOP)
     started(datetime(2026, 3, 4, tzinfo=UTC), finish_reason=FinishReason.ERROR)
 
@@ -101,8 +101,9 @@ def test_generations_outside_the_period_are_left_out(staff_client):
 
 
 def test_the_totals_sum_tokens_and_average_finished_durations(staff_client):
-    started(DAY_ONE, input_tokens=10, output_tokens=5, finished_at=DAY_ONE + timedelta(seconds=1))
-    started(DAY_ONE, input_tokens=20, output_tokens=None, finished_at=DAY_ONE + timedelta(seconds=3))
+    second = timedelta(seconds=1)
+    started(DAY_ONE, input_tokens=10, output_tokens=5, finished_at=DAY_ONE + second)
+    started(DAY_ONE, input_tokens=20, output_tokens=None, finished_at=DAY_ONE + 3 * second)
     started(DAY_ONE)  # still streaming: counted, but has no duration
 
     report = audit_page(staff_client).context["report"]

@@ -1,4 +1,6 @@
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.test import AsyncClient
 
 from tests import factories, servers
@@ -37,7 +39,10 @@ def other_user(transactional_db):
 async def api(user):
     client = AsyncClient()
     await client.aforce_login(user)
-    return client
+    yield client
+    # Views ran their queries in asgiref's worker thread: close its connection, or the test
+    # database cannot be dropped at the end.
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture

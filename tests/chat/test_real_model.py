@@ -23,6 +23,7 @@ async def test_a_signed_in_user_holds_a_conversation_with_streamed_answers(
         api, conversation, settings, real_inference_url):
     settings.INFERENCE_URL = real_inference_url
     settings.CHAT_MAX_TOKENS = 40
+    settings.CHAT_TEMPERATURE = 0  # greedy, so that the answer is known
     url = f"/api/conversations/{conversation.pk}/messages"
 
     first = await read_events(await api.post(url, {"content": "What is the capital of France?"},
