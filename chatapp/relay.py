@@ -158,7 +158,8 @@ class Relay:
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
-            return await work  # cancelled again while finishing: the write still completes
+            await work  # cancelled while finishing: the write still completes, then we go
+            raise
 
     async def _close_and_save(self):
         await self.upstream.aclose()

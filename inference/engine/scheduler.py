@@ -62,7 +62,10 @@ class Scheduler:
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
         if decoding:
-            budget = min(self.prefill_chunk, max(self.prefill_chunk_min, len(decoding)))
+            # A step's cost is a fixed part plus a part per token: feeding about as many prompt
+            # tokens as there are decode tokens, plus a fixed allowance, keeps a step with a
+            # prompt chunk within about twice a plain decode step.
+            budget = min(self.prefill_chunk, self.prefill_chunk_min + len(decoding))
         else:
             budget = self.prefill_chunk_idle
         for sequence in self.running:

@@ -175,3 +175,21 @@ async def test_the_partial_text_is_saved_while_streaming_not_only_at_the_end(
 
     assert seen_while_streaming[0][0] == "streaming"
     assert seen_while_streaming[0][1].startswith("w0 w1 ")
+
+
+async def test_an_answer_past_its_time_limit_is_stopped_and_its_upstream_closed(
+        api, conversation, upstream, settings):
+    import asyncio
+
+    settings.CHAT_GENERATION_TIMEOUT_SECONDS = 0.5
+    upstream.script.stall_after = 2
+
+    events = await read_events(await send(api, conversation))
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    answer, generation = await rows_async(conversation)
+    assert names(events) == ["start", "delta", "delta", "done"]
+    assert events[-1][1]["status"] == "stopped"
+    assert hung_up
+    assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "timeout")
+    assert answer.content == "Hello,"
