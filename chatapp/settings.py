@@ -60,6 +60,9 @@ except ValueError as error:  # dj-database-url's UnknownSchemeError and ParseErr
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Writers queue for the lock instead of failing with "database is locked" when a
+    # transaction that began reading must upgrade to writing.
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     # Tests on SQLite run daphne in a subprocess; a file lets it see the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test.sqlite3")}
 

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from . import api, audit_views, views
 
@@ -23,4 +23,8 @@ urlpatterns = [
     path("staff/audit/", audit_views.audit, name="staff-audit"),
     path("healthz", views.health, name="health"),
     path("", views.index, name="index"),
+    # The front end's files at the site root, as nginx serves them (no dot-leading segment, so
+    # no "..": the view checks again).
+    re_path(r"^(?P<path>(?:vendor/(?:[\w-][\w.-]*/)*)?[\w-][\w.-]*\.(?:js|mjs|css|svg|png|ico|map|woff2))$",
+            views.frontend_asset, name="frontend-asset"),
 ]

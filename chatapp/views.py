@@ -2,8 +2,9 @@
 
 from django.conf import settings
 from django.db import connection
-from django.http import FileResponse, JsonResponse
+from django.http import FileResponse, Http404, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.static import serve
 
 
 async def health(request):
@@ -26,3 +27,18 @@ async def health(request):
 def index(request):
     """The single-page front end, for when no nginx serves `frontend/` in front of us."""
     return FileResponse(open(settings.FRONTEND_DIR / "index.html", "rb"), content_type="text/html")
+
+
+# The browser's files only: never package.json, node_modules/, tests/ or scripts/ (the URL
+# pattern admits only the folder's top level and vendor/).
+FRONTEND_ASSET_SUFFIXES = (".js", ".mjs", ".css", ".svg", ".png", ".ico", ".map", ".woff2")
+
+
+def frontend_asset(request, path):
+    """A file of `frontend/` for when no nginx serves the folder in front of us."""
+    parts = path.split("/")
+    if not path.endswith(FRONTEND_ASSET_SUFFIXES) or any(p.startswith(".") or not p for p in parts):
+        raise Http404("not a front-end file")
+    if len(parts) > 1 and parts[0] != "vendor":
+        raise Http404("not a front-end file")
+    return serve(request, path, document_root=settings.FRONTEND_DIR)

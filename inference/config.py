@@ -40,7 +40,7 @@ class InferenceConfig:
     # Prompt tokens per step when nothing else is running.
     prefill_chunk_idle: int = 512
     # Cache rows per group; a group's memory is sized for its longest member.
-    cache_group_size: int = 8
+    cache_group_size: int = 4
     default_max_tokens: int = 512
     cache_dir: Path = field(default_factory=_default_cache_dir)
 

@@ -88,3 +88,17 @@ def uvicorn_in_thread(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def shared_database_url() -> str:
+    """The test database as a URL, for a server process that must see the test's rows.
+
+    Only tests that commit (transactional_db) let another process see their data.
+    """
+    from django.db import connection
+
+    settings = connection.settings_dict
+    if settings["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings['NAME']}"
+    return (f"postgres://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST'] or '127.0.0.1'}:"
+            f"{settings['PORT'] or 5432}/{settings['NAME']}")

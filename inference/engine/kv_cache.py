@@ -63,9 +63,11 @@ class KVCache:
     def __init__(self, shape: CacheShape, max_tokens: int, max_rows: int, group_size: int):
         self.shape = shape
         self.max_tokens = max_tokens
+        self.max_rows = max_rows
         self.group_size = min(group_size, max_rows)
-        self.max_groups = -(-max_rows // self.group_size)
-        self.groups: list[_Group | None] = [None] * self.max_groups
+        # More groups than rows strictly need, so that requests of different lengths can keep
+        # to groups of their own size; memory stays bounded by max_tokens.
+        self.groups: list[_Group | None] = [None] * max_rows
         self.num_reserved_tokens = 0
 
     # --- reservation ---
@@ -75,21 +77,15 @@ class KVCache:
         return self.max_tokens // self.group_size // BLOCK_TOKENS * BLOCK_TOKENS
 
     def can_allocate(self, num_tokens: int) -> bool:
-        if not any(group is None or group.free_rows for group in self.groups):
+        if self.num_used_rows >= self.max_rows:
             return False
-        needed = _blocks(num_tokens)
-        group = self.groups[self._best_group(needed)]
-        if group is None:
-            extra = self.group_size * needed
-        else:
-            extra = len(group.reserved) * max(0, needed - group.capacity)
-        return self.num_allocated_tokens + extra <= self.max_tokens
+        return self._placement(_blocks(num_tokens)) is not None
 
     def allocate(self, num_tokens: int) -> CacheSlot:
         if not self.can_allocate(num_tokens):
             raise RuntimeError("no room in the KV cache; check can_allocate first")
         needed = _blocks(num_tokens)
-        index = self._best_group(needed)
+        index = self._placement(needed)
         group = self.groups[index]
         if group is None:
             group = self.groups[index] = _Group(self.shape, self.group_size, needed)
@@ -107,16 +103,32 @@ class KVCache:
         if len(group.free_rows) == len(group.reserved):
             self.groups[slot.group] = None
 
-    def _best_group(self, needed: int) -> int:
-        """The group that fits with the least waste: big enough already if possible."""
+    def _placement(self, needed: int) -> int | None:
+        """The group for a sequence of `needed` tokens, in order of preference, within budget.
+
+        A group about its size, else a new group, else any group big enough, else the largest
+        group grown: short and long sequences keep apart while memory allows.
+        """
         open_groups = [(i, g) for i, g in enumerate(self.groups) if g is not None and g.free_rows]
-        fitting = [(g.capacity, i) for i, g in open_groups if g.capacity >= needed]
-        if fitting:
-            return min(fitting)[1]
         empty = [i for i, g in enumerate(self.groups) if g is None]
-        if empty:
-            return empty[0]
-        return max((g.capacity, i) for i, g in open_groups)[1]
+        candidates = [
+            min(((g.capacity, i) for i, g in open_groups if needed <= g.capacity <= 2 * needed),
+                default=(0, None))[1],
+            empty[0] if empty else None,
+            min(((g.capacity, i) for i, g in open_groups if g.capacity >= needed), default=(0, None))[1],
+            max(((g.capacity, i) for i, g in open_groups), default=(0, None))[1],
+        ]
+        for index in candidates:
+            if index is not None and self.num_allocated_tokens + self._extra(index, needed) <= self.max_tokens:
+                return index
+        return None
+
+    def _extra(self, index: int, needed: int) -> int:
+        """Token places the placement would add to memory."""
+        group = self.groups[index]
+        if group is None:
+            return self.group_size * needed
+        return len(group.reserved) * max(0, needed - group.capacity)
 
     # --- tensors ---
     def layer(self, group: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,6 @@ import sys
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
 
 from chatapp.models import Generation, Message
 from chatapp.sse import SSEParser
@@ -63,19 +62,11 @@ async def test_a_stop_that_arrives_after_the_browser_left_still_counts_as_the_us
     assert generation.message.content == generation.final_text == "One t"
 
 
-def shared_database_url() -> str:
-    settings = connection.settings_dict
-    if settings["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{settings['NAME']}"
-    return (f"postgres://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST'] or '127.0.0.1'}:"
-            f"{settings['PORT'] or 5432}/{settings['NAME']}")
-
-
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="processes share a channel layer only on Redis")
 def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversation, upstream):
     upstream.script.chunks = [f" word{i}" for i in range(40)]
     upstream.script.interval_s = 0.1
-    env = {"DATABASE_URL": shared_database_url(), "INFERENCE_URL": upstream_url(upstream),
+    env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": upstream_url(upstream),
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40}
     ports = [servers.free_port(), servers.free_port()]
     commands = [[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(p), "chatapp.asgi:application"]

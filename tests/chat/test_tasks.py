@@ -51,10 +51,8 @@ def test_a_stop_pressed_before_the_crash_still_counts(settings):
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="a separate worker needs the Redis broker")
 @pytest.mark.django_db(transaction=True)
 def test_a_celery_worker_runs_the_task_from_the_redis_broker(settings):
-    from tests.chat.test_stop import shared_database_url
-
     stale = streaming_generation(saved_ago_s=600)
-    env = {**os.environ, "DATABASE_URL": shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
+    env = {**os.environ, "DATABASE_URL": servers.shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
            "CHAT_STALE_STREAM_SECONDS": "60"}
     worker = servers.subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--pool", "solo",

@@ -60,13 +60,15 @@ def test_a_sequence_takes_the_tightest_group_that_already_fits_it():
 
 
 def test_a_group_grows_to_fit_a_longer_member_and_keeps_what_it_held():
-    kv = cache(max_rows=2, group_size=2)
+    # Too little budget for a second group: the first one must grow.
+    kv = cache(max_tokens=5 * BLOCK_TOKENS, max_rows=2, group_size=2)
     first = kv.allocate(10)
     keys, _ = kv.layer(first.group, 0)
     keys[first.row, :, :5] = 1.0
-    kv.allocate(100)  # must share the only group
+    second = kv.allocate(100)
 
     keys, _ = kv.layer(first.group, 0)
+    assert second.group == first.group
     assert keys.shape[2] == 2 * BLOCK_TOKENS
     assert torch.all(keys[first.row, :, :5] == 1.0)
 

@@ -1,0 +1,96 @@
+// The JSON API of docs/api.md: session cookie auth, CSRF header on unsafe methods.
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function cookie(name) {
+  const prefix = `${name}=`;
+  for (const part of document.cookie.split(";")) {
+    const item = part.trim();
+    if (item.startsWith(prefix)) return decodeURIComponent(item.slice(prefix.length));
+  }
+  return "";
+}
+
+function request(path, { method = "GET", body, signal, accept = "application/json" } = {}) {
+  const headers = { Accept: accept };
+  if (method !== "GET" && method !== "HEAD") {
+    // Read on every request: Django rotates the token when the user signs in.
+    headers["X-CSRFToken"] = cookie("csrftoken");
+  }
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  return fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+    signal,
+  });
+}
+
+async function errorOf(response) {
+  try {
+    const { error } = await response.json();
+    if (error?.message) return new ApiError(response.status, error.code || "error", error.message);
+  } catch {
+    // Not our JSON (a proxy's HTML error page, say): describe it by its status.
+  }
+  return new ApiError(response.status, "http_error", `The server answered ${response.status} ${response.statusText}`.trim());
+}
+
+async function json(path, options) {
+  const response = await request(path, options);
+  if (!response.ok) throw await errorOf(response);
+  if (response.status === 204) return null;
+  return response.json();
+}
+
+/** POSTs and resolves to the streaming Response, or rejects with the API's error. */
+export async function openStream(path, body, signal) {
+  const response = await request(path, { method: "POST", body, signal, accept: "text/event-stream" });
+  if (!response.ok) throw await errorOf(response);
+  if (!(response.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
+    throw new ApiError(response.status, "not_a_stream", "The server did not answer with a stream");
+  }
+  return response;
+}
+
+const id = (value) => encodeURIComponent(String(value));
+
+export const api = {
+  session: () => json("/api/auth/session"),
+  login: (username, password) => json("/api/auth/login", { method: "POST", body: { username, password } }),
+  logout: () => json("/api/auth/logout", { method: "POST" }),
+
+  conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q, page })}`),
+  createConversation: () => json("/api/conversations", { method: "POST", body: {} }),
+  renameConversation: (cid, title) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: { title } }),
+  deleteConversation: (cid) => json(`/api/conversations/${id(cid)}`, { method: "DELETE" }),
+  messages: (cid) => json(`/api/conversations/${id(cid)}/messages`),
+
+  send: (cid, content) => (signal) => openStream(`/api/conversations/${id(cid)}/messages`, { content }, signal),
+  regenerate: (cid) => (signal) => openStream(`/api/conversations/${id(cid)}/regenerate`, undefined, signal),
+  edit: (mid, content) => (signal) => openStream(`/api/messages/${id(mid)}/edit`, { content }, signal),
+  continueAnswer: (mid) => (signal) => openStream(`/api/messages/${id(mid)}/continue`, undefined, signal),
+
+  stop: (gid, seenChars) => retried(() => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } })),
+};
+
+// A Stop that never arrives leaves the server keeping what it sent rather than what the user
+// saw, so a server error or a dropped request is tried again; a 4xx answer is final.
+async function retried(call, attempts = 4) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await call();
+    } catch (error) {
+      if ((error instanceof ApiError && error.status < 500) || attempt >= attempts) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
+    }
+  }
+}

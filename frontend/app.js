@@ -1,0 +1,313 @@
+// Wiring: signing in, the open conversation, the composer, and one streaming answer at a time.
+import { api, ApiError } from "./api.js";
+import { createAuth } from "./auth.js";
+import { ENDING, Generation } from "./generation.js";
+import * as msg from "./messages.js";
+import { copyWithFeedback, createFramePainter } from "./render.js";
+import { createSidebar } from "./sidebar.js";
+import { STATUS } from "./vocabulary.js";
+
+// For end-to-end tests: paints per streamed answer can be compared with animation frames.
+window.chatappStats = { paints: 0 };
+document.body.dataset.streaming = "false";
+
+const $ = (id) => document.getElementById(id);
+const view = {
+  newConversation: $("new-conversation"), title: $("conversation-title"),
+  messages: $("messages"), empty: $("chat-empty"), form: $("composer-form"), composer: $("composer"),
+  send: $("send"), stop: $("stop"), announcer: $("announcer"), alert: $("alert"), alertText: $("alert-text"),
+  dismiss: $("alert-dismiss"),
+};
+const NEAR_BOTTOM_PX = 80;
+const VISIBLE_ROLES = new Set(["user", "assistant"]);
+
+let conversationId = null;
+let active = null; // the Generation streaming now, if any
+let loading = 0; // newer conversation loads win over older ones
+let creating = false; // a first message is creating its conversation: Enter twice is one
+
+const sidebar = createSidebar({
+  open: (id) => openConversation(id),
+  deleted: (id) => {
+    if (id !== conversationId) return;
+    active?.stop(api.stop);
+    showConversation(null);
+  },
+  failed: (error) => handleError(error),
+  announce,
+});
+
+function announce(text) {
+  view.announcer.textContent = "";
+  // A fresh node change, so the same words twice are announced twice.
+  requestAnimationFrame(() => { view.announcer.textContent = text; });
+}
+
+function showAlert(text) {
+  view.alertText.textContent = text;
+  view.alert.hidden = false;
+}
+const clearAlert = () => { view.alert.hidden = true; };
+
+function handleError(error) {
+  if (error instanceof ApiError && error.status === 401) return auth.showLogin("Your session ended; please sign in again.");
+  showAlert(auth.describe(error));
+}
+
+// --- signing in ---
+const auth = createAuth({
+  signedIn() {
+    sidebar.refresh();
+    const fromHash = /^#\/c\/(\d+)$/.exec(location.hash);
+    if (fromHash) return openConversation(Number(fromHash[1]));
+    showConversation(null);
+    view.composer.focus();
+  },
+  leaving() {
+    active?.stop(api.stop);
+    sidebar.clear();
+    showConversation(null);
+    clearAlert();
+  },
+});
+
+// --- the open conversation ---
+function showConversation(id, title = "", messages = []) {
+  conversationId = id;
+  sidebar.setCurrent(id);
+  history.replaceState(null, "", id === null ? location.pathname : `#/c/${id}`);
+  view.title.textContent = id === null ? "New conversation" : title || "New conversation";
+  renderHistory(messages);
+}
+
+function renderHistory(messages) {
+  view.messages.replaceChildren(...messages.filter((m) => VISIBLE_ROLES.has(m.role)).map(msg.messageFromApi));
+  view.empty.hidden = view.messages.children.length > 0;
+  msg.refreshActions(view.messages, active !== null);
+  view.messages.scrollTop = view.messages.scrollHeight;
+}
+
+async function openConversation(id) {
+  active?.stop(api.stop);
+  clearAlert();
+  sidebar.closeDrawer();
+  const mine = ++loading;
+  try {
+    const { conversation, results } = await api.messages(id);
+    if (mine !== loading) return;
+    showConversation(conversation.id, conversation.title, results);
+    view.composer.focus();
+  } catch (error) {
+    if (mine !== loading) return;
+    showConversation(null);
+    handleError(error);
+  }
+}
+
+async function reloadMessages(id) {
+  try {
+    const { results } = await api.messages(id);
+    if (id === conversationId && !active) renderHistory(results);
+  } catch (error) {
+    handleError(error);
+  }
+}
+
+// Answers and user messages appear before the server names them; learn their ids afterwards
+// without rendering anything twice.
+async function learnIds(id) {
+  let results;
+  try {
+    ({ results } = await api.messages(id));
+  } catch {
+    return;
+  }
+  if (id !== conversationId || active) return;
+  const stored = results.filter((m) => VISIBLE_ROLES.has(m.role));
+  const shown = [...view.messages.querySelectorAll(".message")];
+  if (shown.length !== stored.length || shown.some((el, i) => el.dataset.role !== stored[i].role)) {
+    renderHistory(stored);
+    return;
+  }
+  shown.forEach((el, i) => { if (!el.dataset.messageId) el.dataset.messageId = String(stored[i].id); });
+  msg.refreshActions(view.messages, false);
+}
+
+view.newConversation.addEventListener("click", async () => {
+  clearAlert();
+  sidebar.closeDrawer();
+  // An empty conversation is already new: do not pile up untitled ones.
+  if (conversationId !== null && !view.messages.children.length && !active) return view.composer.focus();
+  active?.stop(api.stop);
+  try {
+    const created = await api.createConversation();
+    showConversation(created.id, created.title);
+    await sidebar.refresh();
+    view.composer.focus();
+  } catch (error) {
+    handleError(error);
+  }
+});
+
+document.addEventListener("conversation-renamed", ({ detail }) => {
+  if (detail.id === conversationId) view.title.textContent = detail.title || "New conversation";
+});
+
+// --- streaming ---
+const nearBottom = () =>
+  view.messages.scrollHeight - view.messages.scrollTop - view.messages.clientHeight < NEAR_BOTTOM_PX;
+const scrollToBottom = () => { view.messages.scrollTop = view.messages.scrollHeight; };
+
+function setStreaming(on) {
+  const focused = document.activeElement;
+  document.body.dataset.streaming = on ? "true" : "false";
+  view.send.disabled = on;
+  view.stop.hidden = !on;
+  msg.refreshActions(view.messages, on);
+  const lost = !focused || focused === document.body || !focused.isConnected;
+  // Do not strand keyboard focus on a control that just went away; never steal it otherwise.
+  if (on && (lost || focused === view.send)) view.stop.focus();
+  if (!on && (lost || focused === view.stop || focused.disabled)) view.composer.focus();
+}
+
+function newAnswer() {
+  const el = msg.createMessage({ role: "assistant", status: STATUS.STREAMING });
+  view.messages.append(el);
+  view.empty.hidden = true;
+  return el;
+}
+
+async function streamAnswer(el, open, { baseText = "" } = {}) {
+  const id = conversationId;
+  clearAlert();
+  msg.beginStreaming(el);
+  scrollToBottom();
+  const generation = new Generation({
+    baseText,
+    createPainter: (paint) => createFramePainter(paint),
+    paint: (text) => {
+      const follow = nearBottom();
+      msg.paintStreaming(el, text);
+      window.chatappStats.paints += 1;
+      if (follow) scrollToBottom();
+    },
+    onStart: (start) => { el.dataset.messageId = String(start.message_id); },
+  });
+  active = generation;
+  setStreaming(true);
+  const outcome = await generation.run(open);
+  if (active === generation) {
+    active = null;
+    setStreaming(false);
+  }
+  if (id !== conversationId) return outcome; // the user moved on; the server keeps the answer
+  if (outcome.ending === ENDING.REFUSED) {
+    handleError(outcome.error);
+    await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
+  } else {
+    finishAnswer(el, outcome);
+    await learnIds(id);
+  }
+  sidebar.refresh(); // a first message names the conversation and moves it to the top
+  return outcome;
+}
+
+function finishAnswer(el, outcome) {
+  const { done, error, ending, status } = outcome;
+  let state = msg.stateLabel(status);
+  if (ending === ENDING.LOST) state = "Connection lost; the text so far is kept.";
+  else if (error) state = `Failed: ${error.message || error.code}`;
+  const follow = nearBottom();
+  msg.finishMessage(el, {
+    status, text: outcome.text, state, error: ending || error?.code,
+    figures: done && { ttftMs: done.ttft_ms, tokens: done.usage?.completion_tokens },
+  });
+  msg.refreshActions(view.messages, active !== null);
+  if (follow) scrollToBottom();
+  announce(status === STATUS.COMPLETED ? "Answer complete." : `Answer: ${state}`);
+}
+
+async function send() {
+  const content = view.composer.value;
+  if (!content.trim() || active || creating) return;
+  if (conversationId === null) {
+    creating = true;
+    try {
+      const created = await api.createConversation();
+      showConversation(created.id, created.title);
+    } catch (error) {
+      return handleError(error);
+    } finally {
+      creating = false;
+    }
+  }
+  view.composer.value = "";
+  resizeComposer();
+  view.messages.append(msg.createMessage({ role: "user", content }));
+  const outcome = await streamAnswer(newAnswer(), api.send(conversationId, content));
+  // Refused before anything was stored (502-504 store the failed answer, and the message):
+  // give the text back so it is not lost.
+  if (outcome.ending === ENDING.REFUSED && !(outcome.error?.status >= 502) && !view.composer.value) {
+    view.composer.value = content;
+    resizeComposer();
+  }
+}
+
+function regenerate() {
+  const last = view.messages.lastElementChild;
+  if (active || conversationId === null || last?.dataset.role !== "assistant") return;
+  const answer = msg.createMessage({ role: "assistant", status: STATUS.STREAMING });
+  last.replaceWith(answer);
+  streamAnswer(answer, api.regenerate(conversationId));
+}
+
+function startEdit(userEl) {
+  if (active) return;
+  msg.openEditor(userEl, (content) => {
+    if (active) return;
+    msg.setText(userEl, content);
+    while (userEl.nextElementSibling) userEl.nextElementSibling.remove();
+    streamAnswer(newAnswer(), api.edit(userEl.dataset.messageId, content));
+  });
+}
+
+view.messages.addEventListener("click", (event) => {
+  const control = event.target.closest("button");
+  const el = control?.closest(".message");
+  if (!el || control.disabled) return;
+  if (control.classList.contains("copy-answer")) copyWithFeedback(control, msg.textOf(el));
+  else if (control.classList.contains("edit")) startEdit(el);
+  else if (control.classList.contains("regenerate") || control.classList.contains("retry")) regenerate();
+  else if (control.classList.contains("continue") && !active) {
+    streamAnswer(el, api.continueAnswer(el.dataset.messageId), { baseText: msg.textOf(el) });
+  }
+});
+
+// --- composer and keys ---
+function resizeComposer() {
+  view.composer.style.height = "auto";
+  view.composer.style.height = `${view.composer.scrollHeight}px`;
+}
+view.composer.addEventListener("input", resizeComposer);
+view.composer.addEventListener("keydown", (event) => {
+  // isComposing: Enter that confirms an input-method candidate (CJK) must not send.
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    send();
+  }
+});
+view.form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
+view.stop.addEventListener("click", () => active?.stop(api.stop));
+view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
+
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape" || event.defaultPrevented) return;
+  if (active) {
+    event.preventDefault();
+    active.stop(api.stop);
+  } else {
+    sidebar.closeDrawer({ focusToggle: true });
+  }
+});
+
+auth.start();

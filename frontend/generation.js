@@ -1,0 +1,122 @@
+// One answer being streamed: its AbortController, its text, and how much of it was painted.
+// Kept free of the DOM so the accounting that Stop relies on can be tested under node.
+import { payloadOf, readEvents } from "./stream.js";
+import { STATUS } from "./vocabulary.js";
+
+/** How an answer ended when no `done` event said so. */
+export const ENDING = Object.freeze({
+  REFUSED: "refused", // the request was answered with a JSON error before any stream
+  LOST: "connection_lost", // the stream ended without `done`
+});
+
+export class Generation {
+  /**
+   * @param {object} options
+   * @param {string} [options.baseText] text already in the message (Continue appends to it)
+   * @param {(text: string) => void} options.paint writes the plain text to the screen
+   * @param {(paint: () => void) => {schedule(): void, cancel(): void}} options.createPainter
+   *   decides when `paint` may run (at most once a frame, never while hidden)
+   * @param {(start: object) => void} [options.onStart]
+   */
+  constructor({ baseText = "", paint, createPainter, onStart = () => {} }) {
+    this.controller = new AbortController();
+    this.baseText = baseText;
+    this.text = ""; // every delta of this generation, appended the moment it arrives
+    this.chars = 0; // code points in this.text
+    this.paintedLength = 0; // this.text.length when it was last painted
+    this.paintedChars = 0; // code points of this.text the user has seen
+    this.start = null;
+    this.done = null;
+    this.error = null;
+    this.stopped = false;
+    this.onStart = onStart;
+    this.painter = createPainter(() => {
+      this.paintedLength = this.text.length;
+      this.paintedChars = this.chars;
+      paint(this.baseText + this.text);
+    });
+  }
+
+  get id() {
+    return this.start?.generation_id ?? null;
+  }
+
+  /**
+   * Opens the stream with `open(signal)` (which resolves to the Response or rejects with the
+   * API's error) and reads it to the end. Resolves to the outcome; never rejects.
+   */
+  async run(open) {
+    try {
+      let response;
+      try {
+        response = await open(this.controller.signal);
+      } catch (error) {
+        if (this.stopped) return this.outcome();
+        return { ending: ENDING.REFUSED, error, status: STATUS.FAILED, text: this.baseText };
+      }
+      try {
+        for await (const event of readEvents(response)) this.#handle(event);
+      } catch {
+        // An aborted or broken read: Stop or "connection lost" below tells which.
+      }
+      return this.outcome();
+    } finally {
+      this.painter.cancel();
+    }
+  }
+
+  #handle(event) {
+    const payload = payloadOf(event);
+    if (payload === undefined || payload === null) return;
+    switch (event.event) {
+      case "start":
+        this.start = payload;
+        this.onStart(payload);
+        break;
+      case "delta":
+        if (typeof payload.text === "string" && payload.text !== "") {
+          this.text += payload.text;
+          // Deltas are whole JSON strings, so counting each one alone never splits a pair.
+          this.chars += Array.from(payload.text).length;
+          this.painter.schedule();
+        }
+        break;
+      case "error":
+        this.error = payload;
+        break;
+      case "done":
+        this.done = payload;
+        break;
+      default:
+        break;
+    }
+  }
+
+  /**
+   * The user pressed Stop: keep exactly what was painted and tell the server how much that
+   * was. Returns the number of code points reported, or null when there was nothing to stop.
+   */
+  stop(sendStop) {
+    if (this.stopped || this.done) return null;
+    this.stopped = true;
+    const seen = this.paintedChars;
+    this.painter.cancel();
+    this.controller.abort();
+    // Without a generation id the server has not started; the abort alone ends the request.
+    if (this.id !== null) Promise.resolve(sendStop(this.id, seen)).catch(() => {});
+    return seen;
+  }
+
+  outcome() {
+    const common = { start: this.start, done: this.done, error: this.error };
+    if (this.done) {
+      return { ...common, status: this.done.status, text: this.baseText + this.text };
+    }
+    if (this.stopped) {
+      const seen = this.text.slice(0, this.paintedLength);
+      return { ...common, status: STATUS.STOPPED, text: this.baseText + seen };
+    }
+    const ending = this.error ? undefined : ENDING.LOST;
+    return { ...common, ending, status: STATUS.FAILED, text: this.baseText + this.text };
+  }
+}

@@ -1,0 +1,209 @@
+// The message list's DOM: one <article class="message"> per message, its state line, its
+// quiet meta line (TTFT, tokens) and its buttons, shown or hidden by refreshActions().
+import { renderMarkdown } from "./render.js";
+import { STATUS } from "./vocabulary.js";
+
+const texts = new WeakMap(); // element -> the message's raw text (what Copy copies)
+
+const STATE_LABELS = {
+  [STATUS.STREAMING]: "Writing…",
+  [STATUS.STOPPED]: "Stopped",
+  [STATUS.TRUNCATED]: "Cut short at the length limit",
+  [STATUS.FAILED]: "Failed",
+};
+
+function button(className, text, label) {
+  const el = document.createElement("button");
+  el.type = "button";
+  el.className = className;
+  el.textContent = text;
+  if (label) el.setAttribute("aria-label", label);
+  return el;
+}
+
+/** A new message element; `message` has the API's shape (id may be null for a fresh one). */
+export function createMessage({ id = null, role, status = STATUS.COMPLETED, content = "" }) {
+  const el = document.createElement("article");
+  el.className = "message";
+  el.dataset.role = role;
+  el.dataset.status = status;
+  el.dataset.messageId = id === null ? "" : String(id);
+  el.setAttribute("aria-label", role === "user" ? "You said" : "Assistant answered");
+
+  const body = document.createElement("div");
+  body.className = "message-content";
+  const state = document.createElement("p");
+  state.className = "message-state";
+  const meta = document.createElement("p");
+  meta.className = "message-meta";
+  const actions = document.createElement("div");
+  actions.className = "message-actions";
+  if (role === "user") {
+    actions.append(button("edit", "Edit", "Edit message"));
+  } else {
+    actions.append(
+      button("copy-answer", "Copy", "Copy answer"),
+      button("regenerate", "Regenerate", "Regenerate answer"),
+      button("continue", "Continue", "Continue answer"),
+      button("retry", "Retry", "Retry answer"),
+    );
+  }
+  el.append(body, state, meta, actions);
+  setText(el, content);
+  return el;
+}
+
+export const textOf = (el) => texts.get(el) ?? "";
+export const contentOf = (el) => el.querySelector(".message-content");
+
+/** Final text: Markdown for answers (rendered once, here), plain text for what the user typed. */
+export function setText(el, text) {
+  texts.set(el, text);
+  const body = contentOf(el);
+  if (el.dataset.role === "assistant" && el.dataset.status !== STATUS.STREAMING) {
+    body.classList.add("markdown");
+    body.replaceChildren(renderMarkdown(text));
+  } else {
+    body.classList.remove("markdown");
+    body.textContent = text;
+  }
+}
+
+/** Streaming: plain text only, and the region asks screen readers to wait for the end. */
+export function beginStreaming(el) {
+  el.dataset.status = STATUS.STREAMING;
+  delete el.dataset.error;
+  const body = contentOf(el);
+  body.classList.remove("markdown");
+  body.textContent = textOf(el);
+  body.setAttribute("aria-live", "polite");
+  body.setAttribute("aria-busy", "true");
+  setState(el, STATE_LABELS[STATUS.STREAMING]);
+  setMeta(el, null);
+}
+
+export function paintStreaming(el, text) {
+  contentOf(el).textContent = text;
+}
+
+export function setState(el, text) {
+  const state = el.querySelector(".message-state");
+  state.textContent = text || "";
+  state.hidden = !text;
+}
+
+export function stateLabel(status) {
+  return STATE_LABELS[status] || "";
+}
+
+/** The quiet figures: time to first token and tokens generated. */
+export function setMeta(el, figures) {
+  const parts = [];
+  if (figures?.ttftMs !== null && figures?.ttftMs !== undefined) parts.push(`TTFT ${Math.round(figures.ttftMs)} ms`);
+  if (figures?.tokens !== null && figures?.tokens !== undefined) parts.push(`${figures.tokens} tokens`);
+  const meta = el.querySelector(".message-meta");
+  meta.textContent = parts.join(" · ");
+  meta.hidden = parts.length === 0;
+}
+
+/** Ends an answer: status, text rendered once, state line, figures. */
+export function finishMessage(el, { status, text, state, error, figures }) {
+  el.dataset.status = status;
+  if (error) el.dataset.error = error;
+  else delete el.dataset.error;
+  setText(el, text);
+  // Still live from streaming: no longer busy, so screen readers read the final answer once.
+  if (contentOf(el).hasAttribute("aria-busy")) contentOf(el).setAttribute("aria-busy", "false");
+  setState(el, state ?? stateLabel(status));
+  setMeta(el, figures);
+}
+
+/** A message from GET .../messages. */
+export function messageFromApi(message) {
+  const el = createMessage(message);
+  if (message.role === "assistant") {
+    setState(el, stateLabel(message.status));
+    setMeta(el, message.generation && {
+      ttftMs: message.generation.ttft_ms,
+      tokens: message.generation.output_tokens,
+    });
+  } else {
+    setState(el, "");
+    setMeta(el, null);
+  }
+  return el;
+}
+
+/** Which buttons each message offers, given its place and whether an answer is streaming. */
+export function refreshActions(container, streaming) {
+  const all = [...container.querySelectorAll(".message")];
+  const last = all.at(-1);
+  for (const el of all) {
+    const isLast = el === last;
+    const status = el.dataset.status;
+    const show = (selector, visible) => {
+      const control = el.querySelector(selector);
+      if (!control) return;
+      control.hidden = !visible;
+      control.disabled = streaming;
+    };
+    if (el.dataset.role === "user") {
+      show(".edit", el.dataset.messageId !== "");
+      continue;
+    }
+    const settled = status !== STATUS.STREAMING;
+    const broken = status === STATUS.FAILED;
+    show(".copy-answer", settled && textOf(el) !== "");
+    show(".regenerate", isLast && settled && !broken);
+    show(".retry", isLast && broken);
+    show(".continue", isLast && status === STATUS.TRUNCATED && el.dataset.messageId !== "");
+    el.querySelector(".copy-answer").disabled = false;
+  }
+}
+
+/**
+ * Edits a user message in place and hands the new text to `submit`; Escape or Cancel puts
+ * things back and returns focus to the Edit button.
+ */
+export function openEditor(userEl, submit) {
+  if (userEl.querySelector(".edit-form")) return;
+  const form = document.createElement("form");
+  form.className = "edit-form";
+  const input = document.createElement("textarea");
+  input.className = "edit-input";
+  input.setAttribute("aria-label", "Edit message");
+  input.value = textOf(userEl);
+  const buttons = document.createElement("div");
+  buttons.className = "edit-buttons";
+  const save = button("edit-save", "Send");
+  save.type = "submit";
+  const cancel = button("edit-cancel", "Cancel");
+  buttons.append(save, cancel);
+  form.append(input, buttons);
+  userEl.classList.add("editing");
+  contentOf(userEl).after(form);
+  input.focus();
+  const close = () => {
+    form.remove();
+    userEl.classList.remove("editing");
+  };
+  cancel.addEventListener("click", () => {
+    close();
+    userEl.querySelector(".edit").focus();
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.stopPropagation(); // Escape closes the editor; it is not a Stop
+      cancel.click();
+    } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!input.value.trim()) return;
+    close(); // first, so the focus it held can move to Stop
+    submit(input.value);
+  });
+}

@@ -1,0 +1,194 @@
+// The conversation list: newest first, searchable, with rename and delete on each item.
+import { api } from "./api.js";
+
+const UNTITLED = "New conversation";
+// Drawn, not emoji: emoji fonts are missing on many systems and would show empty boxes.
+const ICONS = {
+  rename: '<svg viewBox="0 0 16 16" width="16" height="16" aria-hidden="true" focusable="false"><path d="M11 2l3 3-8 8H3v-3z" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"/></svg>',
+  delete: '<svg viewBox="0 0 16 16" width="16" height="16" aria-hidden="true" focusable="false"><path d="M3 4h10M6 4V2.5h4V4M4.5 4l.7 9.5h5.6l.7-9.5" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"/></svg>',
+};
+const SEARCH_DELAY_MS = 250;
+
+/**
+ * @param {object} hooks
+ * @param {(id: number) => void} hooks.open the user picked a conversation
+ * @param {(id: number) => void} hooks.deleted a conversation is gone
+ * @param {(error: Error) => void} hooks.failed an API call failed
+ * @param {(text: string) => void} hooks.announce tell screen readers
+ */
+export function createSidebar({ open, deleted, failed, announce }) {
+  const list = document.getElementById("conversation-list");
+  const search = document.getElementById("conversation-search");
+  const more = document.getElementById("more-conversations");
+  const empty = document.getElementById("conversation-empty");
+  let current = null;
+  let query = "";
+  let page = 1;
+  let searchTimer = 0;
+  let generation = 0; // newer requests win: a slow answer to an old search must not land
+
+  function item(conversation) {
+    const li = document.createElement("li");
+    li.dataset.conversationId = String(conversation.id);
+    const link = document.createElement("button");
+    link.type = "button";
+    link.className = "conversation-open";
+    link.textContent = conversation.title || UNTITLED;
+    link.addEventListener("click", () => open(conversation.id));
+    const rename = document.createElement("button");
+    rename.type = "button";
+    rename.className = "conversation-rename icon";
+    rename.setAttribute("aria-label", "Rename conversation");
+    rename.title = "Rename";
+    rename.innerHTML = ICONS.rename;
+    rename.addEventListener("click", () => startRename(li, conversation));
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "conversation-delete icon";
+    remove.setAttribute("aria-label", "Delete conversation");
+    remove.title = "Delete";
+    remove.innerHTML = ICONS.delete;
+    remove.addEventListener("click", () => removeConversation(li, conversation));
+    li.append(link, rename, remove);
+    markCurrent(li);
+    return li;
+  }
+
+  function markCurrent(li) {
+    const open = li.querySelector(".conversation-open");
+    if (li.dataset.conversationId === String(current)) open.setAttribute("aria-current", "true");
+    else open.removeAttribute("aria-current");
+  }
+
+  function startRename(li, conversation) {
+    const input = document.createElement("input");
+    input.type = "text";
+    input.className = "conversation-title-input";
+    input.value = conversation.title;
+    input.maxLength = 200;
+    input.setAttribute("aria-label", "Conversation title");
+    const link = li.querySelector(".conversation-open");
+    link.hidden = true;
+    li.prepend(input);
+    input.focus();
+    input.select();
+    let done = false;
+    const finish = async (save) => {
+      if (done) return;
+      done = true;
+      const title = input.value.trim();
+      input.remove();
+      link.hidden = false;
+      link.focus();
+      if (!save || title === conversation.title) return;
+      try {
+        const updated = await api.renameConversation(conversation.id, title);
+        conversation.title = updated.title;
+        link.textContent = updated.title || UNTITLED;
+        announce(`Renamed to ${updated.title || UNTITLED}`);
+        document.dispatchEvent(new CustomEvent("conversation-renamed", { detail: updated }));
+      } catch (error) {
+        failed(error);
+      }
+    };
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        finish(true);
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation(); // Escape here cancels the rename, not a streaming answer
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+  }
+
+  async function removeConversation(li, conversation) {
+    const name = conversation.title || UNTITLED;
+    if (!window.confirm(`Delete “${name}”?`)) return;
+    try {
+      await api.deleteConversation(conversation.id);
+    } catch (error) {
+      failed(error);
+      return;
+    }
+    // Keep keyboard users in the list: focus the neighbour, else the search box.
+    const neighbour = li.nextElementSibling || li.previousElementSibling;
+    li.remove();
+    (neighbour?.querySelector(".conversation-open") || search).focus();
+    empty.hidden = list.children.length > 0;
+    announce(`Deleted ${name}`);
+    deleted(conversation.id);
+  }
+
+  async function load({ append = false } = {}) {
+    const mine = ++generation;
+    try {
+      const result = await api.conversations(query, append ? page + 1 : 1);
+      if (mine !== generation) return;
+      page = result.page;
+      const items = result.results.map(item);
+      // A refresh rebuilds the items: keep keyboard focus on the same control of the same one.
+      const focused = list.contains(document.activeElement) ? document.activeElement : null;
+      const focusedId = focused?.closest("li")?.dataset.conversationId;
+      if (append) list.append(...items);
+      else list.replaceChildren(...items);
+      if (focused && !focused.isConnected) {
+        const again = list.querySelector(`li[data-conversation-id="${focusedId}"] .${focused.classList[0]}`);
+        (again || search).focus();
+      }
+      more.hidden = result.page >= result.num_pages;
+      empty.hidden = list.children.length > 0;
+      empty.textContent = query ? "No conversation matches." : "No conversations yet.";
+    } catch (error) {
+      if (mine === generation) failed(error);
+    }
+  }
+
+  search.addEventListener("input", () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      query = search.value.trim();
+      load();
+    }, SEARCH_DELAY_MS);
+  });
+  search.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      clearTimeout(searchTimer);
+      query = search.value.trim();
+      load();
+    }
+  });
+  more.addEventListener("click", () => load({ append: true }));
+
+  // On a phone the list is a drawer over the chat, opened from the top bar.
+  const toggle = document.getElementById("toggle-sidebar");
+  function closeDrawer({ focusToggle = false } = {}) {
+    if (!document.body.classList.contains("sidebar-open")) return;
+    document.body.classList.remove("sidebar-open");
+    toggle.setAttribute("aria-expanded", "false");
+    if (focusToggle) toggle.focus();
+  }
+  toggle.addEventListener("click", () => {
+    const open = document.body.classList.toggle("sidebar-open");
+    toggle.setAttribute("aria-expanded", String(open));
+    if (open) search.focus();
+  });
+  document.getElementById("close-sidebar").addEventListener("click", () => closeDrawer({ focusToggle: true }));
+
+  return {
+    closeDrawer,
+    refresh: () => load(),
+    setCurrent(id) {
+      current = id;
+      for (const li of list.children) markCurrent(li);
+    },
+    clear() {
+      list.replaceChildren();
+      search.value = "";
+      query = "";
+    },
+  };
+}

@@ -1,0 +1,73 @@
+import assert from "node:assert/strict";
+import { beforeEach, test } from "node:test";
+
+import { api, ApiError, openStream } from "../api.js";
+
+// api.js reads document.cookie and calls fetch: both are stand-ins here.
+let calls;
+let answers;
+globalThis.document = { cookie: "sessionid=s; csrftoken=tok%3D1" };
+globalThis.fetch = async (url, init) => {
+  calls.push({ url, ...init });
+  const next = answers.shift();
+  return typeof next === "function" ? next() : next;
+};
+const jsonResponse = (status, body) =>
+  new Response(body === undefined ? null : JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+
+beforeEach(() => {
+  calls = [];
+  answers = [];
+});
+
+test("unsafe methods carry the CSRF cookie's value; GET does not", async () => {
+  answers.push(jsonResponse(200, { user: { username: "a" } }), jsonResponse(200, { results: [] }));
+  await api.login("a", "b");
+  await api.conversations("x y", 2);
+  assert.equal(calls[0].headers["X-CSRFToken"], "tok=1");
+  assert.equal(calls[0].method, "POST");
+  assert.deepEqual(JSON.parse(calls[0].body), { username: "a", password: "b" });
+  assert.equal(calls[1].headers["X-CSRFToken"], undefined);
+  assert.equal(calls[1].url, "/api/conversations?q=x+y&page=2");
+  assert.equal(calls[1].credentials, "same-origin");
+});
+
+test("an error answer becomes an ApiError with the server's code and message", async () => {
+  answers.push(jsonResponse(409, { error: { code: "nothing_to_regenerate", message: "no answer" } }));
+  await assert.rejects(api.messages(3), (error) => error instanceof ApiError && error.status === 409
+    && error.code === "nothing_to_regenerate" && error.message === "no answer");
+  answers.push(new Response("<html>bad gateway</html>", { status: 502, statusText: "Bad Gateway" }));
+  await assert.rejects(api.messages(3), { status: 502, code: "http_error" });
+});
+
+test("DELETE's 204 is null", async () => {
+  answers.push(new Response(null, { status: 204 }));
+  assert.equal(await api.deleteConversation(4), null);
+  assert.equal(calls[0].method, "DELETE");
+});
+
+test("a stream opens only on an event-stream answer", async () => {
+  const signal = new AbortController().signal;
+  answers.push(new Response("event: start\n\n", { status: 200, headers: { "Content-Type": "text/event-stream" } }));
+  const response = await api.send(5, "hi")(signal);
+  assert.equal(response.status, 200);
+  assert.equal(calls[0].url, "/api/conversations/5/messages");
+  assert.equal(calls[0].signal, signal);
+  assert.equal(calls[0].headers.Accept, "text/event-stream");
+  answers.push(jsonResponse(200, {}));
+  await assert.rejects(openStream("/x", undefined, signal), { code: "not_a_stream" });
+  answers.push(jsonResponse(429, { error: { code: "too_many_streams", message: "slow down" } }));
+  await assert.rejects(api.regenerate(5)(signal), { status: 429 });
+});
+
+test("Stop sends seen_chars and is tried again after a server error, not after a 4xx", async () => {
+  answers.push(jsonResponse(500, undefined), () => { throw new TypeError("network down"); }, jsonResponse(202, { stopping: true }));
+  assert.deepEqual(await api.stop(7, 13), { stopping: true });
+  assert.equal(calls.length, 3);
+  assert.equal(calls[0].url, "/api/generations/7/stop");
+  assert.deepEqual(JSON.parse(calls[2].body), { seen_chars: 13 });
+  calls = [];
+  answers.push(jsonResponse(404, { error: { code: "not_found", message: "no such generation" } }));
+  await assert.rejects(api.stop(8, 0), { status: 404 });
+  assert.equal(calls.length, 1);
+});

@@ -1,0 +1,163 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ENDING, Generation } from "../generation.js";
+import { MESSAGE_STATUSES } from "../vocabulary.js";
+import { controlledStream, settle, sse } from "./helpers.mjs";
+
+const START = { message_id: 12, generation_id: 7, request_id: "r", model: "m" };
+const DONE = {
+  generation_id: 7, message_id: 12, finish_reason: "stop", status: "completed",
+  usage: { prompt_tokens: 3, completion_tokens: 5 }, ttft_ms: 42.5,
+};
+
+/** A Generation over a hand-fed stream, with a painter the test triggers (one call = one frame). */
+function setUp({ baseText = "" } = {}) {
+  const painted = [];
+  const stops = [];
+  let painter;
+  let feed;
+  const generation = new Generation({
+    baseText,
+    paint: (text) => painted.push(text),
+    createPainter: (paint) => {
+      painter = { scheduled: 0, cancelled: false, schedule() { this.scheduled += 1; }, cancel() { this.cancelled = true; }, paint };
+      return painter;
+    },
+  });
+  const outcome = generation.run(async (signal) => {
+    feed = controlledStream(signal);
+    return new Response(feed.stream, { headers: { "Content-Type": "text/event-stream" } });
+  });
+  const sendStop = (id, seen) => { stops.push([id, seen]); return Promise.resolve(); };
+  return { generation, outcome, painted, stops, sendStop, feed: () => feed, painter: () => painter };
+}
+
+test("every delta is in the text the moment it arrives, painted or not", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "Hel" }));
+  await settle();
+  assert.equal(t.generation.text, "Hel");
+  t.feed().push(sse("delta", { text: "lo" }) + sse("delta", { text: " 👋" }));
+  await settle();
+  assert.equal(t.generation.text, "Hello 👋");
+  assert.equal(t.painted.length, 0, "nothing painted until a frame comes");
+  assert.ok(t.painter().scheduled >= 3);
+  t.painter().paint();
+  assert.deepEqual(t.painted, ["Hello 👋"]);
+  t.feed().push(sse("done", DONE));
+  t.feed().close();
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "completed");
+  assert.equal(outcome.text, "Hello 👋");
+  assert.deepEqual(outcome.done, DONE);
+  assert.deepEqual(outcome.start, START);
+  assert.equal(t.painter().cancelled, true);
+});
+
+test("Stop keeps what was painted and reports its code points, not UTF-16 units", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "Hello " }) + sse("delta", { text: "wörld 👋" }));
+  await settle();
+  t.painter().paint(); // the user has now seen "Hello wörld 👋"
+  t.feed().push(sse("delta", { text: " and more 🎉" }));
+  await settle();
+  const seen = t.generation.stop(t.sendStop);
+  assert.equal(seen, Array.from("Hello wörld 👋").length);
+  assert.notEqual(seen, "Hello wörld 👋".length);
+  assert.deepEqual(t.stops, [[7, seen]]);
+  assert.equal(t.generation.controller.signal.aborted, true);
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "stopped");
+  assert.equal(outcome.text, "Hello wörld 👋");
+  assert.equal(t.generation.stop(t.sendStop), null, "a second Stop does nothing");
+  assert.equal(t.stops.length, 1);
+});
+
+test("Stop before anything was painted reports zero", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "unseen" }));
+  await settle();
+  assert.equal(t.generation.stop(t.sendStop), 0);
+  assert.deepEqual(t.stops, [[7, 0]]);
+  assert.equal((await t.outcome).text, "");
+});
+
+test("Continue: the old text stays in front, and only this generation's deltas are counted", async () => {
+  const t = setUp({ baseText: "Once upon a tíme" });
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: ", 世界" }));
+  await settle();
+  t.painter().paint();
+  assert.deepEqual(t.painted, ["Once upon a tíme, 世界"]);
+  assert.equal(t.generation.stop(t.sendStop), 4);
+  assert.equal((await t.outcome).text, "Once upon a tíme, 世界");
+});
+
+test("Stop before the stream starts aborts the request and sends no stop", async () => {
+  const stops = [];
+  const generation = new Generation({ paint() {}, createPainter: () => ({ schedule() {}, cancel() {} }) });
+  const outcome = generation.run((signal) => new Promise((resolve, reject) => {
+    signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError")));
+  }));
+  generation.stop((id, seen) => stops.push([id, seen]));
+  const result = await outcome;
+  assert.equal(result.status, "stopped");
+  assert.equal(result.text, "");
+  assert.deepEqual(stops, []);
+});
+
+test("a stream that ends without done is a lost connection that keeps its text", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "partial" }));
+  t.feed().close();
+  const outcome = await t.outcome;
+  assert.equal(outcome.ending, ENDING.LOST);
+  assert.equal(outcome.status, "failed");
+  assert.equal(outcome.text, "partial");
+});
+
+test("an error event is reported with the failed done that follows it", async () => {
+  const t = setUp();
+  await settle();
+  const error = { code: "upstream_disconnected", message: "the model went away" };
+  t.feed().push(sse("start", START) + sse("delta", { text: "so" }) + sse("error", error)
+    + sse("done", { ...DONE, finish_reason: "error", status: "failed" }));
+  t.feed().close();
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "failed");
+  assert.deepEqual(outcome.error, error);
+  assert.equal(outcome.ending, undefined);
+  assert.equal(outcome.text, "so");
+});
+
+test("Stop after done changes nothing", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "all" }) + sse("done", DONE));
+  await settle();
+  assert.equal(t.generation.stop(t.sendStop), null);
+  t.feed().close();
+  assert.equal((await t.outcome).status, "completed");
+  assert.deepEqual(t.stops, []);
+});
+
+test("a refused request is an outcome, not an exception", async () => {
+  const refusal = Object.assign(new Error("busy"), { status: 429, code: "too_many_streams" });
+  const generation = new Generation({ baseText: "kept", paint() {}, createPainter: () => ({ schedule() {}, cancel() {} }) });
+  const outcome = await generation.run(() => Promise.reject(refusal));
+  assert.equal(outcome.ending, ENDING.REFUSED);
+  assert.equal(outcome.error, refusal);
+  assert.equal(outcome.text, "kept");
+});
+
+test("every status an outcome can carry is in the shared vocabulary", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().close();
+  assert.ok(MESSAGE_STATUSES.includes((await t.outcome).status));
+});

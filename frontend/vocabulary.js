@@ -1,0 +1,8 @@
+// The strings of an answer's life, as common/vocabulary.py spells them; a Python test compares
+// the two lists, so they stay plain literals.
+export const MESSAGE_STATUSES = Object.freeze(["streaming", "completed", "stopped", "truncated", "failed"]);
+export const FINISH_REASONS = Object.freeze(["stop", "length", "content_filter", "cancelled", "error"]);
+
+// Named access (STATUS.STOPPED) without a second copy of the strings.
+export const STATUS = Object.freeze(Object.fromEntries(MESSAGE_STATUSES.map((s) => [s.toUpperCase(), s])));
+export const FINISH = Object.freeze(Object.fromEntries(FINISH_REASONS.map((s) => [s.toUpperCase(), s])));

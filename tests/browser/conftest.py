@@ -1,0 +1,95 @@
+"""A real browser (Debian's Chromium, driven by Playwright) against the real stack on loopback:
+nginx in front of daphne, with either the stand-in upstream or the real inference service."""
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from stack import nginx
+from tests import factories, servers
+from tests.fakes.upstream import FakeUpstream, Script
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# Run as root in CI; without the networking flags Chromium keeps trying to reach the internet.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PASSWORD = "a-long-test-password"
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `.ci/run` installs it (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                             headless=True)
+        yield browser
+        browser.close()
+
+
+@contextmanager
+def running_stack(inference_url: str, tmp_dir: Path, **settings):
+    """daphne on the test database, nginx in front serving frontend/; yields the public URL."""
+    daphne_port, public_port = servers.free_port(), servers.free_port()
+    env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": inference_url,
+           "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_LOG_LEVEL": "WARNING",
+           "DJANGO_SECRET_KEY": "browser-test-secret-" + "x" * 40,
+           **{key: str(value) for key, value in settings.items()}}
+    daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(daphne_port),
+              "chatapp.asgi:application"]
+    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstream=f"127.0.0.1:{daphne_port}")
+    config = nginx.render(site, tmp_dir / "nginx")
+    with servers.running(daphne, env=env, ready_url=f"http://127.0.0.1:{daphne_port}/healthz"), \
+            servers.running(nginx.command(config), ready_url=f"http://127.0.0.1:{public_port}/healthz"):
+        yield f"http://127.0.0.1:{public_port}"
+
+
+@pytest.fixture(scope="module")
+def fake_upstream():
+    upstream = FakeUpstream()
+    with servers.uvicorn_in_thread(upstream) as url:
+        upstream.url = url
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def stack_with_fake_upstream(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    with running_stack(fake_upstream.url, tmp_path_factory.mktemp("stack")) as url:
+        yield url
+
+
+@pytest.fixture
+def upstream(fake_upstream):
+    fake_upstream.script = Script()
+    fake_upstream.requests.clear()
+    fake_upstream.hung_up.clear()
+    return fake_upstream
+
+
+@pytest.fixture
+def user(transactional_db):
+    return factories.user(password=PASSWORD)
+
+
+@pytest.fixture
+def page(chromium):
+    context = chromium.new_context(viewport={"width": 1200, "height": 800})
+    page = context.new_page()
+    page.console_errors = []
+    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+    yield page
+    context.close()
+
+
+def sign_in(page, base_url: str, user) -> None:
+    page.goto(base_url + "/")
+    page.fill("#login-form [name=username]", user.username)
+    page.fill("#login-form [name=password]", PASSWORD)
+    page.click("#login-form [type=submit]")
+    page.wait_for_selector("#composer")

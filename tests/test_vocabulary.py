@@ -1,0 +1,23 @@
+"""One vocabulary: the JS front end names statuses and finish reasons exactly as Python does."""
+
+import json
+import re
+from pathlib import Path
+
+from common.vocabulary import FinishReason, MessageStatus
+
+VOCABULARY_JS = Path(__file__).resolve().parent.parent / "frontend" / "vocabulary.js"
+
+
+def js_list(name: str) -> list[str]:
+    match = re.search(rf"export const {name} = Object\.freeze\((\[.*?\])\);", VOCABULARY_JS.read_text(), re.S)
+    assert match, f"{name} is not exported from frontend/vocabulary.js"
+    return json.loads(match.group(1))
+
+
+def test_the_front_end_knows_exactly_the_message_statuses():
+    assert js_list("MESSAGE_STATUSES") == [status.value for status in MessageStatus]
+
+
+def test_the_front_end_knows_exactly_the_finish_reasons():
+    assert js_list("FINISH_REASONS") == [reason.value for reason in FinishReason]
