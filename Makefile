@@ -20,8 +20,14 @@ $(INSTALLED): pyproject.toml
 run: install
 	$(PYTHON) -m stack
 
-test: install
+test: install frontend/node_modules
+	cd frontend && node --test tests/
 	$(PYTHON) -m pytest
+
+# The front end's dev dependencies (the import-graph check in its tests); vendor/ is committed.
+frontend/node_modules: frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 bench: install
 	$(PYTHON) -m benchmarks

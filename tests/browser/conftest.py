@@ -19,17 +19,24 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 PASSWORD = "a-long-test-password"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
+    """One browser per module: Playwright's sync API runs an event loop in the main thread for
+    as long as it lives, which the asyncio tests elsewhere must not find running."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `.ci/run` installs it (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                                             headless=True)
-        yield browser
-        browser.close()
+    # These tests use the ORM in that thread; nothing here runs concurrently with it.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                                 headless=True)
+            yield browser
+            browser.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
 
 
 @contextmanager

@@ -1,0 +1,37 @@
+"""Scripts put into the page before it loads, to measure what the user would see."""
+
+# Counts animation frames and records, once per frame, how long the streaming answer is, and
+# how many paints the app made; catches any script that model output might run.
+FRAME_PROBE = """
+window.__frames = 0;
+window.__growth = [];
+window.__longestTask = 0;
+const tick = () => {
+  window.__frames += 1;
+  const streaming = document.querySelector('.message[data-role="assistant"][data-status="streaming"] .message-content');
+  if (streaming) window.__growth.push(streaming.textContent.length);
+  requestAnimationFrame(tick);
+};
+requestAnimationFrame(tick);
+try {
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) window.__longestTask = Math.max(window.__longestTask, entry.duration);
+  }).observe({ type: "longtask", buffered: true });
+} catch (error) {}
+"""
+
+
+def last_answer(page):
+    return page.locator('#messages .message[data-role="assistant"]').last
+
+
+def send(page, text: str) -> None:
+    page.evaluate("window.chatappStats.paints = 0; window.__frames = 0; window.__growth = [];")
+    page.fill("#composer", text)
+    page.press("#composer", "Enter")
+
+
+def wait_for_end(page, timeout_ms: int = 120_000) -> None:
+    page.wait_for_selector('#messages .message[data-role="assistant"]:not([data-status="streaming"])',
+                           timeout=timeout_ms)
+    page.wait_for_function("document.body.dataset.streaming === 'false'", timeout=timeout_ms)
