@@ -7,8 +7,9 @@ import { copyWithFeedback, createFramePainter } from "./render.js";
 import { createSidebar } from "./sidebar.js";
 import { STATUS } from "./vocabulary.js";
 
-// For end-to-end tests: paints per streamed answer can be compared with animation frames.
-window.chatappStats = { paints: 0 };
+// For end-to-end tests and the browser benchmark: paints per streamed answer (to compare with
+// animation frames) and how long the final Markdown render of the last answer took.
+window.chatappStats = { paints: 0, finalRenderMs: null };
 document.body.dataset.streaming = "false";
 
 const $ = (id) => document.getElementById(id);
@@ -218,10 +219,12 @@ function finishAnswer(el, outcome) {
   if (ending === ENDING.LOST) state = "Connection lost; the text so far is kept.";
   else if (error) state = `Failed: ${error.message || error.code}`;
   const follow = nearBottom();
+  const started = performance.now();
   msg.finishMessage(el, {
     status, text: outcome.text, state, error: ending || error?.code,
     figures: done && { ttftMs: done.ttft_ms, tokens: done.usage?.completion_tokens },
   });
+  window.chatappStats.finalRenderMs = performance.now() - started;
   msg.refreshActions(view.messages, active !== null);
   if (follow) scrollToBottom();
   announce(status === STATUS.COMPLETED ? "Answer complete." : `Answer: ${state}`);

@@ -2,13 +2,11 @@
 nginx in front of daphne, with either the stand-in upstream or the real inference service."""
 
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from stack import nginx
 from tests import factories, servers
 from tests.fakes.upstream import FakeUpstream, Script
 
@@ -42,18 +40,12 @@ def chromium():
 @contextmanager
 def running_stack(inference_url: str, tmp_dir: Path, **settings):
     """daphne on the test database, nginx in front serving frontend/; yields the public URL."""
-    daphne_port, public_port = servers.free_port(), servers.free_port()
     env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": inference_url,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_LOG_LEVEL": "WARNING",
            "DJANGO_SECRET_KEY": "browser-test-secret-" + "x" * 40,
            **{key: str(value) for key, value in settings.items()}}
-    daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(daphne_port),
-              "chatapp.asgi:application"]
-    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstream=f"127.0.0.1:{daphne_port}")
-    config = nginx.render(site, tmp_dir / "nginx")
-    with servers.running(daphne, env=env, ready_url=f"http://127.0.0.1:{daphne_port}/healthz"), \
-            servers.running(nginx.command(config), ready_url=f"http://127.0.0.1:{public_port}/healthz"):
-        yield f"http://127.0.0.1:{public_port}"
+    with servers.nginx_and_daphne(env, tmp_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
