@@ -16,6 +16,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "inference": ("benchmarks.inference_bench",
                   "the inference server against HF generate, transformers' continuous batching "
                   "and a static batch"),
+    "browser": ("benchmarks.browser_bench",
+                "the chat page in headless Chromium under a 20,000-token flood"),
+    "relay": ("benchmarks.relay_bench", "relay overhead: daphne vs. a fast stand-in upstream, 1/50/500 streams"),
 }
 
 

@@ -19,8 +19,6 @@ REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 PLOT_PATH = BENCH_DIR / "inference.png"
 MARKDOWN_PATH = REPO_ROOT / "BENCHMARKS.md"
-SECTION_START = "<!-- inference:start -->"
-SECTION_END = "<!-- inference:end -->"
 
 SYSTEM_ORDER = {"hf-generate": 0, "ours": 1, "hf-manager": 2, "static-batch": 3}
 SYSTEM_NAMES = {
@@ -218,12 +216,18 @@ def write_plot(results: Results, path: Path = PLOT_PATH) -> Path:
 
 
 def write_markdown(results: Results, path: Path = MARKDOWN_PATH) -> Path:
-    section = f"{SECTION_START}\n{render_section(results)}\n{SECTION_END}"
+    return write_section("inference", render_section(results), path)
+
+
+def write_section(name: str, body: str, path: Path = MARKDOWN_PATH) -> Path:
+    """Rewrites one benchmark's section of BENCHMARKS.md, between its own markers."""
+    start_marker, end_marker = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    section = f"{start_marker}\n{body}\n{end_marker}"
     if path.exists():
         text = path.read_text()
-        start, end = text.find(SECTION_START), text.find(SECTION_END)
+        start, end = text.find(start_marker), text.find(end_marker)
         if start != -1 and end > start:
-            text = text[:start] + section + text[end + len(SECTION_END):]
+            text = text[:start] + section + text[end + len(end_marker):]
         else:
             text = text.rstrip("\n") + "\n\n" + section + "\n"
     else:

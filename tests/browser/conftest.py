@@ -8,12 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests import factories, servers
+from tests.browser.page_probes import CHROMIUM, CHROMIUM_ARGS
 from tests.fakes.upstream import FakeUpstream, Script
 
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-# Run as root in CI; without the networking flags Chromium keeps trying to reach the internet.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PASSWORD = "a-long-test-password"
 
 

@@ -1,4 +1,11 @@
-"""Scripts put into the page before it loads, to measure what the user would see."""
+"""Debian's Chromium, and scripts put into the page to measure what the user would see."""
+
+import os
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# Run as root in CI; without the networking flags Chromium keeps trying to reach the internet.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 # Counts animation frames and records, once per frame, how long the streaming answer is, and
 # how many paints the app made; catches any script that model output might run.
