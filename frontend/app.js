@@ -150,9 +150,11 @@ view.newConversation.addEventListener("click", async () => {
   }
 });
 
-document.addEventListener("conversation-renamed", ({ detail }) => {
-  if (detail.id === conversationId) view.title.textContent = detail.title || "New conversation";
-});
+const showTitle = (conversation) => {
+  if (conversation.id === conversationId) view.title.textContent = conversation.title || "New conversation";
+};
+document.addEventListener("conversation-renamed", ({ detail }) => showTitle(detail));
+document.addEventListener("conversations-loaded", ({ detail }) => detail.forEach(showTitle));
 
 // --- streaming ---
 const nearBottom = () =>

@@ -128,6 +128,8 @@ export function createSidebar({ open, deleted, failed, announce }) {
       const result = await api.conversations(query, append ? page + 1 : 1);
       if (mine !== generation) return;
       page = result.page;
+      // The open conversation may have been named by its first message: let the page know.
+      document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
       const items = result.results.map(item);
       // A refresh rebuilds the items: keep keyboard focus on the same control of the same one.
       const focused = list.contains(document.activeElement) ? document.activeElement : null;

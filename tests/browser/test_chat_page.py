@@ -31,6 +31,8 @@ def test_an_answer_grows_over_several_paints_then_becomes_highlighted_markdown(c
     assert answer.locator(".message-content strong").inner_text() == "code"
     assert answer.locator("pre code.hljs .hljs-keyword").first.inner_text() == "def"
     assert answer.locator(".copy-code").count() == 1
+    # The first message names the conversation, in the list and in the page's heading.
+    chat.wait_for_function("document.querySelector('#conversation-title').textContent === 'Show me code'")
     assert chat.console_errors == []
 
 
