@@ -27,7 +27,7 @@ PASSWORD = "bench-password-123"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=20_000, help="streamed chunks (default 20000)")
     parser.add_argument("--quick", action="store_true", help="2,000 tokens, for a smoke run")
-    parser.add_argument("--no-publish", action="store_true", help="do not rewrite BENCHMARKS.md")
+    report.add_publish_arguments(parser, "the BENCHMARKS.md section")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +97,7 @@ def _report(args, tokens: int, started: float, figures: dict) -> int:
     verdicts = [f"- **{'PASS' if ok else 'FAIL'}** {text}" for ok, text in targets]
     print("\n".join(lines + verdicts))
     print(f"command: {args.command}")
-    if not args.no_publish and not args.quick:
+    if report.publishing(args, args.quick):
         section = "\n".join([
             "## Browser under a 20,000-token flood", "",
             f"Command: `{args.command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).", "",

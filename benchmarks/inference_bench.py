@@ -97,12 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-references", action="store_true", help="measure the server only")
     parser.add_argument("--strict", action="store_true",
                         help="exit with 1 when a target fails (otherwise verdicts are only shown)")
-    publish = parser.add_mutually_exclusive_group()
-    publish.add_argument("--publish", dest="publish", action="store_true", default=None,
-                         help="write benchmarks/inference.png and the BENCHMARKS.md section "
-                              "(the default, except with --quick)")
-    publish.add_argument("--no-publish", dest="publish", action="store_false",
-                         help="write the results JSON only")
+    report.add_publish_arguments(parser, "benchmarks/inference.png and the BENCHMARKS.md section")
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
@@ -137,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("transformers", "ContinuousBatchingLogger", "httpx"):
         logging.getLogger(name).setLevel(logging.WARNING)
     plan = plan_from(args)
-    publish = (not plan.quick) if args.publish is None else args.publish
+    publish = report.publishing(args, plan.quick)
     logger.info("command: %s", args.command)
 
     import torch

@@ -151,11 +151,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the stand-in's time between two chunks of an answer (default 20)")
     parser.add_argument("--strict", action="store_true",
                         help="exit with 1 when a target fails (otherwise verdicts are only shown)")
-    publish = parser.add_mutually_exclusive_group()
-    publish.add_argument("--publish", dest="publish", action="store_true", default=None,
-                         help="write the BENCHMARKS.md section (the default, except with --quick)")
-    publish.add_argument("--no-publish", dest="publish", action="store_false",
-                         help="write the results JSON only")
+    report.add_publish_arguments(parser, "the BENCHMARKS.md section")
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
@@ -808,7 +804,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     plan = plan_from(args)
-    publish = (not plan.quick) if args.publish is None else args.publish
+    publish = report.publishing(args, plan.quick)
     logger.info("command: %s", args.command)
     raise_open_files_limit()
     started = time.time()

@@ -215,6 +215,19 @@ def write_plot(results: Results, path: Path = PLOT_PATH) -> Path:
     return path
 
 
+def add_publish_arguments(parser, writes: str) -> None:
+    """--publish / --no-publish; unset means publish, except in a quick run."""
+    publish = parser.add_mutually_exclusive_group()
+    publish.add_argument("--publish", dest="publish", action="store_true", default=None,
+                         help=f"write {writes} (the default, except with --quick)")
+    publish.add_argument("--no-publish", dest="publish", action="store_false",
+                         help="write the results JSON only")
+
+
+def publishing(args, quick: bool) -> bool:
+    return (not quick) if args.publish is None else args.publish
+
+
 def write_markdown(results: Results, path: Path = MARKDOWN_PATH) -> Path:
     return write_section("inference", render_section(results), path)
 

@@ -48,8 +48,7 @@ class AnswerStart:
     message: Message
     generation: Generation
     prompt: list[dict]
-    prefix: str = ""  # text the message already holds (continuing a truncated answer)
-    continue_final_message: bool = False
+    continue_final_message: bool = False  # writing on at the end of a truncated answer
     sampling: dict = field(default_factory=dict)
 
 
@@ -81,12 +80,11 @@ def _begin_answer(user, conversation: Conversation, answer: Message | None = Non
     """Writes the streaming answer and its audit row; `answer` is a truncated one to continue."""
     history = list(conversation.messages.all())
     prompt = selectors.prompt_messages(conversation=conversation, history=history)
-    prefix = ""
+    continuing = answer is not None
     if answer is None:
         answer = Message.objects.create(conversation=conversation, role=Message.Role.ASSISTANT,
                                         status=MessageStatus.STREAMING)
     else:
-        prefix = answer.content
         answer.status = MessageStatus.STREAMING
         answer.save(update_fields=["status"])
     generation = Generation.objects.create(
@@ -94,7 +92,7 @@ def _begin_answer(user, conversation: Conversation, answer: Message | None = Non
         sampling=_sampling(), prompt_messages=len(prompt),
     )
     conversation.save()  # touches updated_at: newest first in the list
-    return AnswerStart(answer, generation, prompt, prefix, bool(prefix), _sampling())
+    return AnswerStart(answer, generation, prompt, continuing, _sampling())
 
 
 @transaction.atomic

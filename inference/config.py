@@ -1,6 +1,6 @@
 """The inference service's configuration: one frozen dataclass, read from the environment once."""
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from common import env
@@ -84,6 +84,3 @@ class InferenceConfig:
         known = {f.name for f in fields(cls)}
         values.update({key: value for key, value in overrides.items() if key in known and value is not None})
         return cls(**values)
-
-    def with_changes(self, **changes) -> "InferenceConfig":
-        return replace(self, **changes)

@@ -8,6 +8,7 @@ import sys
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
 
 from chatapp.models import Generation, Message
 from chatapp.sse import SSEParser
@@ -66,7 +67,7 @@ async def test_a_stop_that_arrives_after_the_browser_left_still_counts_as_the_us
 def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversation, upstream):
     upstream.script.chunks = [f" word{i}" for i in range(40)]
     upstream.script.interval_s = 0.1
-    env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": upstream_url(upstream),
+    env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": django_settings.INFERENCE_URL,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40}
     ports = [servers.free_port(), servers.free_port()]
     commands = [[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(p), "chatapp.asgi:application"]
@@ -96,11 +97,6 @@ def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversati
     assert generation.message.content == " word0 word1 word2"[:12]
     assert upstream.hung_up.wait(10)
 
-
-def upstream_url(upstream) -> str:
-    from django.conf import settings
-
-    return settings.INFERENCE_URL
 
 
 def sign_in(client: httpx.Client, user) -> None:
