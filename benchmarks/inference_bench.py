@@ -28,6 +28,7 @@ TARGET_MANAGER_FACTOR = {16: 2.0, 64: 4.0}
 TARGET_ITL_RATIO = 2.0
 TARGET_PEAK_RSS_BYTES = 2.5e9
 TARGET_LEVELS = (16, 64)
+CANCEL_SAMPLING = {"temperature": 0.8, "top_p": 0.95}
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ class Plan:
     static_levels: tuple[int, ...] = (1, 4, 16, 64)
     static_steps: int = 128
     cancel_streams: int = 16
-    cancel_after_chunks: int = 24
-    cancel_max_tokens: int = 192
+    cancel_after_chunks: int = 16
+    cancel_max_tokens: int = 256
     seed: int = 1234
     threads: int = 2
     quick: bool = False
@@ -87,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--levels", help="comma-separated concurrency levels (default 1,4,16,64)")
     parser.add_argument("--requests",
                         help="comma-separated requests per level, one per --levels entry")
+    parser.add_argument("--max-tokens",
+                        help="max_tokens of short and long answers, comma-separated (default 48,192)")
     parser.add_argument("--static-steps", type=int,
                         help="decode steps of the static batch (default 128)")
     parser.add_argument("--seed", type=int, help="seed of the request mix (default 1234)")
@@ -117,6 +120,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
                                            if x in plan.static_levels or x in TARGET_LEVELS))
     elif args.requests:
         raise SystemExit("--requests goes with --levels")
+    if args.max_tokens:
+        short, long = (int(x) for x in args.max_tokens.split(","))
+        plan = replace(plan, short_max_tokens=short, long_max_tokens=long)
     if args.static_steps:
         plan = replace(plan, static_steps=args.static_steps)
     if args.seed is not None:
@@ -200,6 +206,7 @@ def _workload_notes(lists: dict[int, list[BenchRequest]], cancel_list: list[Benc
         "prompt_tokens_min": min(prompts), "prompt_tokens_max": max(prompts),
         "max_tokens_values": sorted({r.max_tokens for r in every}),
         "cancel_streams": len(cancel_list),
+        "cancel_sampling": CANCEL_SAMPLING,
     }
 
 
@@ -261,7 +268,10 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
                for r in requests]
     async with new_client(len(requests), timeout_s) as client:
         before_metrics = await server.metrics(client)
-        tasks = [asyncio.create_task(stream_chat(client, url, model, request, record))
+        # Sampled, not greedy: greedy answers to these prompts end early and alike, which left
+        # no window after the cancel in which every survivor was still decoding.
+        tasks = [asyncio.create_task(stream_chat(client, url, model, request, record,
+                                                 CANCEL_SAMPLING | {"seed": request.index}))
                  for request, record in zip(requests, records)]
         deadline = time.perf_counter() + timeout_s
         while not all(t.done() or len(r.arrivals) >= cancel_after_chunks

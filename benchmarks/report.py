@@ -283,6 +283,11 @@ def render_section(results: Results) -> str:
         f"measurement (flagged ! above {DISTURBED_CORES}).",
         "",
     ]
+    if w.get("cancel_sampling"):
+        sampling = ", ".join(f"{k} {v}" for k, v in w["cancel_sampling"].items())
+        lines += [f"Cancel check: {w['cancel_streams']} short prompts decoding together, sampled "
+                  f"({sampling}, seeded per request) so that the answers run long; after "
+                  f"{p['cancel_after_chunks']} chunks every other stream is cancelled.", ""]
     for run in results.runs:
         rows = [COLUMNS] + _rows(run)
         lines += [f"### {run.label}", "",

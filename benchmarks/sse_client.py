@@ -57,19 +57,23 @@ class SSEParser:
         return line, match.group()
 
 
-def chat_body(model: str, request: BenchRequest) -> dict:
+GREEDY = {"temperature": 0}
+
+
+def chat_body(model: str, request: BenchRequest, sampling: dict = GREEDY) -> dict:
     return {
         "model": model,
         "messages": request.messages,
         "stream": True,
         "max_tokens": request.max_tokens,
-        "temperature": 0,
+        **sampling,
         "stream_options": {"include_usage": True},
     }
 
 
 async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
-                      request: BenchRequest, record: RequestRecord | None = None) -> RequestRecord:
+                      request: BenchRequest, record: RequestRecord | None = None,
+                      sampling: dict = GREEDY) -> RequestRecord:
     """Streams one request into `record` as chunks arrive: a cancelled stream keeps its times."""
     if record is None:
         record = RequestRecord(request.index, request.max_tokens, request.num_prompt_tokens,
@@ -77,7 +81,7 @@ async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
     record.sent_at = time.perf_counter()  # TTFT starts here, before the connection is made
     parser = SSEParser()
     try:
-        async with client.stream("POST", url, json=chat_body(model, request)) as response:
+        async with client.stream("POST", url, json=chat_body(model, request, sampling)) as response:
             if response.status_code != 200:
                 body = (await response.aread()).decode(errors="replace")
                 record.error = f"HTTP {response.status_code}: {body[:300]}"
