@@ -6,6 +6,7 @@ and a pool sized for many concurrent streams. Refusals before the first byte rai
 """
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -65,9 +66,18 @@ def client() -> httpx.AsyncClient:
     return _clients[loop]
 
 
+# How long the end of a finished answer's HTTP body may take to arrive after [DONE]: it is
+# normally in the same read; a peer that lingers longer costs us the connection, not the wait.
+_REUSE_WAIT_SECONDS = 0.25
+
+
 class UpstreamStream:
     def __init__(self, response: httpx.Response):
         self._response = response
+        # Kept across `chunks()` and `aclose()`, so that the body's end can still be read after
+        # [DONE]: only a response read to its end lets httpx put the connection back in the pool.
+        self._raw = response.aiter_raw()
+        self._saw_done = False
 
     @classmethod
     async def open(cls, payload: dict, request_id: str) -> "UpstreamStream":
@@ -92,9 +102,10 @@ class UpstreamStream:
     async def chunks(self) -> AsyncIterator[UpstreamChunk]:
         parser = SSEParser()
         try:
-            async for data in self._response.aiter_raw():
+            async for data in self._raw:
                 for event in parser.feed(data):
                     if event.data.strip() == "[DONE]":
+                        self._saw_done = True
                         return
                     yield _chunk(event.data)
         except httpx.TransportError as error:
@@ -103,7 +114,17 @@ class UpstreamStream:
         raise UpstreamBroken("upstream_disconnected", "the stream ended without [DONE]")
 
     async def aclose(self) -> None:
-        """Closing mid-stream drops the connection, which is how the upstream learns to stop."""
+        """Closing mid-stream drops the connection, which is how the upstream learns to stop.
+
+        After [DONE] the connection goes back to the pool instead, once the body's end is read,
+        so the next answer does not pay for a new one.
+        """
+        if self._saw_done:  # then the body's iterator rests at a yield: ours to go on with
+            with contextlib.suppress(httpx.HTTPError, TimeoutError):
+                async with asyncio.timeout(_REUSE_WAIT_SECONDS):
+                    async for _ in self._raw:
+                        pass  # nothing is expected after [DONE]; whatever comes is dropped
+            await self._raw.aclose()
         await self._response.aclose()
 
 

@@ -20,6 +20,7 @@ def upstream(fake_upstream_server, settings):
     fake, url = fake_upstream_server
     fake.script = Script()
     fake.requests.clear()
+    fake.clients.clear()
     fake.hung_up.clear()
     settings.INFERENCE_URL = url
     return fake

@@ -61,6 +61,15 @@ async def test_the_rows_hold_the_answer_and_a_complete_audit(api, conversation, 
     assert generation.finished_at >= generation.first_token_at
 
 
+async def test_a_finished_answer_leaves_its_upstream_connection_to_the_next(api, conversation, upstream):
+    await read_events(await send(api, conversation))
+    await read_events(await send(api, conversation, "And again?"))
+
+    assert len(upstream.clients) == 2
+    assert upstream.clients[0] == upstream.clients[1]  # the same client port: one connection
+    assert not upstream.hung_up.is_set()
+
+
 async def rows_async(conversation):
     from asgiref.sync import sync_to_async
 

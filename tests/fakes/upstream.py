@@ -29,6 +29,7 @@ class FakeUpstream:
     def __init__(self):
         self.script = Script()
         self.requests: list[tuple[dict, dict]] = []  # (body, headers)
+        self.clients: list[tuple[str, int]] = []  # each request's peer: one port per connection
         self.hung_up = threading.Event()
 
     async def __call__(self, scope, receive, send):
@@ -45,6 +46,7 @@ class FakeUpstream:
                 break
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         self.requests.append((json.loads(body or b"{}"), headers))
+        self.clients.append(tuple(scope["client"]))
         script = self.script
         if script.status != 200:
             payload = json.dumps({"error": {"message": "upstream says no", "type": "server_error",
