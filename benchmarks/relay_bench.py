@@ -269,7 +269,7 @@ def django_env(database: Path, upstream_url: str, plan: Plan) -> dict[str, str]:
         "DJANGO_SECRET_KEY": "relay-benchmark-only-not-a-secret",
         "DJANGO_DEBUG": "0",
         "DJANGO_LOG_LEVEL": "WARNING",
-        # The app's settings give SQLite IMMEDIATE transactions and a busy timeout.
+        # The app's settings give SQLite IMMEDIATE transactions, writers queued per process.
         "DATABASE_URL": f"sqlite:///{database}",
         "REDIS_URL": "",  # the in-memory channel layer: one daphne process, nothing else
         "INFERENCE_URL": upstream_url,
@@ -727,8 +727,9 @@ def render_section(results: dict, runs: list[PathRun], plan: Plan, targets: list
         "(`chatapp.asgi:application`, a signed-in user, one fresh conversation per stream, "
         "`CHAT_MAX_STREAMS_PER_USER=1000`, in-memory channel layer, `DJANGO_LOG_LEVEL=WARNING`, "
         "SQLite in a temporary directory in WAL mode, with the app's own SQLite options: "
-        "IMMEDIATE transactions and a busy timeout, so writers queue for the lock, and daphne "
-        "runs each request's database work in a thread of its own). TTFT: request sent to first content chunk (direct) "
+        "IMMEDIATE transactions whose writers queue on one Python lock per process "
+        "(chatapp/sqlite_queue), and daphne runs each request's database work in a thread of "
+        "its own). TTFT: request sent to first content chunk (direct) "
         "or first `delta` event (through); gap: between two consecutive ones of a stream. "
         "The load generator is a lean asyncio client (benchmarks/relay_client.py: one "
         "keep-alive connection per stream, each network read timed once; httpx, whose pool "
@@ -743,10 +744,11 @@ def render_section(results: dict, runs: list[PathRun], plan: Plan, targets: list
         "it). "
         "The relay's own TTFT is the one it writes in its audit row (`ttft_ms`: the view's "
         "start to the first `delta` written), so the client's TTFT minus it is the time spent "
-        "before the view (middleware, session, user, the conversation lookup) and on the wire; "
+        "before the view (daphne, middleware, session and user) and on the wire; "
         "daphne CPU per event is daphne's CPU time over the content chunks it relayed, request "
         "handling included; upstream connections per stream counts the TCP connections the "
-        "stand-in accepted from daphne (1.00: none is reused).",
+        "stand-in accepted from daphne (1.00: none is reused; a finished answer leaves its "
+        "connection in the pool for the next).",
         "",
     ]
     lines += _markdown_table(COLUMNS, rows(runs))

@@ -13,7 +13,7 @@ import time
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.auth import alogin, alogout, aauthenticate
+from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
@@ -37,7 +37,8 @@ def endpoint(*methods: str, login_required: bool = True):
         async def wrapper(request, *args, **kwargs):
             if request.method not in methods:
                 return error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
-            user = await request.auser()
+            # Session and user in one hand-off to the worker thread (request.auser() takes two).
+            user = await sync_to_async(get_user)(request)
             if login_required and not user.is_authenticated:
                 return error_response(401, "not_authenticated", "sign in first")
             try:
@@ -142,13 +143,20 @@ async def conversation(request, user, conversation_id: int):
     return JsonResponse(conversation_json(found))
 
 
+# The streaming views look their object up inside the one worker-thread call that starts the
+# answer (stream_answer): each hand-off to that thread costs time before the first token.
 @endpoint("GET", "POST")
 async def messages(request, user, conversation_id: int):
-    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     if request.method == "POST":
-        content = services.validate_content(body_of(request).get("content"))
-        return await stream_answer(lambda: services.message_send(user=user, conversation=found,
-                                                                 content=content))
+        body = body_of(request)
+
+        def send():
+            found = selectors.conversation_get(user=user, conversation_id=conversation_id)
+            return services.message_send(user=user, conversation=found,
+                                         content=services.validate_content(body.get("content")))
+
+        return await stream_answer(send)
+    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     listed = await sync_to_async(_messages_of)(found)
     return JsonResponse({"conversation": conversation_json(found), "results": listed})
 
@@ -159,22 +167,26 @@ def _messages_of(conversation) -> list[dict]:
 
 @endpoint("POST")
 async def regenerate(request, user, conversation_id: int):
-    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
-    return await stream_answer(lambda: services.answer_regenerate(user=user, conversation=found))
+    return await stream_answer(lambda: services.answer_regenerate(
+        user=user, conversation=selectors.conversation_get(user=user, conversation_id=conversation_id)))
 
 
 @endpoint("POST")
 async def edit(request, user, message_id: int):
-    found = await sync_to_async(selectors.message_get)(user=user, message_id=message_id)
-    content = services.validate_content(body_of(request).get("content"))
-    return await stream_answer(lambda: services.message_edit_and_resend(user=user, message=found,
-                                                                        content=content))
+    body = body_of(request)
+
+    def edit_and_resend():
+        found = selectors.message_get(user=user, message_id=message_id)
+        return services.message_edit_and_resend(
+            user=user, message=found, content=services.validate_content(body.get("content")))
+
+    return await stream_answer(edit_and_resend)
 
 
 @endpoint("POST")
 async def continue_answer(request, user, message_id: int):
-    found = await sync_to_async(selectors.message_get)(user=user, message_id=message_id)
-    return await stream_answer(lambda: services.answer_continue(user=user, message=found))
+    return await stream_answer(lambda: services.answer_continue(
+        user=user, message=selectors.message_get(user=user, message_id=message_id)))
 
 
 @endpoint("GET")

@@ -61,7 +61,9 @@ except ValueError as error:  # dj-database-url's UnknownSchemeError and ParseErr
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Writers queue for the lock instead of failing with "database is locked" when a
-    # transaction that began reading must upgrade to writing.
+    # transaction that began reading must upgrade to writing; within one process they queue in
+    # Python (chatapp/sqlite_queue), which hands the lock on at once.
+    DATABASES["default"]["ENGINE"] = "chatapp.sqlite_queue"
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     # Tests on SQLite run daphne in a subprocess; a file lets it see the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test.sqlite3")}
@@ -78,14 +80,16 @@ INSTALLED_APPS = [
     "chatapp",
 ]
 
+# Django's standard stack, each class a subclass whose hooks run on the event loop under ASGI
+# instead of a hop to a worker thread apiece (chatapp/middleware.py).
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chatapp.middleware.Security",
+    "chatapp.middleware.Session",
+    "chatapp.middleware.Common",
+    "chatapp.middleware.Csrf",
+    "chatapp.middleware.Authentication",
+    "chatapp.middleware.Messages",
+    "chatapp.middleware.XFrameOptions",
 ]
 
 ROOT_URLCONF = "chatapp.urls"

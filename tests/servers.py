@@ -98,7 +98,7 @@ def shared_database_url() -> str:
     from django.db import connection
 
     settings = connection.settings_dict
-    if settings["ENGINE"].endswith("sqlite3"):
+    if connection.vendor == "sqlite":
         return f"sqlite:///{settings['NAME']}"
     return (f"postgres://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST'] or '127.0.0.1'}:"
             f"{settings['PORT'] or 5432}/{settings['NAME']}")

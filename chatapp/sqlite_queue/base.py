@@ -1,0 +1,63 @@
+"""SQLite whose writers queue in Python, one lock per database file, instead of in SQLite.
+
+Every transaction here begins IMMEDIATE (it takes the file's write lock at once). Left to SQLite,
+a thread that finds the lock taken sleeps in growing steps (up to 100 ms) and tries again, so a
+burst of answer starts, each holding the lock for a few milliseconds, leaves the lock idle
+between a commit and the next waiter's retry and drags on until some time out with "database is
+locked". Threads of one process wait on a Python lock instead and go the moment it is free; other
+processes on the same file (a Celery worker) still meet SQLite's own busy timeout.
+"""
+
+import contextlib
+import threading
+
+from django.db import OperationalError
+from django.db.backends.sqlite3 import base
+
+_writers: dict[str, threading.Lock] = {}
+_writers_guard = threading.Lock()
+
+
+def _writer_lock(name: str) -> threading.Lock:
+    with _writers_guard:
+        return _writers.setdefault(str(name), threading.Lock())
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    _holds_writer_lock = False
+
+    def _start_transaction_under_autocommit(self):
+        lock = _writer_lock(self.settings_dict["NAME"])
+        # As long as SQLite itself would wait, then the same error: a deadlock cannot hang us.
+        if not lock.acquire(timeout=self.settings_dict["OPTIONS"].get("timeout", 5)):
+            raise OperationalError("database is locked (waited for this process's other writers)")
+        self._holds_writer_lock = True
+        try:
+            super()._start_transaction_under_autocommit()
+        except BaseException:
+            self._release_writer_lock()
+            raise
+
+    def _commit(self):
+        with self._then_release_writer_lock():
+            return super()._commit()
+
+    def _rollback(self):
+        with self._then_release_writer_lock():
+            return super()._rollback()
+
+    def _close(self):
+        with self._then_release_writer_lock():
+            return super()._close()
+
+    @contextlib.contextmanager
+    def _then_release_writer_lock(self):
+        try:
+            yield
+        finally:
+            self._release_writer_lock()
+
+    def _release_writer_lock(self):
+        if self._holds_writer_lock:
+            self._holds_writer_lock = False
+            _writer_lock(self.settings_dict["NAME"]).release()
