@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from common.vocabulary import CancelledBy, status_for
 
-from . import services, sse
+from . import selectors, services, sse
 from .inference_client import UpstreamBroken, UpstreamStream
 
 logger = logging.getLogger(__name__)
@@ -120,8 +120,10 @@ class Relay:
         group = stop_group(self.generation.pk)
         await layer.group_add(group, channel)
         try:
-            while (await layer.receive(channel)).get("type") != "generation.stop":
-                pass
+            # A Stop that came before we listened was sent to nobody; its row remembers it.
+            if not await sync_to_async(selectors.stop_requested)(generation_id=self.generation.pk):
+                while (await layer.receive(channel)).get("type") != "generation.stop":
+                    pass
             stop.set()
         finally:
             await asyncio.shield(layer.group_discard(group, channel))

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Q
 
-from common.vocabulary import MessageStatus
+from common.vocabulary import CancelledBy, MessageStatus
 
 from .errors import ApiError, not_found
 from .models import Conversation, Generation, Message
@@ -46,6 +46,11 @@ def generation_get(*, user, generation_id: int) -> Generation:
         return Generation.objects.get(pk=generation_id, user=user)
     except Generation.DoesNotExist:
         raise not_found("generation") from None
+
+
+def stop_requested(*, generation_id: int) -> bool:
+    """The user pressed Stop on this generation (services.generation_stop recorded it)."""
+    return Generation.objects.filter(pk=generation_id, cancelled_by=CancelledBy.USER).exists()
 
 
 def streams_open(*, user) -> int:

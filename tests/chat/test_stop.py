@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from chatapp.models import Generation, Message
 from chatapp.sse import SSEParser
 from tests import servers
-from tests.chat.streams import Browser, names
+from tests.chat.streams import Browser, names, read_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,6 +42,28 @@ async def test_stop_ends_the_stream_and_keeps_only_the_text_the_user_saw(api, co
     assert generation.final_text == "Alpha be"
     assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
     assert generation.stop_seen_chars == 8
+
+
+async def test_a_stop_sent_before_the_relay_listens_still_ends_the_stream_and_frees_the_upstream(
+        api, conversation, upstream):
+    upstream.script.chunks = ["Alpha", " beta"]
+    upstream.script.stall_after = 1  # then silence, until hung up
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+
+    # The view has returned, the stream has not been read: the relay has not subscribed yet, so
+    # the Stop's channel-layer message reaches nobody.
+    stopped = await api.post(f"/api/generations/{generation.pk}/stop", json.dumps({"seen_chars": 0}),
+                             content_type="application/json")
+    events = await asyncio.wait_for(read_events(response), timeout=10)
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    await sync_to_async(generation.refresh_from_db)()
+    assert stopped.status_code == 202
+    assert names(events)[-1] == "done" and events[-1][1]["status"] == "stopped"
+    assert hung_up
+    assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
 
 
 async def test_a_stop_that_arrives_after_the_browser_left_still_counts_as_the_users(
