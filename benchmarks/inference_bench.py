@@ -230,7 +230,7 @@ def _run_server(device_run: DeviceRun, plan: Plan, cache_dir, lists, cancel_list
             server.reset_peak()
             logger.info("[%s] %s at %d streams: %d requests", device_run.label, OURS, level,
                         len(requests))
-            with ForeignLoad([server.process.pid]) as load:
+            with ForeignLoad([server.pid]) as load:
                 result = asyncio.run(run_closed_loop(server.base_url, server.model_name, requests,
                                                      level, OURS))
             result.extra["peak_rss_bytes"] = server.peak_rss_bytes()
@@ -240,7 +240,7 @@ def _run_server(device_run: DeviceRun, plan: Plan, cache_dir, lists, cancel_list
         logger.info("[%s] cancel: %d streams, half cancelled mid-stream", device_run.label,
                     len(cancel_list))
         server.reset_peak()
-        with ForeignLoad([server.process.pid]) as load:
+        with ForeignLoad([server.pid]) as load:
             device_run.cancel = asyncio.run(cancel_experiment(server, cancel_list,
                                                               plan.cancel_after_chunks))
         device_run.cancel["other_cpu_cores"] = load.cores

@@ -39,7 +39,7 @@ from .latency import RequestRecord, spread
 from .machine_load import DISTURBED_CORES, ForeignLoad, _process_ticks
 from .relay_client import Connection
 from .relay_upstream import chunk_text, raise_open_files_limit
-from .server_process import free_port
+from .server_process import ChildProcess, free_port
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ DIRECT, THROUGH = "direct", "through"
 PATH_NAMES = {DIRECT: "direct (stand-in upstream)", THROUGH: "through daphne"}
 USERNAME, PASSWORD = "relay-bench", "relay-bench-password-7193"
 PROMPT = "Say something short."
-READY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -186,61 +185,17 @@ def _child_setup() -> None:
     raise_open_files_limit()
 
 
-class Child:
-    """A server in its own process, its output in a temporary file (a full pipe would stall it)."""
+class Child(ChildProcess):
+    """daphne or the stand-in: killed with SIGKILL with the benchmark, room for many sockets."""
 
     def __init__(self, name: str, command: list[str], env: dict[str, str], ready_url: str):
-        self.name, self.command, self.env, self.ready_url = name, command, env, ready_url
-        self.log = tempfile.NamedTemporaryFile(prefix=f"relay-bench-{name}-", suffix=".log",
-                                               delete=False)
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            self.command, cwd=report.REPO_ROOT, env=self.env, stdout=self.log,
-            stderr=subprocess.STDOUT, preexec_fn=_child_setup if sys.platform == "linux" else None)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n"
-                                   f"{self.log_tail()}")
-            try:
-                if httpx.get(self.ready_url, timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.name} did not answer {self.ready_url} within "
-                           f"{READY_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-    def close(self) -> None:
-        self.stop()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
-
-    def log_tail(self, lines: int = 30) -> str:
-        self.log.flush()
-        return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
+        super().__init__(name, command, env, ready_url, setup=_child_setup, stop_timeout_s=20.0)
 
     def trouble(self) -> dict[str, int]:
         """The log's error lines (exception names and messages, not the traceback frames), with
         how often each came; the access log's 5xx answers count as one kind."""
-        self.log.flush()
         found: dict[str, int] = {}
-        for line in Path(self.log.name).read_text(errors="replace").splitlines():
+        for line in self.log_text().splitlines():
             access = re.match(r'^\S+ - - \[[^]]+\] "[^"]*" (\d{3}) ', line)
             if access:
                 if access.group(1).startswith("5"):
@@ -251,15 +206,6 @@ class Child:
                 key = re.sub(r"^\d{4}-\d\d-\d\d [\d:,]+ ", "", line)[:200]
                 found[key] = found.get(key, 0) + 1
         return dict(sorted(found.items(), key=lambda kv: -kv[1]))
-
-    def peak_rss(self) -> int | None:
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            pass
-        return None
 
 
 def django_env(database: Path, upstream_url: str, plan: Plan) -> dict[str, str]:
@@ -511,7 +457,7 @@ class Bench:
                             path, number, rounds, len(ok), level, report.ms(ttfts["p50"]),
                             report.ms(gaps["p50"]))
                 await asyncio.sleep(0.2)  # the last round's tail (rows, sockets) settles
-        runs[THROUGH].daphne_peak_rss = self.daphne.peak_rss()
+        runs[THROUGH].daphne_peak_rss = self.daphne.peak_rss_bytes()
         return runs[DIRECT], runs[THROUGH]
 
 

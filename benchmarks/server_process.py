@@ -1,4 +1,5 @@
-"""The inference server as a child process: started, awaited, watched for memory, stopped.
+"""Servers as child processes (the inference service, daphne, a stand-in upstream): started,
+awaited, watched for memory, stopped.
 
 Peak memory is the kernel's own high-water mark (VmHWM), reset before each level through
 /proc/PID/clear_refs, so each level reports its own peak rather than the peak so far; when the
@@ -35,48 +36,52 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-class ServerProcess:
-    def __init__(self, env: dict[str, str], port: int | None = None):
-        self.port = port or free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **env, "INFERENCE_PORT": str(self.port)}
+class ChildProcess:
+    """A server in its own process: started, awaited until `ready_url` answers 200, watched for
+    memory, stopped. Its output goes to a temporary file: a pipe nobody reads would stall it."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], ready_url: str,
+                 setup=_die_with_parent, stop_timeout_s: float = 30.0):
+        self.name, self.command, self.env, self.ready_url = name, command, env, ready_url
+        self.setup, self.stop_timeout_s = setup, stop_timeout_s
         self.process: subprocess.Popen | None = None
-        # A temporary file, not a pipe: a pipe nobody reads would stall the server once full.
-        self.log = tempfile.NamedTemporaryFile(prefix="inference-bench-server-", suffix=".log",
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log",
                                                delete=False)
         self.peak_is_per_level = True
-        self.model_name = ""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     # --- life ---
-    def start(self, timeout_s: float = 600.0) -> None:
+    def start(self, timeout_s: float = 60.0, poll_s: float = 0.2) -> httpx.Response:
+        """Returns the first 200 answer of `ready_url`."""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "inference", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            self.command, cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=self.setup if sys.platform == "linux" else None,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.process.returncode}:\n"
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n"
                                    f"{self.log_tail()}")
             try:
-                response = httpx.get(f"{self.base_url}/health", timeout=2.0)
+                response = httpx.get(self.ready_url, timeout=2.0)
                 if response.status_code == 200:
-                    self.model_name = response.json()["model"]
-                    return
+                    return response
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(poll_s)
         self.stop()
-        raise TimeoutError(f"the server was not healthy within {timeout_s:.0f}s:\n"
+        raise TimeoutError(f"{self.name} did not answer {self.ready_url} within {timeout_s:.0f}s:\n"
                            f"{self.log_tail()}")
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.send_signal(signal.SIGINT)  # uvicorn shuts down cleanly on SIGINT
+        self.process.send_signal(signal.SIGINT)  # uvicorn and daphne shut down cleanly on SIGINT
         try:
-            self.process.wait(timeout=30)
+            self.process.wait(timeout=self.stop_timeout_s)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
@@ -86,15 +91,17 @@ class ServerProcess:
         self.log.close()
         Path(self.log.name).unlink(missing_ok=True)
 
-    def log_tail(self, lines: int = 40) -> str:
+    def log_text(self) -> str:
         self.log.flush()
-        text = Path(self.log.name).read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return Path(self.log.name).read_text(errors="replace")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     # --- memory ---
     def reset_peak(self) -> None:
         try:
-            Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
         except OSError:
             self.peak_is_per_level = False
 
@@ -106,12 +113,30 @@ class ServerProcess:
 
     def _status_kib(self, field: str) -> int | None:
         try:
-            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
         except (OSError, ValueError):
             pass
         return None
+
+
+class ServerProcess(ChildProcess):
+    """The inference service."""
+
+    def __init__(self, env: dict[str, str], port: int | None = None):
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        super().__init__(
+            "inference-server",
+            [sys.executable, "-m", "inference", "--host", "127.0.0.1", "--port", str(self.port)],
+            {**os.environ, **env, "INFERENCE_PORT": str(self.port)}, f"{self.base_url}/health")
+        self.model_name = ""
+
+    def start(self, timeout_s: float = 600.0, poll_s: float = 0.5) -> httpx.Response:
+        response = super().start(timeout_s, poll_s)  # healthy only once the model is loaded
+        self.model_name = response.json()["model"]
+        return response
 
     # --- metrics ---
     async def metrics(self, client: httpx.AsyncClient) -> dict[str, float]:
