@@ -105,21 +105,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan_from(args: argparse.Namespace) -> Plan:
     plan = QUICK if args.quick else Plan()
-    if args.levels:
-        levels = tuple(int(x) for x in args.levels.split(","))
-        known = dict(zip(plan.levels, plan.requests))
-        requests = (tuple(int(x) for x in args.requests.split(",")) if args.requests
-                    else tuple(known.get(level, 2 * level) for level in levels))
-        if len(requests) != len(levels):
-            raise SystemExit("--requests needs one count per --levels entry")
+    chosen = report.levels_with_counts(args.levels, args.requests, "requests",
+                                       dict(zip(plan.levels, plan.requests)), lambda level: 2 * level)
+    if chosen:
+        levels, requests = chosen
         # The references always run where a target needs them.
         plan = replace(plan, levels=levels, requests=requests,
                        manager_levels=tuple(x for x in levels
                                             if x in plan.manager_levels or x in TARGET_LEVELS),
                        static_levels=tuple(x for x in levels
                                            if x in plan.static_levels or x in TARGET_LEVELS))
-    elif args.requests:
-        raise SystemExit("--requests goes with --levels")
     if args.max_tokens:
         short, long = (int(x) for x in args.max_tokens.split(","))
         plan = replace(plan, short_max_tokens=short, long_max_tokens=long)

@@ -155,16 +155,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan_from(args: argparse.Namespace) -> Plan:
     plan = QUICK if args.quick else Plan()
-    if args.levels:
-        levels = tuple(int(x) for x in args.levels.split(","))
-        known = dict(zip(plan.levels, plan.rounds))
-        rounds = (tuple(int(x) for x in args.rounds.split(",")) if args.rounds
-                  else tuple(known.get(level, max(1, 100 // level)) for level in levels))
-        if len(rounds) != len(levels):
-            raise SystemExit("--rounds needs one count per --levels entry")
-        plan = replace(plan, levels=levels, rounds=rounds)
-    elif args.rounds:
-        raise SystemExit("--rounds goes with --levels")
+    chosen = report.levels_with_counts(args.levels, args.rounds, "rounds",
+                                       dict(zip(plan.levels, plan.rounds)),
+                                       lambda level: max(1, 100 // level))
+    if chosen:
+        plan = replace(plan, levels=chosen[0], rounds=chosen[1])
     if args.chunks:
         plan = replace(plan, chunks=args.chunks)
     if args.interval_ms is not None:

@@ -224,6 +224,22 @@ def add_publish_arguments(parser, writes: str) -> None:
                          help="write the results JSON only")
 
 
+def levels_with_counts(levels_arg: str | None, counts_arg: str | None, counts_name: str,
+                       known: dict[int, int], default) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """--levels with one count per level (--requests, --rounds): the counts given, else each
+    level's count from `known`, else `default(level)`; None when --levels is absent."""
+    if not levels_arg:
+        if counts_arg:
+            raise SystemExit(f"--{counts_name} goes with --levels")
+        return None
+    levels = tuple(int(x) for x in levels_arg.split(","))
+    counts = (tuple(int(x) for x in counts_arg.split(",")) if counts_arg
+              else tuple(known.get(level, default(level)) for level in levels))
+    if len(counts) != len(levels):
+        raise SystemExit(f"--{counts_name} needs one count per --levels entry")
+    return levels, counts
+
+
 def publishing(args, quick: bool) -> bool:
     return (not quick) if args.publish is None else args.publish
 
