@@ -16,6 +16,18 @@ const SEARCH_DELAY_MS = 250;
  * @param {(error: Error) => void} hooks.failed an API call failed
  * @param {(text: string) => void} hooks.announce tell screen readers
  */
+/** A conversation's icon button: `action` names its icon and its class (conversation-<action>). */
+function iconButton(action, title, onClick) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = `conversation-${action} icon`;
+  button.setAttribute("aria-label", `${title} conversation`);
+  button.title = title;
+  button.innerHTML = ICONS[action];
+  button.addEventListener("click", onClick);
+  return button;
+}
+
 export function createSidebar({ open, deleted, failed, announce }) {
   const list = document.getElementById("conversation-list");
   const search = document.getElementById("conversation-search");
@@ -35,20 +47,8 @@ export function createSidebar({ open, deleted, failed, announce }) {
     link.className = "conversation-open";
     link.textContent = conversation.title || UNTITLED;
     link.addEventListener("click", () => open(conversation.id));
-    const rename = document.createElement("button");
-    rename.type = "button";
-    rename.className = "conversation-rename icon";
-    rename.setAttribute("aria-label", "Rename conversation");
-    rename.title = "Rename";
-    rename.innerHTML = ICONS.rename;
-    rename.addEventListener("click", () => startRename(li, conversation));
-    const remove = document.createElement("button");
-    remove.type = "button";
-    remove.className = "conversation-delete icon";
-    remove.setAttribute("aria-label", "Delete conversation");
-    remove.title = "Delete";
-    remove.innerHTML = ICONS.delete;
-    remove.addEventListener("click", () => removeConversation(li, conversation));
+    const rename = iconButton("rename", "Rename", () => startRename(li, conversation));
+    const remove = iconButton("delete", "Delete", () => removeConversation(li, conversation));
     li.append(link, rename, remove);
     markCurrent(li);
     return li;
