@@ -5,7 +5,8 @@ import functools
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine, loader
@@ -23,19 +24,25 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(default_model_dir(), local_files_only=True)
 
 
-def tiny_model() -> torch.nn.Module:
-    """A randomly initialised two-layer Llama with the real tokenizer's vocabulary, in float64.
+def tiny_model(architecture: str = "llama") -> torch.nn.Module:
+    """A randomly initialised two-layer model with the real tokenizer's vocabulary, in float64.
 
     float64 makes batched and single-sequence arithmetic agree far below any gap between two
-    logits, so greedy tokens must match exactly.
+    logits, so greedy tokens must match exactly. "llama" (the default model's architecture) runs
+    through the engine's fused Llama forward; "qwen2" (biased query/key/value projections) runs
+    through transformers' own forward with the engine's attention.
     """
-    config = LlamaConfig(
+    shape = dict(
         vocab_size=len(tokenizer()), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
         bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=True,
     )
+    config_class, model_class = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    }[architecture]
     torch.manual_seed(0)
-    return LlamaForCausalLM(config).to(torch.float64).eval()
+    return model_class(config_class(**shape)).to(torch.float64).eval()
 
 
 def copy_of(model: torch.nn.Module) -> torch.nn.Module:

@@ -35,10 +35,13 @@ def run_staggered(engine, arrivals, cancels):
     return tokens, reasons
 
 
-def test_a_tiny_model_batched_with_staggered_arrivals_and_cancels_matches_generating_alone():
-    model = models.tiny_model()
+@pytest.mark.parametrize("architecture, fused", [("llama", True), ("qwen2", False)])
+def test_a_tiny_model_batched_with_staggered_arrivals_and_cancels_matches_generating_alone(
+        architecture, fused):
+    model = models.tiny_model(architecture)
     reference = models.copy_of(model)
     engine = models.engine(model, max_running=6, prefill_chunk=16, cache_group_size=4)
+    assert (engine.runner.fused is not None) is fused
     rng = random.Random(7)
     requests = [
         (f"r{i}", [rng.randrange(3, 49152) for _ in range(length)], max_tokens)
