@@ -35,7 +35,7 @@ class InferenceConfig:
     # Prompt tokens per step while other streams decode: prefill_chunk_min plus one per
     # decoding stream, at most prefill_chunk. A long prompt is fed in chunks so that running
     # streams keep their pace: a step then costs at most about twice a plain decode step.
-    prefill_chunk: int = 64
+    prefill_chunk: int = 128
     prefill_chunk_min: int = 16
     # Prompt tokens per step when nothing else is running.
     prefill_chunk_idle: int = 512

@@ -2,8 +2,6 @@
 
 from dataclasses import dataclass
 
-import torch
-
 from common.vocabulary import FinishReason
 
 from .detokenizer import IncrementalDetokenizer

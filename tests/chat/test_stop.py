@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 
-from chatapp.models import Generation, Message
+from chatapp.models import Generation
 from chatapp.sse import SSEParser
 from tests import servers
 from tests.chat.streams import Browser, names, read_events

@@ -84,3 +84,24 @@ def test_freeing_every_row_returns_all_memory():
     assert kv.num_allocated_bytes == 0
     assert kv.num_reserved_tokens == 0
     assert kv.num_used_rows == 0
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_reserved_group_holds_memory_only_for_the_tokens_written_and_reads_as_zeros():
+    shape = CacheShape(num_layers=4, num_kv_heads=4, head_dim=64, dtype=torch.float32,
+                       device=torch.device("cpu"))
+    kv = KVCache(shape, max_tokens=4 * 16384, max_rows=4, group_size=4)
+    before = _resident_bytes()
+
+    slot = kv.allocate(16384)  # a group of 4 rows x 16384 tokens: 256 MiB of keys and values
+    keys, values = kv.layer(slot.group, 0)
+    keys[slot.row, :, :16] = 1.0  # one token page per head of one layer
+
+    assert kv.num_allocated_bytes == 4 * 16384 * shape.bytes_per_token
+    assert float(keys.sum()) == 4 * 16 * 64 and float(values.abs().sum()) == 0.0  # unwritten: zeros
+    assert _resident_bytes() - before < 16 * 2**20
