@@ -33,7 +33,7 @@ class InferenceConfig:
     # Longest prompt + answer; also capped by the model's own context length.
     max_model_len: int = 2048
     # Prompt tokens per step while other streams decode: prefill_chunk_min plus one per
-    # decoding stream, at most prefill_chunk. A long prompt is fed in chunks so that running
+    # running stream, at most prefill_chunk. A long prompt is fed in chunks so that running
     # streams keep their pace: a step then costs at most about twice a plain decode step.
     prefill_chunk: int = 128
     prefill_chunk_min: int = 16

@@ -62,10 +62,12 @@ class Scheduler:
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
         if decoding:
-            # A step's cost is a fixed part plus a part per token: feeding about as many prompt
-            # tokens as there are decode tokens, plus a fixed allowance, keeps a step with a
-            # prompt chunk within about twice a plain decode step.
-            budget = min(self.prefill_chunk, self.prefill_chunk_min + len(decoding))
+            # A step's cost is a fixed part plus a part per token: feeding about one prompt
+            # token per stream, plus a fixed allowance, keeps a step with a prompt chunk within
+            # about twice a plain decode step. Streams still in their prompt count too: when
+            # prompts queue up fewer streams decode, and a budget that shrank with them would
+            # feed the queued prompts slower still.
+            budget = min(self.prefill_chunk, self.prefill_chunk_min + len(self.running))
         else:
             budget = self.prefill_chunk_idle
         for sequence in self.running:

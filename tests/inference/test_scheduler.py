@@ -53,3 +53,18 @@ def test_waiting_requests_join_as_soon_as_a_running_place_frees():
 
     # a finishes at step 3; c is admitted at the top of step 4 and yields its first token there.
     assert joined_at == 4
+
+
+def test_prompts_waiting_for_their_turn_keep_the_prompt_budget_from_shrinking():
+    engine = models.engine(models.tiny_model(), max_running=8, prefill_chunk=64, prefill_chunk_min=4,
+                           prefill_chunk_idle=64)
+    engine.add_request("decoding", [5] * 10, SamplingParams(max_tokens=60))
+    while not engine.step():
+        pass
+    for name in ("x", "y", "z"):
+        engine.add_request(name, list(range(3, 203)), SamplingParams(max_tokens=5))
+
+    chunks = engine.scheduler.schedule()
+
+    fed = sum(len(chunk.token_ids) for chunk in chunks if chunk.sequence.request_id != "decoding")
+    assert fed == 4 + 4  # the allowance plus one per running stream, the three newcomers included
