@@ -17,12 +17,12 @@ from .scheduler import ScheduledChunk
 
 
 class ModelRunner:
-    def __init__(self, model, kv_cache: KVCache, fused: bool = True):
+    def __init__(self, model, kv_cache: KVCache):
         self.model = model
         self.kv_cache = kv_cache
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
-        self.fused = fused_llama.FusedLlama(model) if fused and fused_llama.supports(model) else None
+        self.fused = fused_llama.FusedLlama(model) if fused_llama.supports(model) else None
 
     @torch.inference_mode()
     def run(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
