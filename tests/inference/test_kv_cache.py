@@ -103,5 +103,6 @@ def test_a_reserved_group_holds_memory_only_for_the_tokens_written_and_reads_as_
     keys[slot.row, :, :16] = 1.0  # one token page per head of one layer
 
     assert kv.num_allocated_bytes == 4 * 16384 * shape.bytes_per_token
-    assert float(keys.sum()) == 4 * 16 * 64 and float(values.abs().sum()) == 0.0  # unwritten: zeros
+    # Unwritten places read as zeros; reductions only, so that no full-size temporary is resident.
+    assert float(keys.sum()) == 4 * 16 * 64 and float(values.min()) == float(values.max()) == 0.0
     assert _resident_bytes() - before < 16 * 2**20
