@@ -24,14 +24,14 @@ def _writer_lock(name: str) -> threading.Lock:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    _holds_writer_lock = False
+    _held_writer_lock = None  # this file's writer lock, while a transaction of ours holds it
 
     def _start_transaction_under_autocommit(self):
         lock = _writer_lock(self.settings_dict["NAME"])
         # As long as SQLite itself would wait, then the same error: a deadlock cannot hang us.
         if not lock.acquire(timeout=self.settings_dict["OPTIONS"].get("timeout", 5)):
             raise OperationalError("database is locked (waited for this process's other writers)")
-        self._holds_writer_lock = True
+        self._held_writer_lock = lock
         try:
             super()._start_transaction_under_autocommit()
         except BaseException:
@@ -58,6 +58,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self._release_writer_lock()
 
     def _release_writer_lock(self):
-        if self._holds_writer_lock:
-            self._holds_writer_lock = False
-            _writer_lock(self.settings_dict["NAME"]).release()
+        lock, self._held_writer_lock = self._held_writer_lock, None
+        if lock is not None:
+            lock.release()
