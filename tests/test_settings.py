@@ -27,15 +27,17 @@ def python_sources():
         yield from (REPO_DIR / folder).rglob("*.py")
 
 
-def settings_under(variables: dict[str, str]) -> subprocess.CompletedProcess:
-    """Imports the real settings in a fresh process with exactly these variables set."""
-    script = (
-        "import json, django; from django.conf import settings; django.setup();"
-        "print(json.dumps({'DEBUG': settings.DEBUG, 'CHANNEL_LAYERS': settings.CHANNEL_LAYERS,"
-        "'CACHES': settings.CACHES, 'CELERY_BROKER_URL': settings.CELERY_BROKER_URL,"
-        "'CELERY_TASK_ALWAYS_EAGER': settings.CELERY_TASK_ALWAYS_EAGER,"
-        "'ENGINE': settings.DATABASES['default']['ENGINE']}))"
-    )
+SETTINGS_AS_JSON = (
+    "import json, django; from django.conf import settings; django.setup();"
+    "print(json.dumps({'DEBUG': settings.DEBUG, 'CHANNEL_LAYERS': settings.CHANNEL_LAYERS,"
+    "'CACHES': settings.CACHES, 'CELERY_BROKER_URL': settings.CELERY_BROKER_URL,"
+    "'CELERY_TASK_ALWAYS_EAGER': settings.CELERY_TASK_ALWAYS_EAGER,"
+    "'ENGINE': settings.DATABASES['default']['ENGINE']}))"
+)
+
+
+def settings_under(variables: dict[str, str], script: str = SETTINGS_AS_JSON) -> subprocess.CompletedProcess:
+    """Runs `script` after the real settings in a fresh process with exactly these variables set."""
     environment = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "chatapp.settings", **variables}
     return subprocess.run(
         [sys.executable, "-c", script], cwd=REPO_DIR, env=environment, capture_output=True, text=True
@@ -124,3 +126,16 @@ def test_database_url_selects_postgresql():
     )
 
     assert json.loads(result.stdout)["ENGINE"] == "django.db.backends.postgresql"
+
+
+def test_a_sqlite_database_keeps_a_write_ahead_log_synced_at_checkpoints_not_at_every_commit(tmp_path):
+    pragmas = (
+        "import json, django; django.setup(); from django.db import connection;"
+        "cursor = connection.cursor();"
+        "print(json.dumps([cursor.execute('PRAGMA journal_mode').fetchone()[0],"
+        " cursor.execute('PRAGMA synchronous').fetchone()[0]]))"
+    )
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50,
+                             "DATABASE_URL": f"sqlite:///{tmp_path / 'app.sqlite3'}"}, pragmas)
+
+    assert json.loads(result.stdout) == ["wal", 1]  # synchronous 1 is NORMAL (2, FULL, is the default)
