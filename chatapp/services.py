@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from common.vocabulary import CancelledBy, FinishReason, MessageStatus, status_for
@@ -66,19 +66,27 @@ def validate_content(content) -> str:
     return content
 
 
-def _check_limits(user, conversation: Conversation) -> None:
-    # Locking the user row makes the per-user stream count race-free across processes.
-    get_user_model().objects.select_for_update().get(pk=user.pk)
+def _check_limits(user, conversation: Conversation) -> list[Message]:
+    """Raises 429 or 409 when no answer may start; else the conversation's messages, read under the lock."""
+    if connection.features.has_select_for_update:
+        # Locking the user row makes the per-user stream count race-free across processes.
+        # (SQLite has no row locks: every transaction of ours there takes the file's write lock.)
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
     if selectors.streams_open(user=user) >= settings.CHAT_MAX_STREAMS_PER_USER:
         raise ApiError(429, "too_many_streams",
                        f"at most {settings.CHAT_MAX_STREAMS_PER_USER} answers may stream at once")
-    if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
-        raise ApiError(409, "conversation_busy", "an answer is still streaming in this conversation")
-
-
-def _begin_answer(user, conversation: Conversation, answer: Message | None = None) -> AnswerStart:
-    """Writes the streaming answer and its audit row; `answer` is a truncated one to continue."""
     history = list(conversation.messages.all())
+    if any(message.status == MessageStatus.STREAMING for message in history):
+        raise ApiError(409, "conversation_busy", "an answer is still streaming in this conversation")
+    return history
+
+
+def _begin_answer(user, conversation: Conversation, history: list[Message],
+                  answer: Message | None = None) -> AnswerStart:
+    """Writes the streaming answer and its audit row; `answer` is a truncated one to continue.
+
+    `history` is the conversation's messages as they are now, `answer` included.
+    """
     prompt = selectors.prompt_messages(conversation=conversation, history=history)
     continuing = answer is not None
     if answer is None:
@@ -91,17 +99,17 @@ def _begin_answer(user, conversation: Conversation, answer: Message | None = Non
         user=user, conversation=conversation, message=answer, model=settings.CHAT_MODEL,
         sampling=_sampling(), prompt_messages=len(prompt),
     )
-    conversation.save()  # touches updated_at: newest first in the list
+    conversation.save(update_fields=["title", "updated_at"])  # newest first in the list
     return AnswerStart(answer, generation, prompt, continuing, _sampling())
 
 
 @transaction.atomic
 def message_send(*, user, conversation: Conversation, content: str) -> AnswerStart:
-    _check_limits(user, conversation)
-    Message.objects.create(conversation=conversation, role=Message.Role.USER, content=content)
+    history = _check_limits(user, conversation)
+    history.append(Message.objects.create(conversation=conversation, role=Message.Role.USER, content=content))
     if not conversation.title:
         conversation.title = content.strip().splitlines()[0][:80]
-    return _begin_answer(user, conversation)
+    return _begin_answer(user, conversation, history)
 
 
 @transaction.atomic
@@ -115,27 +123,26 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerSt
     conversation.messages.filter(created_at=message.created_at, pk__gt=message.pk).delete()
     message.content = content
     message.save(update_fields=["content"])
-    return _begin_answer(user, conversation)
+    return _begin_answer(user, conversation, list(conversation.messages.all()))
 
 
 @transaction.atomic
 def answer_regenerate(*, user, conversation: Conversation) -> AnswerStart:
-    _check_limits(user, conversation)
-    last = conversation.messages.last()
-    if last is None or last.role != Message.Role.ASSISTANT:
+    history = _check_limits(user, conversation)
+    if not history or history[-1].role != Message.Role.ASSISTANT:
         raise ApiError(409, "nothing_to_regenerate", "the conversation does not end with an answer")
-    last.delete()  # its audit rows stay, with the text the user saw
-    return _begin_answer(user, conversation)
+    history.pop().delete()  # its audit rows stay, with the text the user saw
+    return _begin_answer(user, conversation, history)
 
 
 @transaction.atomic
 def answer_continue(*, user, message: Message) -> AnswerStart:
     conversation = message.conversation
-    _check_limits(user, conversation)
-    if message.status != MessageStatus.TRUNCATED or conversation.messages.last().pk != message.pk:
+    history = _check_limits(user, conversation)
+    if message.status != MessageStatus.TRUNCATED or history[-1].pk != message.pk:
         raise ApiError(409, "not_truncated",
                        "only the last answer, cut short at its length limit, can be continued")
-    return _begin_answer(user, conversation, answer=message)
+    return _begin_answer(user, conversation, history, answer=message)
 
 
 # --- ending an answer ---
