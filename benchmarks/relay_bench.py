@@ -225,10 +225,7 @@ import json, sys
 import django
 django.setup()
 from django.contrib.auth import get_user_model
-from django.db import connection
 from chatapp.models import Conversation
-with connection.cursor() as cursor:
-    cursor.execute("PRAGMA journal_mode=WAL")  # readers go on while one writes; kept in the file
 user = get_user_model().objects.create_user(sys.argv[1], password=sys.argv[2])
 Conversation.objects.bulk_create(
     [Conversation(owner=user, title=f"relay bench {i}") for i in range(int(sys.argv[3]))])
@@ -667,10 +664,11 @@ def render_section(results: dict, runs: list[PathRun], plan: Plan, targets: list
         "/api/conversations/<id>/messages on one daphne process running the app "
         "(`chatapp.asgi:application`, a signed-in user, one fresh conversation per stream, "
         "`CHAT_MAX_STREAMS_PER_USER=1000`, in-memory channel layer, `DJANGO_LOG_LEVEL=WARNING`, "
-        "SQLite in a temporary directory in WAL mode, with the app's own SQLite options: "
-        "IMMEDIATE transactions whose writers queue on one Python lock per process "
-        "(chatapp/sqlite_queue), and daphne runs each request's database work in a thread of "
-        "its own). TTFT: request sent to first content chunk (direct) "
+        "SQLite in a temporary directory with the app's own options: WAL with "
+        "synchronous=NORMAL, IMMEDIATE transactions whose writers queue on one Python lock per "
+        "process (chatapp/sqlite_queue); the views' database work runs on the app's database "
+        "threads, 8 by default, each keeping its connection: chatapp/database_threads). "
+        "TTFT: request sent to first content chunk (direct) "
         "or first `delta` event (through); gap: between two consecutive ones of a stream. "
         "The load generator is a lean asyncio client (benchmarks/relay_client.py: one "
         "keep-alive connection per stream, each network read timed once; httpx, whose pool "

@@ -10,7 +10,6 @@ import functools
 import json
 import time
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
@@ -20,6 +19,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from common.vocabulary import CancelledBy
 
 from . import selectors, services
+from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused, UpstreamStream
 from .relay import Relay, stop_group
@@ -30,25 +30,52 @@ def error_response(status: int, code: str, message: str) -> JsonResponse:
 
 
 def endpoint(*methods: str, login_required: bool = True):
-    """Method check, authentication and ApiError handling for an async view."""
+    """A JSON view: it receives the request's user, looked up on a database thread."""
 
     def decorate(view):
         @functools.wraps(view)
-        async def wrapper(request, *args, **kwargs):
-            if request.method not in methods:
-                return error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
-            # Session and user in one hand-off to the worker thread (request.auser() takes two).
-            user = await sync_to_async(get_user)(request)
-            if login_required and not user.is_authenticated:
-                return error_response(401, "not_authenticated", "sign in first")
-            try:
-                return await view(request, user, *args, **kwargs)
-            except ApiError as error:
-                return error_response(error.status, error.code, error.message)
+        async def with_user(request, *args, **kwargs):
+            user = await on_database_thread(user_of)(request, login_required)
+            return await view(request, user, *args, **kwargs)
 
-        return wrapper
+        return _json_errors(methods, with_user)
 
     return decorate
+
+
+def answer_endpoint(start_answer):
+    """A POST whose answer streams: `start_answer(request, user, **url_kwargs)` validates and
+    writes the rows on a database thread, and the user is looked up in that same call (each
+    hand-off to a thread costs time in front of the first token)."""
+
+    @functools.wraps(start_answer)
+    async def streamed(request, *args, **kwargs):
+        return await stream_answer(lambda: start_answer(request, user_of(request), *args, **kwargs))
+
+    return _json_errors(("POST",), streamed)
+
+
+def _json_errors(methods: tuple[str, ...], view):
+    """The method check, and an ApiError raised anywhere in the view as its JSON answer."""
+
+    @functools.wraps(view)
+    async def checked(request, *args, **kwargs):
+        if request.method not in methods:
+            return error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
+        try:
+            return await view(request, *args, **kwargs)
+        except ApiError as error:
+            return error_response(error.status, error.code, error.message)
+
+    return checked
+
+
+def user_of(request, login_required: bool = True):
+    """The session's user (session and user read in one go; request.auser() takes two hand-offs)."""
+    user = get_user(request)
+    if login_required and not user.is_authenticated:
+        raise ApiError(401, "not_authenticated", "sign in first")
+    return user
 
 
 def body_of(request) -> dict:
@@ -114,10 +141,10 @@ async def logout(request, user):
 async def conversations(request, user):
     if request.method == "POST":
         body = body_of(request)
-        created = await sync_to_async(services.conversation_create)(
+        created = await on_database_thread(services.conversation_create)(
             owner=user, title=str(body.get("title", "")), system_prompt=str(body.get("system_prompt", "")))
         return JsonResponse(conversation_json(created), status=201)
-    page = await sync_to_async(_conversation_page)(user, request.GET.get("q", ""), request.GET.get("page", 1))
+    page = await on_database_thread(_conversation_page)(user, request.GET.get("q", ""), request.GET.get("page", 1))
     return JsonResponse(page)
 
 
@@ -129,35 +156,30 @@ def _conversation_page(user, query: str, page) -> dict:
 
 @endpoint("GET", "PATCH", "DELETE")
 async def conversation(request, user, conversation_id: int):
-    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
+    found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     if request.method == "DELETE":
-        await sync_to_async(services.conversation_delete)(conversation=found)
+        await on_database_thread(services.conversation_delete)(conversation=found)
         return JsonResponse({}, status=204)
     if request.method == "PATCH":
         body = body_of(request)
         title, prompt = body.get("title"), body.get("system_prompt")
         if not all(value is None or isinstance(value, str) for value in (title, prompt)):
             raise ApiError(400, "invalid_value", "title and system_prompt must be strings")
-        found = await sync_to_async(services.conversation_update)(
+        found = await on_database_thread(services.conversation_update)(
             conversation=found, title=title, system_prompt=prompt)
     return JsonResponse(conversation_json(found))
 
 
-# The streaming views look their object up inside the one worker-thread call that starts the
-# answer (stream_answer): each hand-off to that thread costs time before the first token.
-@endpoint("GET", "POST")
-async def messages(request, user, conversation_id: int):
-    if request.method == "POST":
-        body = body_of(request)
+async def messages(request, conversation_id: int):
+    """GET lists the conversation's messages; POST sends one, and its answer streams."""
+    view = send_message if request.method == "POST" else message_list
+    return await view(request, conversation_id=conversation_id)
 
-        def send():
-            found = selectors.conversation_get(user=user, conversation_id=conversation_id)
-            return services.message_send(user=user, conversation=found,
-                                         content=services.validate_content(body.get("content")))
 
-        return await stream_answer(send)
-    found = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
-    listed = await sync_to_async(_messages_of)(found)
+@endpoint("GET", "POST")  # a POST goes to send_message; both are named in the 405 answer
+async def message_list(request, user, conversation_id: int):
+    found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
+    listed = await on_database_thread(_messages_of)(found)
     return JsonResponse({"conversation": conversation_json(found), "results": listed})
 
 
@@ -165,33 +187,36 @@ def _messages_of(conversation) -> list[dict]:
     return [message_json(m) for m in conversation.messages.prefetch_related("generations")]
 
 
-@endpoint("POST")
-async def regenerate(request, user, conversation_id: int):
-    return await stream_answer(lambda: services.answer_regenerate(
-        user=user, conversation=selectors.conversation_get(user=user, conversation_id=conversation_id)))
+# The answer views run on a database thread, whole (see answer_endpoint).
+@answer_endpoint
+def send_message(request, user, conversation_id: int) -> services.AnswerStart:
+    content = body_of(request).get("content")
+    found = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    return services.message_send(user=user, conversation=found, content=services.validate_content(content))
 
 
-@endpoint("POST")
-async def edit(request, user, message_id: int):
-    body = body_of(request)
-
-    def edit_and_resend():
-        found = selectors.message_get(user=user, message_id=message_id)
-        return services.message_edit_and_resend(
-            user=user, message=found, content=services.validate_content(body.get("content")))
-
-    return await stream_answer(edit_and_resend)
+@answer_endpoint
+def regenerate(request, user, conversation_id: int) -> services.AnswerStart:
+    found = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    return services.answer_regenerate(user=user, conversation=found)
 
 
-@endpoint("POST")
-async def continue_answer(request, user, message_id: int):
-    return await stream_answer(lambda: services.answer_continue(
-        user=user, message=selectors.message_get(user=user, message_id=message_id)))
+@answer_endpoint
+def edit(request, user, message_id: int) -> services.AnswerStart:
+    content = body_of(request).get("content")
+    found = selectors.message_get(user=user, message_id=message_id)
+    return services.message_edit_and_resend(user=user, message=found, content=services.validate_content(content))
+
+
+@answer_endpoint
+def continue_answer(request, user, message_id: int) -> services.AnswerStart:
+    found = selectors.message_get(user=user, message_id=message_id)
+    return services.answer_continue(user=user, message=found)
 
 
 @endpoint("GET")
 async def generation(request, user, generation_id: int):
-    found = await sync_to_async(selectors.generation_get)(user=user, generation_id=generation_id)
+    found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     return JsonResponse({"id": found.pk, "streaming": found.is_streaming,
                          "finish_reason": found.finish_reason, "cancelled_by": found.cancelled_by})
 
@@ -199,11 +224,11 @@ async def generation(request, user, generation_id: int):
 @endpoint("POST")
 async def stop(request, user, generation_id: int):
     """Stop with the number of characters (code points) of this generation the user saw."""
-    found = await sync_to_async(selectors.generation_get)(user=user, generation_id=generation_id)
+    found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     seen = body_of(request).get("seen_chars")
     if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
         raise ApiError(400, "invalid_value", "seen_chars must be a non-negative integer")
-    if await sync_to_async(services.generation_stop)(generation=found, seen_chars=seen):
+    if await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen):
         # The stream may be held by another daphne process: tell them all.
         await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
     return JsonResponse({"id": found.pk, "stopping": True}, status=202)
@@ -213,12 +238,12 @@ async def stop(request, user, generation_id: int):
 async def stream_answer(start_answer) -> StreamingHttpResponse | JsonResponse:
     """Writes the rows, opens the upstream, and only then starts our stream."""
     started = time.monotonic()
-    start = await sync_to_async(start_answer)()
+    start = await on_database_thread(start_answer)()
     payload = {"model": settings.CHAT_MODEL, "messages": start.prompt, "stream": True,
                "stream_options": {"include_usage": True}, **start.sampling}
     if start.continue_final_message:
         payload["continue_final_message"] = True
-    finish = sync_to_async(services.generation_finish)
+    finish = on_database_thread(services.generation_finish)
     try:
         upstream = await UpstreamStream.open(payload, str(start.generation.request_id))
     except UpstreamRefused as refusal:

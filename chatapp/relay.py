@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
@@ -21,6 +20,7 @@ from django.utils import timezone
 from common.vocabulary import CancelledBy, status_for
 
 from . import selectors, services, sse
+from .database_threads import on_database_thread
 from .inference_client import UpstreamBroken, UpstreamStream
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Relay:
         await layer.group_add(group, channel)
         try:
             # A Stop that came before we listened was sent to nobody; its row remembers it.
-            if not await sync_to_async(selectors.stop_requested)(generation_id=self.generation.pk):
+            if not await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
                 while (await layer.receive(channel)).get("type") != "generation.stop":
                     pass
             stop.set()
@@ -144,7 +144,7 @@ class Relay:
 
     async def _save_partial(self, text: str) -> None:
         try:
-            await sync_to_async(services.generation_save_partial)(generation_id=self.generation.pk, text=text)
+            await on_database_thread(services.generation_save_partial)(generation_id=self.generation.pk, text=text)
         except Exception:  # a failed coarse save must not end the stream; the final save follows
             logger.exception("saving the partial answer of generation %s failed", self.generation.pk)
         finally:
@@ -167,5 +167,5 @@ class Relay:
         await self.upstream.aclose()
         if self._saving is not None:
             await asyncio.wait({self._saving})  # a late partial save must not land after the final one
-        return await sync_to_async(services.generation_finish)(
+        return await on_database_thread(services.generation_finish)(
             generation_id=self.generation.pk, outcome=self.outcome)

@@ -46,6 +46,9 @@ try:
     CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
     # A stream whose partial text has not been saved for this long was interrupted (a crash).
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 120.0, minimum=1)
+    # Threads that run the async views' database work, each with a connection it keeps
+    # (chatapp/database_threads.py): at most this many connections per daphne process.
+    CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
     INFERENCE_CONNECT_TIMEOUT_SECONDS = env.number("INFERENCE_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1)
     # Between two upstream reads; the inference service sends a heartbeat every 15 s while quiet.
     INFERENCE_READ_TIMEOUT_SECONDS = env.number("INFERENCE_READ_TIMEOUT_SECONDS", 60.0, minimum=1)

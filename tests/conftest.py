@@ -1,10 +1,20 @@
 import signal
+import sys
 from contextlib import ExitStack
 
 import pytest
 
 from stack import nginx
 from tests import servers
+
+
+@pytest.fixture(autouse=True)
+def database_threads_close_their_connections_after_each_test():
+    """The async views keep connections on their threads: the test database is dropped at the end."""
+    yield
+    database_threads = sys.modules.get("chatapp.database_threads")  # imported only by app tests
+    if database_threads is not None:
+        database_threads.close_connections()
 
 
 @pytest.fixture(scope="session")

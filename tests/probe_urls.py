@@ -6,5 +6,6 @@ from tests import probe_views
 urlpatterns = [
     path("api/_probe/stream", probe_views.small_events),
     path("api/_probe/echo", probe_views.echo),
+    path("api/_probe/connections", probe_views.connections_opened),
     *app_urlpatterns,
 ]

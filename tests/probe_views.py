@@ -1,11 +1,26 @@
-"""Views that exist only in tests: a paced stream of small events, and a CSRF-guarded POST."""
+"""Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, and
+the count of database connections this process has opened."""
 
 import asyncio
 import json
+import threading
+
+from django.db.backends.signals import connection_created
 
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods
+
+_connections = {"opened": 0}
+_connections_lock = threading.Lock()
+
+
+def _count_connection(sender, connection, **kwargs):
+    with _connections_lock:
+        _connections["opened"] += 1
+
+
+connection_created.connect(_count_connection)
 
 EVENT_COUNT = 40
 EVENT_INTERVAL_S = 0.05
@@ -36,3 +51,9 @@ def echo(request):
     if request.method == "GET":
         return JsonResponse({"ok": True})
     return JsonResponse({"ok": True, "received": json.loads(request.body or b"{}")})
+
+
+async def connections_opened(request):
+    """How many database connections this process has opened so far (it opens none itself)."""
+    with _connections_lock:
+        return JsonResponse(dict(_connections))

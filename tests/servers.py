@@ -104,6 +104,14 @@ def shared_database_url() -> str:
             f"{settings['PORT'] or 5432}/{settings['NAME']}")
 
 
+def sign_in(client, user) -> None:
+    """Signs `user` (made by tests.factories) in on an httpx.Client pointed at the app."""
+    client.get("/api/auth/session")
+    response = client.post("/api/auth/login", json={"username": user.username, "password": "a-long-test-password"},
+                           headers={"X-CSRFToken": client.cookies["csrftoken"]})
+    assert response.status_code == 200
+
+
 @contextmanager
 def nginx_and_daphne(env: dict[str, str], tmp_dir: Path) -> Iterator[str]:
     """The app as users reach it: daphne with `env`, nginx in front serving frontend/."""

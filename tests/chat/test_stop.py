@@ -97,7 +97,7 @@ def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversati
     with servers.running(commands[0], env=env, ready_url=f"http://127.0.0.1:{ports[0]}/healthz"), \
             servers.running(commands[1], env=env, ready_url=f"http://127.0.0.1:{ports[1]}/healthz"):
         holder, other = (httpx.Client(base_url=f"http://127.0.0.1:{p}", timeout=30) for p in ports)
-        sign_in(holder, user)
+        servers.sign_in(holder, user)
         other.cookies = holder.cookies
         token = holder.cookies["csrftoken"]
         with holder.stream("POST", f"/api/conversations/{conversation.pk}/messages",
@@ -118,11 +118,3 @@ def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversati
     assert generation.cancelled_by == "user" and generation.message.status == "stopped"
     assert generation.message.content == " word0 word1 word2"[:12]
     assert upstream.hung_up.wait(10)
-
-
-
-def sign_in(client: httpx.Client, user) -> None:
-    client.get("/api/auth/session")
-    response = client.post("/api/auth/login", json={"username": user.username, "password": "a-long-test-password"},
-                           headers={"X-CSRFToken": client.cookies["csrftoken"]})
-    assert response.status_code == 200

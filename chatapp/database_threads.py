@@ -1,0 +1,66 @@
+"""The database work of the async views and the relay, on a few threads that keep their connections.
+
+Under ASGI, Django runs a request's sync code (`sync_to_async`, thread-sensitive) on a thread
+made for that request, so every request opens a database connection and drops it at the end:
+on PostgreSQL a new session (TCP, authentication, milliseconds), on SQLite a new handle that
+parses the whole schema again before its first query. An answer paid that twice before its
+first token, and 500 answers starting together opened 500 connections. Here that work runs on a
+fixed pool of threads, each keeping its own connection (Django's connections are per thread)
+from one call to the next; a connection that failed and no longer answers is closed, and the
+next call on that thread opens a fresh one.
+
+Each call is one unit of work (a transaction starts and ends inside it): consecutive calls of
+one request may run on different threads.
+"""
+
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+
+_threads = settings.CHAT_DATABASE_THREADS
+_pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="database")
+
+
+def on_database_thread(function):
+    """`function` as a coroutine function that runs it on one of the database threads."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            close_broken_connections()
+
+    return sync_to_async(call, thread_sensitive=False, executor=_pool)
+
+
+def close_broken_connections() -> None:
+    """After a call: a connection that failed and no longer answers is closed, to be reopened."""
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block:
+            connection.close()  # cannot happen through atomic(); never hand a transaction on
+        elif connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False
+            else:
+                connection.close()
+
+
+def close_connections(timeout: float = 30) -> None:
+    """Closes the connections of every database thread (a test database is dropped after this).
+
+    A connection is closed by its own thread: one task per thread, each held at a barrier until
+    all the threads have one, so that no thread takes two.
+    """
+    barrier = threading.Barrier(_threads)
+
+    def close_own():
+        barrier.wait(timeout)
+        connections.close_all()
+
+    for done in wait([_pool.submit(close_own) for _ in range(_threads)], timeout).done:
+        done.result()

@@ -1,0 +1,67 @@
+"""The async views' database work runs on a few threads that keep their connections."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import OperationalError, connection
+
+from chatapp.database_threads import close_broken_connections
+from tests import servers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def signed_in_daphne(user):
+    """A real daphne on the test database (the test client never closes connections) and a
+    client signed in to it."""
+    port = servers.free_port()
+    command, env = servers.daphne_command(port)
+    env |= {"DATABASE_URL": servers.shared_database_url(), "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
+    with servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"), \
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        servers.sign_in(client, user)
+        yield client
+
+
+def connections_opened(client) -> int:
+    return client.get("/api/_probe/connections").json()["opened"]
+
+
+def test_requests_one_after_another_open_at_most_one_connection_per_thread(signed_in_daphne):
+    client = signed_in_daphne
+    before = connections_opened(client)
+
+    statuses = [client.get("/api/conversations").status_code for _ in range(30)]
+
+    assert statuses == [200] * 30
+    assert connections_opened(client) - before <= settings.CHAT_DATABASE_THREADS < 30
+
+
+def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threads(signed_in_daphne):
+    client = signed_in_daphne
+    before = connections_opened(client)
+
+    with ThreadPoolExecutor(max_workers=40) as pool:
+        statuses = list(pool.map(lambda _: client.get("/api/conversations").status_code, range(40)))
+
+    assert statuses == [200] * 40
+    assert connections_opened(client) - before <= settings.CHAT_DATABASE_THREADS < 40
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops a connection")
+def test_a_connection_the_server_dropped_is_closed_so_the_next_call_opens_a_fresh_one():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (dropped,) = cursor.fetchone()
+    with pytest.raises(OperationalError), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        cursor.execute("SELECT 1")
+
+    close_broken_connections()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != dropped
