@@ -44,6 +44,7 @@ class Relay:
         self._gaps: list[float] = []
         self._last_save = started
         self._saving: asyncio.Task | None = None
+        self._first_delta_sent = asyncio.Event()
 
     async def events(self) -> AsyncIterator[bytes]:
         yield sse.event("start", {
@@ -119,18 +120,30 @@ class Relay:
         channel = await layer.new_channel()
         group = stop_group(self.generation.pk)
         await layer.group_add(group, channel)
+        told = asyncio.ensure_future(self._stop_message(layer, channel))
+        first_delta = asyncio.ensure_future(self._first_delta_sent.wait())
         try:
-            # A Stop that came before we listened was sent to nobody; its row remembers it.
-            if not await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
-                while (await layer.receive(channel)).get("type") != "generation.stop":
-                    pass
+            # A Stop that came before we listened was sent to nobody; its row remembers it. The
+            # row is read once the first delta is out, so that the read does not delay it.
+            await asyncio.wait({told, first_delta}, return_when=asyncio.FIRST_COMPLETED)
+            if not told.done() and not await on_database_thread(selectors.stop_requested)(
+                    generation_id=self.generation.pk):
+                await told
             stop.set()
         finally:
+            told.cancel()
+            first_delta.cancel()
             await asyncio.shield(layer.group_discard(group, channel))
+
+    @staticmethod
+    async def _stop_message(layer, channel: str) -> None:
+        while (await layer.receive(channel)).get("type") != "generation.stop":
+            pass
 
     def _sent_delta(self, text: str) -> None:
         now = time.monotonic()
         if self._last_delta_at is None:
+            self._first_delta_sent.set()
             self.outcome.first_token_at = timezone.now()
             self.outcome.ttft_ms = (now - self.started) * 1000
         else:
