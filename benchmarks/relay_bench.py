@@ -650,7 +650,7 @@ def render_section(results: dict, runs: list[PathRun], plan: Plan, targets: list
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']:.0f} GB RAM; Python "
         f"{m['python']}, Django {m['django']}, daphne {m['daphne']}, Twisted {m['twisted']}, "
-        f"httpx {m['httpx']} (daphne's upstream client); load average at start "
+        f"httpx2 {m['httpx2']} (daphne's upstream client); load average at start "
         f"{m['load_average']}. **The load generator (one Python process), the stand-in upstream "
         f"and daphne share these {m['cores']} "
         "cores**, so the figures at the high levels include CPU contention between the three, "
@@ -717,7 +717,7 @@ def machine_notes() -> dict:
         "cpu": report._cpu_model(), "cores": os.cpu_count(), "memory_gb": report._memory_gb(),
         "python": platform.python_version(), "django": installed("django"),
         "daphne": installed("daphne"), "twisted": installed("twisted"),
-        "httpx": installed("httpx"),
+        "httpx2": installed("httpx2"),
         "load_average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "open_files_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "commit": report._commit(),

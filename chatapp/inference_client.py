@@ -1,7 +1,9 @@
 """The client side of any OpenAI-compatible streaming upstream (our service, vLLM, TGI, llama.cpp).
 
-One `httpx.AsyncClient` per process and event loop, with timeouts fit for a slow first token
-and a pool sized for many concurrent streams. Refusals before the first byte raise
+One `httpx2.AsyncClient` per process and event loop, with timeouts fit for a slow first token
+and a pool sized for many concurrent streams. httpx2 is pydantic's maintained fork of httpx,
+with the same API: httpx 0.28's pool scanned every connection for every request, a sixth of
+daphne's time at 50 streams (BENCHMARKS.md). Refusals before the first byte raise
 `UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk iterator.
 """
 
@@ -11,7 +13,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import httpx
+import httpx2
 from django.conf import settings
 
 from common.vocabulary import FinishReason
@@ -49,18 +51,18 @@ class UpstreamChunk:
     usage: dict | None = None
 
 
-_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+_clients: dict[asyncio.AbstractEventLoop, httpx2.AsyncClient] = {}
 
 
-def client() -> httpx.AsyncClient:
+def client() -> httpx2.AsyncClient:
     loop = asyncio.get_running_loop()
     if loop not in _clients:
         for stale in [l for l in _clients if l.is_closed()]:
             del _clients[stale]
-        _clients[loop] = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
+        _clients[loop] = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
                                   connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
-            limits=httpx.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
+            limits=httpx2.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
                                 max_keepalive_connections=100),
         )
     return _clients[loop]
@@ -72,10 +74,10 @@ _REUSE_WAIT_SECONDS = 0.25
 
 
 class UpstreamStream:
-    def __init__(self, response: httpx.Response):
+    def __init__(self, response: httpx2.Response):
         self._response = response
         # Kept across `chunks()` and `aclose()`, so that the body's end can still be read after
-        # [DONE]: only a response read to its end lets httpx put the connection back in the pool.
+        # [DONE]: only a response read to its end lets httpx2 put the connection back in the pool.
         self._raw = response.aiter_raw()
         self._saw_done = False
 
@@ -87,10 +89,10 @@ class UpstreamStream:
         )
         try:
             response = await client().send(request, stream=True)
-        except httpx.TimeoutException as error:
+        except httpx2.TimeoutException as error:
             raise UpstreamRefused(504, "upstream_timeout",
                                   f"the inference service did not answer in time ({error!r})") from error
-        except httpx.TransportError as error:
+        except httpx2.TransportError as error:
             raise UpstreamRefused(502, "upstream_unreachable",
                                   f"the inference service is unreachable ({error!r})") from error
         if response.status_code != 200:
@@ -108,7 +110,7 @@ class UpstreamStream:
                         self._saw_done = True
                         return
                     yield _chunk(event.data)
-        except httpx.TransportError as error:
+        except httpx2.TransportError as error:
             raise UpstreamBroken("upstream_disconnected",
                                  f"the inference service dropped the stream ({error!r})") from error
         raise UpstreamBroken("upstream_disconnected", "the stream ended without [DONE]")
@@ -120,7 +122,7 @@ class UpstreamStream:
         so the next answer does not pay for a new one.
         """
         if self._saw_done:  # then the body's iterator rests at a yield: ours to go on with
-            with contextlib.suppress(httpx.HTTPError, TimeoutError):
+            with contextlib.suppress(httpx2.HTTPError, TimeoutError):
                 async with asyncio.timeout(_REUSE_WAIT_SECONDS):
                     async for _ in self._raw:
                         pass  # nothing is expected after [DONE]; whatever comes is dropped
