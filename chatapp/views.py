@@ -6,10 +6,11 @@ from django.http import FileResponse, Http404, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.static import serve
 
+from .database_threads import on_database_thread
+
 
 async def health(request):
-    """Ready when the app can reach its database."""
-    from asgiref.sync import sync_to_async
+    """Ready when the app can reach its database (on the connection the views' work uses)."""
 
     def database_answers() -> bool:
         with connection.cursor() as cursor:
@@ -17,7 +18,7 @@ async def health(request):
             return cursor.fetchone() == (1,)
 
     try:
-        ok = await sync_to_async(database_answers)()
+        ok = await on_database_thread(database_answers)()
     except Exception as error:  # any database failure means not ready
         return JsonResponse({"status": "unhealthy", "error": str(error)}, status=503)
     return JsonResponse({"status": "ok" if ok else "unhealthy"}, status=200 if ok else 503)
