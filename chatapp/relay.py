@@ -157,7 +157,9 @@ class Relay:
 
     async def _save_partial(self, text: str) -> None:
         try:
-            await on_database_thread(services.generation_save_partial)(generation_id=self.generation.pk, text=text)
+            await on_database_thread(services.generation_save_partial)(
+                generation_id=self.generation.pk, message_id=self.start.message.pk,
+                before=self.start.message.content, text=text)
         except Exception:  # a failed coarse save must not end the stream; the final save follows
             logger.exception("saving the partial answer of generation %s failed", self.generation.pk)
         finally:

@@ -202,17 +202,18 @@ def generation_finish(*, generation_id: int, outcome: Outcome) -> Generation:
     return generation
 
 
-def generation_save_partial(*, generation_id: int, text: str) -> None:
-    """The coarse periodic save while streaming: a crash loses at most one interval."""
+def generation_save_partial(*, generation_id: int, message_id: int, before: str, text: str) -> None:
+    """The coarse periodic save while streaming: a crash loses at most one interval.
+
+    `before` is the answer's text from earlier generations (a continuation's start). Two
+    UPDATEs in one transaction: once the final save has come, the first matches no row and the
+    message is left alone; until it commits, the final save waits for the generation's row.
+    """
     with transaction.atomic():
-        generation = Generation.objects.select_for_update(of=("self",)).select_related("message").get(pk=generation_id)
-        if generation.finished_at is not None:
-            return  # the final save came first
-        generation.final_text = text
-        generation.save(update_fields=["final_text", "saved_at"])
-        if generation.message is not None:
-            generation.message.content = _prefix(generation.message, generation.pk) + text
-            generation.message.save(update_fields=["content"])
+        saved = Generation.objects.filter(pk=generation_id, finished_at=None).update(
+            final_text=text, saved_at=timezone.now())
+        if saved:
+            Message.objects.filter(pk=message_id).update(content=before + text)
 
 
 def _prefix(message: Message, generation_id: int) -> str:

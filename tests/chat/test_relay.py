@@ -168,22 +168,31 @@ async def test_a_quiet_upstream_gets_heartbeats_to_the_browser(api, conversation
     assert text_of(events) == "slow answer"
 
 
+@pytest.mark.parametrize("answer", ["new", "continued"])
 async def test_the_partial_text_is_saved_while_streaming_not_only_at_the_end(
-        api, conversation, upstream, settings):
+        api, conversation, upstream, settings, answer):
     from asgiref.sync import sync_to_async
 
+    earlier = ""
+    if answer == "continued":  # a truncated answer first: its text leads the saved content
+        upstream.script.finish_reason = "length"
+        await read_events(await send(api, conversation))
+        truncated, _ = await rows_async(conversation)
+        earlier, upstream.script.finish_reason = truncated.content, "stop"
     settings.CHAT_SAVE_INTERVAL_SECONDS = 0.1
     upstream.script.chunks = [f"w{i} " for i in range(12)]
     upstream.script.interval_s = 0.05
     seen_while_streaming = []
-    response = await send(api, conversation)
+    response = await (send(api, conversation) if answer == "new" else
+                      api.post(f"/api/messages/{truncated.pk}/continue"))
     async for chunk in response.streaming_content:
         if b"w9 " in chunk:
-            answer, _ = await sync_to_async(rows)(conversation)
-            seen_while_streaming.append((answer.status, answer.content))
+            answer_row, _ = await sync_to_async(rows)(conversation)
+            seen_while_streaming.append((answer_row.status, answer_row.content))
 
     assert seen_while_streaming[0][0] == "streaming"
-    assert seen_while_streaming[0][1].startswith("w0 w1 ")
+    assert seen_while_streaming[0][1].startswith(earlier + "w0 w1 ")
+    assert earlier or answer == "new"
 
 
 async def test_an_answer_past_its_time_limit_is_stopped_and_its_upstream_closed(
