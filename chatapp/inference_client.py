@@ -61,9 +61,9 @@ def client() -> httpx2.AsyncClient:
             del _clients[stale]
         _clients[loop] = httpx2.AsyncClient(
             timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
-                                  connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
+                                   connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
             limits=httpx2.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
-                                max_keepalive_connections=100),
+                                 max_keepalive_connections=100),
         )
     return _clients[loop]
 
