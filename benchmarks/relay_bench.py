@@ -31,6 +31,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -69,6 +70,13 @@ class Plan:
     def conversations(self) -> int:
         return self.warm_up_streams + sum(l * r for l, r in zip(self.levels, self.rounds))
 
+
+DATABASE_NOTES = {
+    "sqlite": "SQLite in a temporary directory with the app's own options: WAL with "
+              "synchronous=NORMAL, IMMEDIATE transactions whose writers queue on one Python lock "
+              "per process (chatapp/sqlite_queue)",
+    "postgresql": "a database of its own on the PostgreSQL server given by --database-url",
+}
 
 QUICK = Plan(levels=(1, 10), rounds=(3, 1), chunks=10, warm_up_streams=2, quick=True)
 
@@ -148,6 +156,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks", type=int, help="content chunks per answer (default 50)")
     parser.add_argument("--interval-ms", type=float,
                         help="the stand-in's time between two chunks of an answer (default 20)")
+    parser.add_argument("--database-url",
+                        help="a PostgreSQL server (postgres://user@host:port/db): the benchmark "
+                             "creates a database of its own there and drops it after (default: "
+                             "SQLite in a temporary directory)")
     parser.add_argument("--strict", action="store_true",
                         help="exit with 1 when a target fails (otherwise verdicts are only shown)")
     report.add_publish_arguments(parser, "the BENCHMARKS.md section")
@@ -203,15 +215,32 @@ class Child(ChildProcess):
         return dict(sorted(found.items(), key=lambda kv: -kv[1]))
 
 
-def django_env(database: Path, upstream_url: str, plan: Plan) -> dict[str, str]:
+@contextlib.contextmanager
+def fresh_database(server_url: str | None, scratch: Path):
+    """A database URL of the benchmark's own: a SQLite file in `scratch`, or a database created
+    on the PostgreSQL server `server_url` and dropped afterwards."""
+    if not server_url:
+        yield f"sqlite:///{scratch / 'db.sqlite3'}"
+        return
+    import psycopg
+
+    name = f"relay_bench_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as server:
+        server.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield urlsplit(server_url)._replace(path=f"/{name}").geturl()
+        finally:
+            server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def django_env(database_url: str, upstream_url: str, plan: Plan) -> dict[str, str]:
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "chatapp.settings",
         "DJANGO_SECRET_KEY": "relay-benchmark-only-not-a-secret",
         "DJANGO_DEBUG": "0",
         "DJANGO_LOG_LEVEL": "WARNING",
-        # The app's settings give SQLite IMMEDIATE transactions, writers queued per process.
-        "DATABASE_URL": f"sqlite:///{database}",
+        "DATABASE_URL": database_url,
         "REDIS_URL": "",  # the in-memory channel layer: one daphne process, nothing else
         "INFERENCE_URL": upstream_url,
         "CHAT_MAX_STREAMS_PER_USER": "1000",
@@ -465,18 +494,25 @@ async def measure(bench: Bench) -> list[PathRun]:
     return runs
 
 
-def read_relay_ttfts(database: Path, runs: list[PathRun]) -> None:
+_RELAY_TTFTS_SCRIPT = """
+import json
+import django
+django.setup()
+from chatapp.models import Generation
+print(json.dumps(list(Generation.objects.values_list("conversation_id", "ttft_ms"))))
+"""
+
+
+def read_relay_ttfts(env: dict[str, str], runs: list[PathRun]) -> None:
     """The relay's own TTFT of each relayed stream (the view's start to the first delta
     written, chatapp/relay.py), from its audit row: what the client's TTFT adds to it was
     spent before the view (middleware, session, user, the conversation) and on the wire."""
-    import sqlite3
-
-    try:
-        with contextlib.closing(sqlite3.connect(database)) as db:
-            found = dict(db.execute("SELECT conversation_id, ttft_ms FROM chatapp_generation"))
-    except sqlite3.Error as error:
-        logger.warning("could not read the relay's own TTFTs: %s", error)
+    read = subprocess.run([sys.executable, "-c", _RELAY_TTFTS_SCRIPT], cwd=report.REPO_ROOT,
+                          env=env, capture_output=True, text=True)
+    if read.returncode != 0:
+        logger.warning("could not read the relay's own TTFTs: %s", read.stderr[-500:])
         return
+    found = dict(json.loads(read.stdout.strip().splitlines()[-1]))
     for run in runs:
         run.relay_ttft_ms = [found[c] for c in run.conversations if found.get(c) is not None]
 
@@ -664,10 +700,9 @@ def render_section(results: dict, runs: list[PathRun], plan: Plan, targets: list
         "/api/conversations/<id>/messages on one daphne process running the app "
         "(`chatapp.asgi:application`, a signed-in user, one fresh conversation per stream, "
         "`CHAT_MAX_STREAMS_PER_USER=1000`, in-memory channel layer, `DJANGO_LOG_LEVEL=WARNING`, "
-        "SQLite in a temporary directory with the app's own options: WAL with "
-        "synchronous=NORMAL, IMMEDIATE transactions whose writers queue on one Python lock per "
-        "process (chatapp/sqlite_queue); the views' database work runs on the app's database "
-        "threads, 8 by default, each keeping its connection: chatapp/database_threads). "
+        f"{DATABASE_NOTES[results.get('database', 'sqlite')]}; the views' database work runs "
+        "on the app's database threads, 8 by default, each keeping its connection: "
+        "chatapp/database_threads). "
         "TTFT: request sent to first content chunk (direct) "
         "or first `delta` event (through); gap: between two consecutive ones of a stream. "
         "The load generator is a lean asyncio client (benchmarks/relay_client.py: one "
@@ -751,11 +786,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     machine = machine_notes()
 
-    with tempfile.TemporaryDirectory(prefix="relay-bench-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="relay-bench-") as scratch, \
+            fresh_database(args.database_url, Path(scratch)) as database_url:
         upstream_port, daphne_port = free_port(), free_port()
         upstream_url = f"http://127.0.0.1:{upstream_port}"
         daphne_url = f"http://127.0.0.1:{daphne_port}"
-        env = django_env(Path(scratch) / "db.sqlite3", upstream_url, plan)
+        env = django_env(database_url, upstream_url, plan)
         logger.info("preparing the database: %d conversations", plan.conversations)
         conversations = prepare_database(env, plan.conversations)
         upstream = Child("upstream", [sys.executable, "-m", "benchmarks.relay_upstream",
@@ -773,7 +809,7 @@ def run(args: argparse.Namespace) -> int:
             runs = asyncio.run(measure(Bench(plan, daphne, upstream, daphne_url, upstream_url,
                                              conversations)))
             daphne.stop()  # every final write is in
-            read_relay_ttfts(Path(scratch) / "db.sqlite3", runs)
+            read_relay_ttfts(env, runs)
             daphne_trouble = daphne.trouble()
         except BaseException:
             for child in (daphne, upstream):
@@ -789,6 +825,7 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": "relay", "command": args.command, "started": report._stamp(started),
         "duration_s": round(time.time() - started, 1), "plan": asdict(plan), "machine": machine,
         "daphne_log_trouble": daphne_trouble,
+        "database": "postgresql" if args.database_url else "sqlite",
     }
     print_results(results, runs, plan, targets)
     json_path = write_json(to_json(results, runs, targets), started)
