@@ -6,7 +6,6 @@ import json
 import threading
 
 from django.db.backends.signals import connection_created
-
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods

@@ -104,6 +104,17 @@ def shared_database_url() -> str:
             f"{settings['PORT'] or 5432}/{settings['NAME']}")
 
 
+@contextmanager
+def daphne_on(database_url: str, ready_path: str = "/healthz") -> Iterator[str]:
+    """The app with the probe views under daphne on `database_url`; yields its base URL."""
+    port = free_port()
+    command, env = daphne_command(port)
+    env |= {"DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
+    base_url = f"http://127.0.0.1:{port}"
+    with running(command, env=env, ready_url=base_url + ready_path):
+        yield base_url
+
+
 def sign_in(client, user) -> None:
     """Signs `user` (made by tests.factories) in on an httpx.Client pointed at the app."""
     client.get("/api/auth/session")

@@ -17,11 +17,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def signed_in_daphne(user):
     """A real daphne on the test database (the test client never closes connections) and a
     client signed in to it."""
-    port = servers.free_port()
-    command, env = servers.daphne_command(port)
-    env |= {"DATABASE_URL": servers.shared_database_url(), "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
-    with servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"), \
-            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+    with servers.daphne_on(servers.shared_database_url()) as base_url, \
+            httpx.Client(base_url=base_url, timeout=30) as client:
         servers.sign_in(client, user)
         yield client
 
