@@ -11,6 +11,7 @@ class GenerationAdmin(admin.ModelAdmin):
         "request_id",
         "user",
         "model",
+        "status",
         "finish_reason",
         "cancelled_by",
         "ttft_ms",
@@ -19,7 +20,7 @@ class GenerationAdmin(admin.ModelAdmin):
         "duration",
         "started_at",
     ]
-    list_filter = ["finish_reason", "cancelled_by", "model", "started_at"]
+    list_filter = ["status", "finish_reason", "cancelled_by", "model", "started_at"]
     search_fields = ["request_id", "user__username"]
     date_hierarchy = "started_at"
     list_select_related = ["user"]

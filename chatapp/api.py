@@ -108,8 +108,8 @@ def message_json(message) -> dict:
     return {"id": message.pk, "role": message.role, "content": message.content,
             "status": message.status, "created_at": message.created_at.isoformat(),
             "generation": None if latest is None else {
-                "id": latest.pk, "finish_reason": latest.finish_reason, "ttft_ms": latest.ttft_ms,
-                "output_tokens": latest.output_tokens}}
+                "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
+                "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
 
 
 # --- session ---
@@ -217,7 +217,7 @@ def continue_answer(request, user, message_id: int) -> services.AnswerStart:
 @endpoint("GET")
 async def generation(request, user, generation_id: int):
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return JsonResponse({"id": found.pk, "streaming": found.is_streaming,
+    return JsonResponse({"id": found.pk, "status": found.status,
                          "finish_reason": found.finish_reason, "cancelled_by": found.cancelled_by})
 
 
@@ -228,10 +228,14 @@ async def stop(request, user, generation_id: int):
     seen = body_of(request).get("seen_chars")
     if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
         raise ApiError(400, "invalid_value", "seen_chars must be a non-negative integer")
-    if await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen):
-        # The stream may be held by another daphne process: tell them all.
-        await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
-    return JsonResponse({"id": found.pk, "stopping": True}, status=202)
+    try:
+        stopping = await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen)
+    except services.IllegalTransition as refused:
+        raise ApiError(409, "generation_ended",
+                       f"the answer has already ended ({refused.status}); nothing was changed") from None
+    # The stream may be held by another daphne process: tell them all.
+    await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
+    return JsonResponse({"id": found.pk, "status": stopping.status}, status=202)
 
 
 # --- streaming ---

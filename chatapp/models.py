@@ -4,8 +4,9 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
-from common.vocabulary import CancelledBy, FinishReason, MessageStatus
+from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus
 
 
 def _choices(vocabulary) -> list[tuple[str, str]]:
@@ -66,7 +67,11 @@ class Generation(models.Model):
     """The audit row of one generation: written at its start, coarsely while streaming, at its end.
 
     An answer usually has one; continuing a truncated answer adds another to the same message.
+    `status` changes only through services.generation_move, which refuses illegal moves.
     """
+
+    Status = GenerationStatus
+    LIVE_STATUSES = (GenerationStatus.STREAMING, GenerationStatus.STOP_REQUESTED)
 
     request_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(
@@ -89,6 +94,8 @@ class Generation(models.Model):
     ttft_ms = models.FloatField(null=True, blank=True)
     itl_mean_ms = models.FloatField(null=True, blank=True)
     itl_max_ms = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=_choices(GenerationStatus),
+                              default=GenerationStatus.STREAMING)
     finish_reason = models.CharField(
         max_length=16, choices=_choices(FinishReason), blank=True, db_index=True
     )
@@ -100,8 +107,9 @@ class Generation(models.Model):
     final_text = models.TextField(blank=True)
     # Stop pressed: how many characters (code points) of this generation's text the user saw.
     stop_seen_chars = models.PositiveIntegerField(null=True, blank=True)
-    # The last time the partial text was saved; a stream that stops saving was interrupted.
-    saved_at = models.DateTimeField(auto_now=True)
+    # Refreshed by the relay's own timer while it streams, tokens or not: a live row whose
+    # heartbeat is old has lost its relay (a crash, a killed process) and is reaped.
+    heartbeat_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-started_at"]
@@ -109,6 +117,8 @@ class Generation(models.Model):
             models.Index(fields=["model"]),
             models.Index(fields=["started_at"]),
             models.Index(fields=["user", "started_at"]),
+            models.Index(fields=["user", "status"]),
+            models.Index(fields=["status", "heartbeat_at"]),
         ]
 
     def __str__(self) -> str:
@@ -116,7 +126,7 @@ class Generation(models.Model):
 
     @property
     def is_streaming(self) -> bool:
-        return self.finished_at is None
+        return self.status in self.LIVE_STATUSES
 
     @property
     def duration_ms(self) -> float | None:

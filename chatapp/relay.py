@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from common.vocabulary import CancelledBy, status_for
+from common.vocabulary import CancelledBy, GenerationStatus
 
 from . import selectors, services, sse
 from .database_threads import on_database_thread
@@ -74,11 +74,11 @@ class Relay:
             await self._finish()
             raise
         generation = await self._finish()
-        if self.outcome.error_code and not generation.cancelled_by:
+        if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
         yield sse.event("done", {
             "generation_id": generation.pk, "message_id": self.start.message.pk,
-            "finish_reason": generation.finish_reason, "status": status_for(generation.finish_reason).value,
+            "finish_reason": generation.finish_reason, "status": generation.status,
             "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
             "ttft_ms": generation.ttft_ms,
         })
@@ -86,7 +86,8 @@ class Relay:
     async def _upstream_items(self):
         """Upstream chunks, interleaved with heartbeats, a Stop, or the time limit."""
         stop = asyncio.Event()
-        listener = asyncio.create_task(self._listen_for_stop(stop))
+        helpers = [asyncio.create_task(work) for work in (
+            self._listen_for_stop(stop), self._read_early_stop(stop), self._keep_alive())]
         chunks = self.upstream.chunks()
         deadline = self.started + settings.CHAT_GENERATION_TIMEOUT_SECONDS
         next_chunk = asyncio.ensure_future(anext(chunks, _END))
@@ -111,34 +112,61 @@ class Relay:
                 else:
                     yield _HEARTBEAT
         finally:
-            for task in (next_chunk, stopped, listener):
+            for task in (next_chunk, stopped, *helpers):
                 task.cancel()
 
     async def _listen_for_stop(self, stop: asyncio.Event) -> None:
-        """A Stop may come from any process: it arrives over the channel layer."""
+        """A Stop may come from any process: it arrives over the channel layer.
+
+        Only a stop message sets `stop`. A quiet channel is no Stop: the layer's receive may
+        time out and is simply asked again. If the layer fails for good, the row is watched
+        instead, so a Stop still works and a failure is never read as one.
+        """
+        try:
+            await self._channel_says_stop()
+        except Exception:
+            logger.exception("the stop listener of generation %s failed; watching its row instead",
+                             self.generation.pk)
+            await self._row_says_stop()
+        stop.set()
+
+    async def _channel_says_stop(self) -> None:
         layer = get_channel_layer()
         channel = await layer.new_channel()
         group = stop_group(self.generation.pk)
         await layer.group_add(group, channel)
-        told = asyncio.ensure_future(self._stop_message(layer, channel))
-        first_delta = asyncio.ensure_future(self._first_delta_sent.wait())
         try:
-            # A Stop that came before we listened was sent to nobody; its row remembers it. The
-            # row is read once the first delta is out, so that the read does not delay it.
-            await asyncio.wait({told, first_delta}, return_when=asyncio.FIRST_COMPLETED)
-            if not told.done() and not await on_database_thread(selectors.stop_requested)(
-                    generation_id=self.generation.pk):
-                await told
-            stop.set()
+            while True:
+                try:
+                    message = await layer.receive(channel)
+                except TimeoutError:
+                    continue  # nothing came within the layer's wait: not a Stop
+                if message.get("type") == "generation.stop":
+                    return
         finally:
-            told.cancel()
-            first_delta.cancel()
             await asyncio.shield(layer.group_discard(group, channel))
 
-    @staticmethod
-    async def _stop_message(layer, channel: str) -> None:
-        while (await layer.receive(channel)).get("type") != "generation.stop":
-            pass
+    async def _row_says_stop(self) -> None:
+        stop_requested = on_database_thread(selectors.stop_requested)
+        while not await stop_requested(generation_id=self.generation.pk):
+            await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
+
+    async def _read_early_stop(self, stop: asyncio.Event) -> None:
+        """A Stop that came before we listened was sent to nobody; its row remembers it. The
+        row is read once the first delta is out, so that the read does not delay it."""
+        await self._first_delta_sent.wait()
+        if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
+            stop.set()
+
+    async def _keep_alive(self) -> None:
+        """Proves the relay alive on its own timer, so a slow answer is never reaped as dead."""
+        heartbeat = on_database_thread(services.generation_heartbeat)
+        while True:
+            await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
+            try:
+                await heartbeat(generation_id=self.generation.pk)
+            except Exception:  # a missed beat is not fatal; the reaper allows for several
+                logger.exception("the heartbeat of generation %s failed", self.generation.pk)
 
     def _sent_delta(self, text: str) -> None:
         now = time.monotonic()

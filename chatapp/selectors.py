@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Q
 
-from common.vocabulary import CancelledBy, MessageStatus
+from common.vocabulary import GenerationStatus, MessageStatus
 
 from .errors import ApiError, not_found
 from .models import Conversation, Generation, Message
@@ -50,11 +50,11 @@ def generation_get(*, user, generation_id: int) -> Generation:
 
 def stop_requested(*, generation_id: int) -> bool:
     """The user pressed Stop on this generation (services.generation_stop recorded it)."""
-    return Generation.objects.filter(pk=generation_id, cancelled_by=CancelledBy.USER).exists()
+    return Generation.objects.filter(pk=generation_id, status=GenerationStatus.STOP_REQUESTED).exists()
 
 
 def streams_open(*, user) -> int:
-    return Generation.objects.filter(user=user, finished_at__isnull=True).count()
+    return Generation.objects.filter(user=user, status__in=Generation.LIVE_STATUSES).count()
 
 
 def estimated_tokens(text: str) -> int:

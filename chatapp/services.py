@@ -1,5 +1,6 @@
 """Writes: every change of a conversation, message or audit row goes through here."""
 
+import logging
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -7,11 +8,13 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
-from common.vocabulary import CancelledBy, FinishReason, MessageStatus, status_for
+from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
 
 from . import selectors
 from .errors import ApiError
 from .models import Conversation, Generation, Message
+
+logger = logging.getLogger(__name__)
 
 
 # --- conversations ---
@@ -163,18 +166,65 @@ class Outcome:
     num_chunks: int = 0
 
 
+class IllegalTransition(Exception):
+    """A generation was asked to move where its status does not allow (a final one never moves)."""
+
+    def __init__(self, generation: Generation, to: GenerationStatus):
+        super().__init__(f"generation {generation.pk} is {generation.status}; it cannot become {to}")
+        self.status, self.to = GenerationStatus(generation.status), to
+
+
+# Every move a generation may make; a final status has no way out.
+_MOVES = {
+    GenerationStatus.STREAMING: {GenerationStatus.STOP_REQUESTED, GenerationStatus.COMPLETED,
+                                 GenerationStatus.STOPPED, GenerationStatus.TRUNCATED,
+                                 GenerationStatus.FAILED},
+    GenerationStatus.STOP_REQUESTED: {GenerationStatus.STOPPED},
+}
+
+
+def generation_move(*, generation_id: int, to: GenerationStatus, **fields) -> Generation:
+    """The one place a generation's status changes: under the row's lock, legal moves only.
+
+    `fields` are written with the move; the answer's message follows the status. Raises
+    IllegalTransition, leaving the row untouched, for any other move.
+    """
+    with transaction.atomic():
+        generation = (Generation.objects.select_for_update(of=("self",)).select_related("message")
+                      .get(pk=generation_id))
+        if to not in _MOVES.get(GenerationStatus(generation.status), ()):
+            raise IllegalTransition(generation, to)
+        generation.status = to
+        for name, value in fields.items():
+            setattr(generation, name, value)
+        generation.save(update_fields=["status", *fields])
+        message = generation.message
+        if message is not None and to.is_final:
+            message.content = _prefix(message, generation.pk) + generation.final_text
+            message.status = to.message_status
+            message.save(update_fields=["content", "status"])
+        return generation
+
+
 @transaction.atomic
-def generation_finish(*, generation_id: int, outcome: Outcome) -> Generation:
+def generation_finish(*, generation_id: int, outcome: Outcome,
+                      unless_heartbeat_since: object = None) -> Generation | None:
     """The final write: the exact text the user saw, the status, and the audit figures.
 
-    A Stop pressed earlier wins over however the stream ended: the text is cut to what the
-    user saw then.
+    A Stop recorded earlier (stop_requested) wins over however the stream ended: the text is cut
+    to what the user saw then. A generation that already ended (the reaper judged it dead) keeps
+    its final status: it is returned as it is. With `unless_heartbeat_since` (the reaper's
+    cutoff), a generation whose relay has proven alive since then is left alone (None).
     """
-    generation = Generation.objects.select_for_update(of=("self",)).select_related("message").get(pk=generation_id)
+    # Locked from this read on, so that a Stop or a heartbeat cannot land between it and the move.
+    current = (Generation.objects.select_for_update(of=("self",))
+               .only("status", "stop_seen_chars", "heartbeat_at").get(pk=generation_id))
+    if unless_heartbeat_since is not None and current.heartbeat_at >= unless_heartbeat_since:
+        return None
     text, reason, cancelled_by = outcome.text, outcome.finish_reason, outcome.cancelled_by
     error_code, error_message = outcome.error_code, outcome.error_message
-    if generation.cancelled_by == CancelledBy.USER:
-        text = text[: generation.stop_seen_chars]
+    if current.status == GenerationStatus.STOP_REQUESTED:
+        text = text[: current.stop_seen_chars]
         reason, cancelled_by, error_code, error_message = FinishReason.CANCELLED, CancelledBy.USER, "", ""
     elif cancelled_by is not None:
         reason = FinishReason.CANCELLED
@@ -182,66 +232,59 @@ def generation_finish(*, generation_id: int, outcome: Outcome) -> Generation:
         # Without [DONE] the stream did not end as the protocol intends, whatever it said.
         reason = FinishReason.ERROR
     usage = outcome.usage or {}
-    generation.final_text = text
-    generation.finish_reason = reason
-    generation.cancelled_by = cancelled_by or ""
-    generation.error_code, generation.error_message = error_code, error_message
-    generation.input_tokens = usage.get("prompt_tokens")
-    # Without usage (a stream cut short), each content chunk carried at least one token.
-    generation.output_tokens = usage.get("completion_tokens", outcome.num_chunks)
-    generation.first_token_at = outcome.first_token_at
-    generation.ttft_ms, generation.itl_mean_ms, generation.itl_max_ms = (
-        outcome.ttft_ms, outcome.itl_mean_ms, outcome.itl_max_ms)
-    generation.finished_at = timezone.now()
-    generation.save()
-    message = generation.message
-    if message is not None:
-        message.content = _prefix(message, generation.pk) + text
-        message.status = status_for(reason)
-        message.save(update_fields=["content", "status"])
-    return generation
+    try:
+        return generation_move(
+            generation_id=generation_id, to=status_for(reason), final_text=text,
+            finish_reason=reason, cancelled_by=cancelled_by or "", error_code=error_code,
+            error_message=error_message, input_tokens=usage.get("prompt_tokens"),
+            # Without usage (a stream cut short), each content chunk carried at least one token.
+            output_tokens=usage.get("completion_tokens", outcome.num_chunks),
+            first_token_at=outcome.first_token_at, ttft_ms=outcome.ttft_ms,
+            itl_mean_ms=outcome.itl_mean_ms, itl_max_ms=outcome.itl_max_ms,
+            finished_at=timezone.now(),
+        )
+    except IllegalTransition as refused:
+        logger.warning("generation %s had already ended (%s); its final write was dropped",
+                       generation_id, refused.status)
+        return Generation.objects.get(pk=generation_id)
 
 
 def generation_save_partial(*, generation_id: int, message_id: int, before: str, text: str) -> None:
     """The coarse periodic save while streaming: a crash loses at most one interval.
 
     `before` is the answer's text from earlier generations (a continuation's start). Two
-    UPDATEs in one transaction: once the final save has come, the first matches no row and the
-    message is left alone; until it commits, the final save waits for the generation's row.
+    UPDATEs in one transaction: once the generation has ended, the first matches no row and the
+    message is left alone; until the final write commits, it waits for the generation's row.
     """
     with transaction.atomic():
-        saved = Generation.objects.filter(pk=generation_id, finished_at=None).update(
-            final_text=text, saved_at=timezone.now())
+        saved = Generation.objects.filter(pk=generation_id, status__in=Generation.LIVE_STATUSES).update(
+            final_text=text, heartbeat_at=timezone.now())
         if saved:
             Message.objects.filter(pk=message_id).update(content=before + text)
 
 
+def generation_heartbeat(*, generation_id: int) -> bool:
+    """The relay is alive: True while the generation still streams."""
+    return bool(Generation.objects.filter(pk=generation_id, status__in=Generation.LIVE_STATUSES)
+                .update(heartbeat_at=timezone.now()))
+
+
 def _prefix(message: Message, generation_id: int) -> str:
     """The answer's text before this generation (the part a continuation continues)."""
-    earlier = message.generations.filter(pk__lt=generation_id).exclude(finished_at=None)
+    earlier = message.generations.filter(pk__lt=generation_id).exclude(status__in=Generation.LIVE_STATUSES)
     return "".join(earlier.order_by("pk").values_list("final_text", flat=True))
 
 
-@transaction.atomic
-def generation_stop(*, generation: Generation, seen_chars: int) -> bool:
-    """Records the user's Stop; True when a relay still streams it and must be told."""
-    generation = Generation.objects.select_for_update().get(pk=generation.pk)
-    if generation.finished_at is None:
-        generation.cancelled_by = CancelledBy.USER
-        generation.stop_seen_chars = seen_chars
-        generation.save(update_fields=["cancelled_by", "stop_seen_chars", "saved_at"])
-        return True
-    if generation.finish_reason == FinishReason.CANCELLED:
-        # The browser's abort reached the relay before this request: the same Stop, now with the
-        # length the user saw, which generation_finish applies.
-        generation.cancelled_by = CancelledBy.USER
-        generation.stop_seen_chars = seen_chars
-        generation.save(update_fields=["cancelled_by", "stop_seen_chars"])
-        generation_finish(generation_id=generation.pk, outcome=Outcome(
-            text=generation.final_text, finish_reason=FinishReason.CANCELLED,
-            usage={"prompt_tokens": generation.input_tokens,
-                   "completion_tokens": generation.output_tokens},
-            first_token_at=generation.first_token_at, ttft_ms=generation.ttft_ms,
-            itl_mean_ms=generation.itl_mean_ms, itl_max_ms=generation.itl_max_ms,
-        ))
-    return False
+def generation_stop(*, generation: Generation, seen_chars: int) -> Generation:
+    """Records the user's Stop with the length they saw; the relay applies it at its final write.
+
+    A second Stop while the first is pending changes nothing. Raises IllegalTransition when the
+    answer has already ended: its text and audit figures stay as they are.
+    """
+    try:
+        return generation_move(generation_id=generation.pk, to=GenerationStatus.STOP_REQUESTED,
+                               cancelled_by=CancelledBy.USER, stop_seen_chars=seen_chars)
+    except IllegalTransition as refused:
+        if refused.status == GenerationStatus.STOP_REQUESTED:
+            return Generation.objects.get(pk=generation.pk)
+        raise

@@ -44,8 +44,10 @@ try:
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
     CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)
     CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
-    # A stream whose partial text has not been saved for this long was interrupted (a crash).
-    CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 120.0, minimum=1)
+    # A relay proves it is alive on a timer of its own, tokens or not; a streaming answer whose
+    # relay has not done so for CHAT_STALE_STREAM_SECONDS lost it (a crash) and is reaped.
+    CHAT_RELAY_HEARTBEAT_SECONDS = env.number("CHAT_RELAY_HEARTBEAT_SECONDS", 10.0, minimum=0.01)
+    CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
     # Threads that run the async views' database work, each with a connection it keeps
     # (chatapp/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
@@ -55,6 +57,10 @@ try:
     INFERENCE_MAX_CONNECTIONS = env.integer("INFERENCE_MAX_CONNECTIONS", 1000, minimum=1)
 except env.BadVariable as error:
     raise ImproperlyConfigured(str(error)) from error
+
+if CHAT_STALE_STREAM_SECONDS < 3 * CHAT_RELAY_HEARTBEAT_SECONDS:
+    # A heartbeat or two may be late under load; a live answer must never look dead.
+    raise ImproperlyConfigured("CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS")
 
 try:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
@@ -149,7 +155,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # The layer waits for a message with a blocking pop of up to 5 s; redis-py's own read
+            # timeout (also 5 s) would end that wait with TimeoutError. A longer one lets
+            # the server's answer arrive; a listener still expects and survives the error.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
     CACHES = {

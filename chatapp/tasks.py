@@ -12,18 +12,20 @@ from .models import Generation
 
 @shared_task
 def fail_interrupted_streams() -> int:
-    """Ends answers whose relay died (a crash, a killed process): they stopped saving.
+    """Ends answers whose relay died (a crash, a killed process): their heartbeat stopped.
 
-    What was saved last stays; the audit row says the stream was interrupted. A Stop the user
-    pressed before still counts as theirs.
+    A relay refreshes its row's heartbeat on a timer of its own, so an answer that is alive but
+    slow (a late first token, a stalled upstream) is never taken for dead. What was saved last
+    stays; the audit row says the stream was interrupted. A Stop the user pressed before still
+    counts as theirs.
     """
     cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_STREAM_SECONDS)
-    stale = Generation.objects.filter(finished_at__isnull=True, saved_at__lt=cutoff)
+    stale = Generation.objects.filter(status__in=Generation.LIVE_STATUSES, heartbeat_at__lt=cutoff)
     ended = 0
     for generation in stale.only("pk", "final_text"):
-        services.generation_finish(generation_id=generation.pk, outcome=services.Outcome(
-            text=generation.final_text, error_code="interrupted",
-            error_message="the stream was interrupted and its relay is gone",
-        ))
-        ended += 1
+        finished = services.generation_finish(
+            generation_id=generation.pk, unless_heartbeat_since=cutoff, outcome=services.Outcome(
+                text=generation.final_text, error_code="interrupted",
+                error_message="the stream was interrupted and its relay is gone"))
+        ended += finished is not None
     return ended

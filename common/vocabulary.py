@@ -14,6 +14,32 @@ class MessageStatus(StrEnum):
     FAILED = "failed"
 
 
+class GenerationStatus(StrEnum):
+    """Where one generation (its audit row) stands; the message shows the same words.
+
+    `stop_requested` is a Stop recorded while the relay still streams; the final write turns
+    it into `stopped`. The last four are final: nothing leaves them.
+    """
+
+    STREAMING = "streaming"
+    STOP_REQUESTED = "stop_requested"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    TRUNCATED = "truncated"
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (GenerationStatus.STREAMING, GenerationStatus.STOP_REQUESTED)
+
+    @property
+    def message_status(self) -> MessageStatus:
+        """What the answer's message shows: a Stop not yet applied still streams."""
+        if self is GenerationStatus.STOP_REQUESTED:
+            return MessageStatus.STREAMING
+        return MessageStatus(self.value)
+
+
 class FinishReason(StrEnum):
     STOP = "stop"  # end-of-turn token or a stop sequence
     LENGTH = "length"  # hit max_tokens: the answer is truncated
@@ -38,6 +64,6 @@ _STATUS_BY_FINISH_REASON = {
 }
 
 
-def status_for(finish_reason: FinishReason) -> MessageStatus:
-    """The status an answer ends in, given why its generation finished."""
-    return _STATUS_BY_FINISH_REASON[FinishReason(finish_reason)]
+def status_for(finish_reason: FinishReason) -> GenerationStatus:
+    """The final status of a generation, given why it finished."""
+    return GenerationStatus(_STATUS_BY_FINISH_REASON[FinishReason(finish_reason)].value)

@@ -74,7 +74,8 @@ export class Generation {
         this.onStart(payload);
         break;
       case "delta":
-        if (typeof payload.text === "string" && payload.text !== "") {
+        // After Stop the text is what the user saw; what still arrives was never shown.
+        if (!this.stopped && typeof payload.text === "string" && payload.text !== "") {
           this.text += payload.text;
           // Deltas are whole JSON strings, so counting each one alone never splits a pair.
           this.chars += Array.from(payload.text).length;
@@ -101,20 +102,27 @@ export class Generation {
     this.stopped = true;
     const seen = this.paintedChars;
     this.painter.cancel();
-    this.controller.abort();
-    // Without a generation id the server has not started; the abort alone ends the request.
-    if (this.id !== null) Promise.resolve(sendStop(this.id, seen)).catch(() => {});
+    if (this.id === null) {
+      // Without a generation id the server has not started; the abort alone ends the request.
+      this.controller.abort();
+      return seen;
+    }
+    // The Stop is recorded before the connection closes: closed first, the answer would end as
+    // a departed client's, and the Stop after it would be refused (the answer had ended).
+    new Promise((resolve) => resolve(sendStop(this.id, seen)))
+      .catch(() => {})
+      .finally(() => this.controller.abort());
     return seen;
   }
 
   outcome() {
     const common = { start: this.start, done: this.done, error: this.error };
-    if (this.done) {
-      return { ...common, status: this.done.status, text: this.baseText + this.text };
-    }
     if (this.stopped) {
       const seen = this.text.slice(0, this.paintedLength);
       return { ...common, status: STATUS.STOPPED, text: this.baseText + seen };
+    }
+    if (this.done) {
+      return { ...common, status: this.done.status, text: this.baseText + this.text };
     }
     const ending = this.error ? undefined : ENDING.LOST;
     return { ...common, ending, status: STATUS.FAILED, text: this.baseText + this.text };

@@ -1,6 +1,8 @@
 // The strings of an answer's life, as common/vocabulary.py spells them; a Python test compares
 // the two lists, so they stay plain literals.
 export const MESSAGE_STATUSES = Object.freeze(["streaming", "completed", "stopped", "truncated", "failed"]);
+// A generation's status (GET /api/generations/<id>): a message's, plus a Stop not yet applied.
+export const GENERATION_STATUSES = Object.freeze(["streaming", "stop_requested", "completed", "stopped", "truncated", "failed"]);
 export const FINISH_REASONS = Object.freeze(["stop", "length", "content_filter", "cancelled", "error"]);
 
 // Named access (STATUS.STOPPED) without a second copy of the strings.

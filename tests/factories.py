@@ -5,6 +5,7 @@ import itertools
 from django.contrib.auth import get_user_model
 
 from chatapp.models import Conversation, Generation, Message
+from common.vocabulary import status_for
 
 _numbers = itertools.count(1)
 
@@ -28,6 +29,8 @@ def message(conversation_=None, **fields):
 def generation(message_=None, **fields):
     message_ = message_ or message(role=Message.Role.ASSISTANT)
     fields.setdefault("model", "SmolLM2-135M-Instruct")
+    if fields.get("finish_reason"):  # an ended generation: its status says how
+        fields.setdefault("status", status_for(fields["finish_reason"]))
     return Generation.objects.create(
         user=message_.conversation.owner, conversation=message_.conversation, message=message_,
         **fields,

@@ -114,7 +114,9 @@ def test_redis_url_moves_the_channel_layer_cache_and_broker_to_redis():
     result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, "REDIS_URL": url})
     loaded = json.loads(result.stdout)
 
-    assert loaded["CHANNEL_LAYERS"]["default"]["CONFIG"]["hosts"] == [url]
+    [host] = loaded["CHANNEL_LAYERS"]["default"]["CONFIG"]["hosts"]
+    assert host["address"] == url
+    assert host["socket_timeout"] > 5  # beyond the layer's own 5 s wait for a message
     assert loaded["CACHES"]["default"]["LOCATION"] == url
     assert loaded["CELERY_BROKER_URL"] == url
     assert loaded["CELERY_TASK_ALWAYS_EAGER"] is False

@@ -4,7 +4,7 @@ import json
 import re
 from pathlib import Path
 
-from common.vocabulary import FinishReason, MessageStatus
+from common.vocabulary import FinishReason, GenerationStatus, MessageStatus
 
 VOCABULARY_JS = Path(__file__).resolve().parent.parent / "frontend" / "vocabulary.js"
 
@@ -21,3 +21,7 @@ def test_the_front_end_knows_exactly_the_message_statuses():
 
 def test_the_front_end_knows_exactly_the_finish_reasons():
     assert js_list("FINISH_REASONS") == [reason.value for reason in FinishReason]
+
+
+def test_the_front_end_knows_exactly_the_generation_statuses():
+    assert js_list("GENERATION_STATUSES") == [status.value for status in GenerationStatus]

@@ -68,12 +68,34 @@ test("Stop keeps what was painted and reports its code points, not UTF-16 units"
   assert.equal(seen, Array.from("Hello wörld 👋").length);
   assert.notEqual(seen, "Hello wörld 👋".length);
   assert.deepEqual(t.stops, [[7, seen]]);
+  await settle();
   assert.equal(t.generation.controller.signal.aborted, true);
   const outcome = await t.outcome;
   assert.equal(outcome.status, "stopped");
   assert.equal(outcome.text, "Hello wörld 👋");
   assert.equal(t.generation.stop(t.sendStop), null, "a second Stop does nothing");
   assert.equal(t.stops.length, 1);
+});
+
+test("Stop is recorded before the connection closes, and later deltas are not kept", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "seen" }));
+  await settle();
+  t.painter().paint();
+  let acknowledge;
+  const seen = t.generation.stop(() => new Promise((resolve) => { acknowledge = resolve; }));
+  await settle();
+  assert.equal(t.generation.controller.signal.aborted, false, "still open while the Stop is on its way");
+  t.feed().push(sse("delta", { text: " unseen" }) + sse("done", { ...DONE, status: "stopped" }));
+  await settle();
+  acknowledge();
+  await settle();
+  assert.equal(t.generation.controller.signal.aborted, true);
+  const outcome = await t.outcome;
+  assert.equal(seen, 4);
+  assert.equal(outcome.status, "stopped");
+  assert.equal(outcome.text, "seen");
 });
 
 test("Stop before anything was painted reports zero", async () => {

@@ -16,6 +16,24 @@ async def read_events(response) -> list[tuple[str, dict | None]]:
     return events
 
 
+async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int):
+    """Sends a message, reads `deltas` delta events, then Stops with `seen_chars`.
+
+    Returns (the Stop's response, the events read before it, the (name, payload) events after).
+    """
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    parser, before = SSEParser(), []
+    stream = response.streaming_content
+    while len([e for e in before if e.event == "delta"]) < deltas:
+        before += parser.feed(await anext(stream))
+    generation_id = json.loads(before[0].data)["generation_id"]
+    stopped = await api.post(f"/api/generations/{generation_id}/stop",
+                             json.dumps({"seen_chars": seen_chars}), content_type="application/json")
+    after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+    return stopped, before, after
+
+
 def names(events) -> list[str]:
     return [name for name, _ in events]
 

@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from chatapp.models import Generation
 from chatapp.sse import SSEParser
 from tests import servers
-from tests.chat.streams import Browser, names, read_events
+from tests.chat.streams import Browser, names, read_events, stop_after_deltas
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,20 +21,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def test_stop_ends_the_stream_and_keeps_only_the_text_the_user_saw(api, conversation, upstream):
     upstream.script.chunks = ["Alpha", " beta", " gamma", " delta", " epsilon"]
     upstream.script.interval_s = 0.2
-    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
-                              json.dumps({"content": "go"}), content_type="application/json")
-    parser, events = SSEParser(), []
-    stream = response.streaming_content
-    while len([e for e in events if e.event == "delta"]) < 2:
-        events += parser.feed(await anext(stream))
-    generation_id = json.loads(events[0].data)["generation_id"]
-
-    stopped = await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": 8}),
-                             content_type="application/json")
-    rest = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+    stopped, _, rest = await stop_after_deltas(api, conversation, deltas=2, seen_chars=8)
     hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
 
-    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
     assert stopped.status_code == 202
     assert names(rest)[-1] == "done" and rest[-1][1]["status"] == "stopped"
     assert hung_up
@@ -66,23 +56,26 @@ async def test_a_stop_sent_before_the_relay_listens_still_ends_the_stream_and_fr
     assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
 
 
-async def test_a_stop_that_arrives_after_the_browser_left_still_counts_as_the_users(
+async def test_a_stop_that_arrives_after_the_answer_ended_answers_409_and_changes_nothing(
         api, conversation, upstream):
     upstream.script.chunks = ["One", " two", " three", " four"]
     upstream.script.interval_s = 0.3
     browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
     await browser.post({"content": "go"})
     await browser.read_until(deltas=2)
-    await browser.hang_up()  # the browser's abort reaches the relay before the Stop request
+    await browser.hang_up()  # the answer ends as interrupted by the departed client
     generation_id = browser.events[0][1]["generation_id"]
+    ended = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
 
-    await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": 5}),
-                   content_type="application/json")
+    late = await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": 5}),
+                          content_type="application/json")
 
     generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
-    assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
-    assert generation.message.status == "stopped"
-    assert generation.message.content == generation.final_text == "One t"
+    assert late.status_code == 409 and late.json()["error"]["code"] == "generation_ended"
+    assert (generation.status, generation.cancelled_by) == ("stopped", "client_gone")
+    assert generation.final_text == ended.final_text and ended.final_text.startswith("One two")
+    assert generation.finished_at == ended.finished_at
+    assert generation.stop_seen_chars is None and generation.message.content == ended.final_text
 
 
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="processes share a channel layer only on Redis")
@@ -118,3 +111,37 @@ def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversati
     assert generation.cancelled_by == "user" and generation.message.status == "stopped"
     assert generation.message.content == " word0 word1 word2"[:12]
     assert upstream.hung_up.wait(10)
+
+
+on_redis = pytest.mark.skipif(not os.environ.get("REDIS_URL"),
+                              reason="the production channel layer: Redis (CI sets REDIS_URL)")
+
+
+@on_redis
+async def test_an_answer_whose_first_token_comes_after_12_s_streams_to_the_end_on_redis(
+        api, conversation, upstream):
+    upstream.script.chunks = ["Late", " but", " whole"]
+    upstream.script.first_delay_s = 12  # longer than any read timeout of the channel layer
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    events = await asyncio.wait_for(read_events(response), timeout=60)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    assert events[-1][1]["status"] == "completed"
+    assert generation.message.content == "Late but whole"
+    assert (generation.status, generation.cancelled_by) == ("completed", "")
+
+
+@on_redis
+async def test_a_stop_sent_20_s_into_an_answer_stops_it_on_redis(api, conversation, upstream):
+    upstream.script.chunks = [f" w{i}" for i in range(120)]
+    upstream.script.interval_s = 0.25  # 30 s in all; the Stop comes after 80 chunks, 20 s in
+    stopped, _, rest = await stop_after_deltas(api, conversation, deltas=80, seen_chars=6)
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    assert stopped.status_code == 202
+    assert names(rest)[-1] == "done" and rest[-1][1]["status"] == "stopped"
+    assert len([name for name in names(rest) if name == "delta"]) < 40
+    assert hung_up
+    assert generation.message.content == " w0 w1" and generation.cancelled_by == "user"

@@ -15,17 +15,18 @@ from tests import factories, servers
 pytestmark = pytest.mark.django_db
 
 
-def streaming_generation(saved_ago_s: float, **fields):
+def streaming_generation(heartbeat_ago_s: float, **fields):
     answer = factories.message(role="assistant", status="streaming", content="partial")
     generation = factories.generation(answer, final_text="partial", **fields)
-    Generation.objects.filter(pk=generation.pk).update(saved_at=timezone.now() - timedelta(seconds=saved_ago_s))
+    Generation.objects.filter(pk=generation.pk).update(
+        heartbeat_at=timezone.now() - timedelta(seconds=heartbeat_ago_s))
     return generation
 
 
-def test_a_stream_that_stopped_saving_is_marked_failed_and_keeps_its_text(settings):
+def test_a_stream_whose_relay_stopped_beating_is_marked_failed_and_keeps_its_text(settings):
     settings.CHAT_STALE_STREAM_SECONDS = 60
-    stale = streaming_generation(saved_ago_s=600)
-    fresh = streaming_generation(saved_ago_s=1)
+    stale = streaming_generation(heartbeat_ago_s=600)
+    fresh = streaming_generation(heartbeat_ago_s=1)
 
     ended = fail_interrupted_streams()
 
@@ -33,25 +34,28 @@ def test_a_stream_that_stopped_saving_is_marked_failed_and_keeps_its_text(settin
     fresh.refresh_from_db()
     assert ended == 1
     assert (stale.finish_reason, stale.error_code) == ("error", "interrupted")
-    assert stale.message.status == "failed" and stale.message.content == "partial"
-    assert fresh.finished_at is None
+    assert stale.status == "failed" and stale.message.status == "failed"
+    assert stale.message.content == "partial"
+    assert fresh.status == "streaming" and fresh.finished_at is None
 
 
 def test_a_stop_pressed_before_the_crash_still_counts(settings):
     settings.CHAT_STALE_STREAM_SECONDS = 60
-    stale = streaming_generation(saved_ago_s=600, cancelled_by="user", stop_seen_chars=4)
+    stale = streaming_generation(heartbeat_ago_s=600, status="stop_requested", cancelled_by="user",
+                                 stop_seen_chars=4)
 
     fail_interrupted_streams()
 
     stale.refresh_from_db()
     assert (stale.finish_reason, stale.cancelled_by) == ("cancelled", "user")
-    assert stale.message.status == "stopped" and stale.message.content == "part"
+    assert stale.status == "stopped" and stale.message.status == "stopped"
+    assert stale.message.content == "part"
 
 
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="a separate worker needs the Redis broker")
 @pytest.mark.django_db(transaction=True)
 def test_a_celery_worker_runs_the_task_from_the_redis_broker(settings):
-    stale = streaming_generation(saved_ago_s=600)
+    stale = streaming_generation(heartbeat_ago_s=600)
     env = {**os.environ, "DATABASE_URL": servers.shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
            "CHAT_STALE_STREAM_SECONDS": "60"}
     worker = servers.subprocess.Popen(
@@ -62,7 +66,7 @@ def test_a_celery_worker_runs_the_task_from_the_redis_broker(settings):
     try:
         fail_interrupted_streams.apply_async(queue="chat-tests")
         servers.wait_until(
-            lambda: Generation.objects.filter(pk=stale.pk, finished_at__isnull=False).exists(),
+            lambda: Generation.objects.filter(pk=stale.pk, status="failed").exists(),
             60, "the worker to end the interrupted stream",
         )
     finally:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 class Script:
     chunks: list[str] = field(default_factory=lambda: ["Hello", ",", " world", "!"])
     interval_s: float = 0.0  # pause after each content chunk
+    first_delay_s: float = 0.0  # pause between the role chunk and the first content (a queued prompt)
     finish_reason: str = "stop"
     status: int = 200  # anything else: refuse with this status and a JSON error
     crash_after: int | None = None  # drop the connection after this many content chunks
@@ -84,6 +85,8 @@ class FakeUpstream:
             return body
 
         await data(chunk({"role": "assistant"}))
+        if script.first_delay_s:
+            await asyncio.sleep(script.first_delay_s)
         for index, text in enumerate(script.chunks):
             if index == script.crash_after:
                 return  # no end of body: the connection just drops

@@ -1,0 +1,111 @@
+"""A generation's status moves only forward: a live answer is never reaped, a finished one never rewritten."""
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chatapp import services
+from chatapp.models import Generation
+from chatapp.tasks import fail_interrupted_streams
+from common.vocabulary import GenerationStatus
+from tests import factories
+from tests.chat.streams import names, read_events, stop_after_deltas
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FINAL = [status for status in GenerationStatus if status.is_final]
+
+
+def ended_generation(status: GenerationStatus) -> Generation:
+    answer = factories.message(role="assistant", status=status.message_status, content="kept")
+    return factories.generation(answer, status=status, final_text="kept")
+
+
+@pytest.mark.parametrize("final", FINAL)
+@pytest.mark.parametrize("to", list(GenerationStatus))
+def test_nothing_leaves_a_final_status(final, to):
+    generation = ended_generation(final)
+
+    with pytest.raises(services.IllegalTransition):
+        services.generation_move(generation_id=generation.pk, to=to, final_text="rewritten")
+
+    generation.refresh_from_db()
+    assert (generation.status, generation.final_text) == (final, "kept")
+
+
+def test_a_stop_pressed_while_streaming_waits_for_the_final_write_which_cuts_the_text():
+    answer = factories.message(role="assistant", status="streaming")
+    generation = factories.generation(answer)
+
+    services.generation_stop(generation=generation, seen_chars=3)
+    pending = Generation.objects.select_related("message").get(pk=generation.pk)
+    services.generation_finish(generation_id=generation.pk, outcome=services.Outcome(
+        text="Hello world", finish_reason="stop"))
+
+    generation.refresh_from_db()
+    assert (pending.status, pending.message.status) == ("stop_requested", "streaming")
+    assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", "Hel")
+    assert generation.message.content == "Hel" and generation.message.status == "stopped"
+
+
+@pytest.mark.parametrize("final", FINAL)
+def test_a_stop_after_the_end_is_refused_and_changes_nothing(final):
+    generation = ended_generation(final)
+
+    with pytest.raises(services.IllegalTransition):
+        services.generation_stop(generation=generation, seen_chars=1)
+
+    generation.refresh_from_db()
+    assert (generation.status, generation.cancelled_by, generation.stop_seen_chars) == (final, "", None)
+
+
+def test_the_final_write_of_an_answer_already_reaped_changes_nothing():
+    generation = ended_generation(GenerationStatus.FAILED)
+
+    returned = services.generation_finish(generation_id=generation.pk, outcome=services.Outcome(
+        text="the relay's late text", finish_reason="stop"))
+
+    generation.refresh_from_db()
+    assert returned.status == generation.status == "failed"
+    assert generation.final_text == "kept" and generation.message.content == "kept"
+
+
+async def test_an_answer_that_is_alive_but_silent_is_never_reaped(api, conversation, upstream, settings):
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 0.05
+    settings.CHAT_STALE_STREAM_SECONDS = 0.3
+    upstream.script.chunks = ["Slow", " but", " alive"]
+    upstream.script.first_delay_s = 2  # no token for several stale windows
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    reading = asyncio.ensure_future(read_events(response))
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+
+    reaped = []
+    while not reading.done():  # the reaper runs again and again while the answer is silent
+        reaped.append(await sync_to_async(fail_interrupted_streams)())
+        await asyncio.sleep(0.1)
+    events = reading.result()
+
+    await sync_to_async(generation.refresh_from_db)()
+    assert len(reaped) > 10 and sum(reaped) == 0
+    assert events[-1][1]["status"] == "completed"
+    assert generation.status == "completed" and generation.final_text == "Slow but alive"
+
+
+async def test_a_broken_stop_listener_is_no_stop_and_a_stop_still_works_through_the_row(
+        api, conversation, upstream, settings):
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "tests.fakes.failing_channel_layer.FailingReceiveChannelLayer"}}
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 0.05
+    upstream.script.chunks = [f" w{i}" for i in range(60)]
+    upstream.script.interval_s = 0.05
+    # By the fifth delta the listener has long failed: the answer must still be streaming.
+    stopped, before, rest = await stop_after_deltas(api, conversation, deltas=5, seen_chars=6)
+
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+    assert "done" not in [e.event for e in before]
+    assert stopped.status_code == 202
+    assert names(rest)[-1] == "done" and rest[-1][1]["status"] == "stopped"
+    assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", " w0 w1")
