@@ -8,6 +8,7 @@ the right status; after the first byte they travel as stream events (see chatapp
 import asyncio
 import functools
 import json
+import logging
 import time
 
 from channels.layers import get_channel_layer
@@ -23,6 +24,8 @@ from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused, UpstreamStream
 from .relay import Relay, stop_group
+
+logger = logging.getLogger(__name__)
 
 
 def error_response(status: int, code: str, message: str) -> JsonResponse:
@@ -233,8 +236,11 @@ async def stop(request, user, generation_id: int):
     except services.IllegalTransition as refused:
         raise ApiError(409, "generation_ended",
                        f"the answer has already ended ({refused.status}); nothing was changed") from None
-    # The stream may be held by another daphne process: tell them all.
-    await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
+    try:
+        # The stream may be held by another daphne process: tell them all, at once.
+        await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
+    except Exception:  # the row holds the Stop: the relay's next heartbeat reads it
+        logger.exception("telling the relay of generation %s to stop failed", found.pk)
     return JsonResponse({"id": found.pk, "status": stopping.status}, status=202)
 
 

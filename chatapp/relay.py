@@ -87,7 +87,7 @@ class Relay:
         """Upstream chunks, interleaved with heartbeats, a Stop, or the time limit."""
         stop = asyncio.Event()
         helpers = [asyncio.create_task(work) for work in (
-            self._listen_for_stop(stop), self._read_early_stop(stop), self._keep_alive())]
+            self._listen_for_stop(stop), self._read_early_stop(stop), self._keep_alive(stop))]
         chunks = self.upstream.chunks()
         deadline = self.started + settings.CHAT_GENERATION_TIMEOUT_SECONDS
         next_chunk = asyncio.ensure_future(anext(chunks, _END))
@@ -119,15 +119,15 @@ class Relay:
         """A Stop may come from any process: it arrives over the channel layer.
 
         Only a stop message sets `stop`. A quiet channel is no Stop: the layer's receive may
-        time out and is simply asked again. If the layer fails for good, the row is watched
-        instead, so a Stop still works and a failure is never read as one.
+        time out and is simply asked again. If the layer fails, the failure is logged and is no
+        Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
         """
         try:
             await self._channel_says_stop()
         except Exception:
-            logger.exception("the stop listener of generation %s failed; watching its row instead",
+            logger.exception("the stop listener of generation %s failed; its heartbeat reads the row",
                              self.generation.pk)
-            await self._row_says_stop()
+            return
         stop.set()
 
     async def _channel_says_stop(self) -> None:
@@ -146,11 +146,6 @@ class Relay:
         finally:
             await asyncio.shield(layer.group_discard(group, channel))
 
-    async def _row_says_stop(self) -> None:
-        stop_requested = on_database_thread(selectors.stop_requested)
-        while not await stop_requested(generation_id=self.generation.pk):
-            await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
-
     async def _read_early_stop(self, stop: asyncio.Event) -> None:
         """A Stop that came before we listened was sent to nobody; its row remembers it. The
         row is read once the first delta is out, so that the read does not delay it."""
@@ -158,15 +153,23 @@ class Relay:
         if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
             stop.set()
 
-    async def _keep_alive(self) -> None:
-        """Proves the relay alive on its own timer, so a slow answer is never reaped as dead."""
+    async def _keep_alive(self, stop: asyncio.Event) -> None:
+        """Proves the relay alive on its own timer, so a slow answer is never reaped as dead.
+
+        The same write tells whether the row still says `streaming`: a Stop recorded there (its
+        channel message lost, say) or an end decided elsewhere stops the stream within a beat.
+        """
         heartbeat = on_database_thread(services.generation_heartbeat)
         while True:
             await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
             try:
-                await heartbeat(generation_id=self.generation.pk)
+                streaming = await heartbeat(generation_id=self.generation.pk)
             except Exception:  # a missed beat is not fatal; the reaper allows for several
                 logger.exception("the heartbeat of generation %s failed", self.generation.pk)
+                continue
+            if not streaming:
+                stop.set()
+                return
 
     def _sent_delta(self, text: str) -> None:
         now = time.monotonic()

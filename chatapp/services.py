@@ -264,8 +264,9 @@ def generation_save_partial(*, generation_id: int, message_id: int, before: str,
 
 
 def generation_heartbeat(*, generation_id: int) -> bool:
-    """The relay is alive: True while the generation still streams."""
-    return bool(Generation.objects.filter(pk=generation_id, status__in=Generation.LIVE_STATUSES)
+    """The relay is alive. True while the generation goes on streaming; False once a Stop is
+    recorded or it has ended (then the relay stops and makes its final write)."""
+    return bool(Generation.objects.filter(pk=generation_id, status=GenerationStatus.STREAMING)
                 .update(heartbeat_at=timezone.now()))
 
 

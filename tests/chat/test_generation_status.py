@@ -94,10 +94,9 @@ async def test_an_answer_that_is_alive_but_silent_is_never_reaped(api, conversat
     assert generation.status == "completed" and generation.final_text == "Slow but alive"
 
 
-async def test_a_broken_stop_listener_is_no_stop_and_a_stop_still_works_through_the_row(
+async def test_a_broken_channel_layer_is_no_stop_and_a_stop_still_works_through_the_row(
         api, conversation, upstream, settings):
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "tests.fakes.failing_channel_layer.FailingReceiveChannelLayer"}}
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.FailingChannelLayer"}}
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 0.05
     upstream.script.chunks = [f" w{i}" for i in range(60)]
     upstream.script.interval_s = 0.05
