@@ -46,6 +46,8 @@ try:
     CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
     # A stream whose partial text has not been saved for this long was interrupted (a crash).
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 120.0, minimum=1)
+    # How often that check runs: Celery beat with Redis, `manage.py reap_streams` without.
+    CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 15.0, minimum=0.1)
     # Threads that run the async views' database work, each with a connection it keeps
     # (chatapp/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
@@ -168,7 +170,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE = {
     "fail-interrupted-streams": {
         "task": "chatapp.tasks.fail_interrupted_streams",
-        "schedule": 60.0,
+        "schedule": CHAT_REAP_INTERVAL_SECONDS,
     },
 }
 
