@@ -16,8 +16,10 @@ def listening(port: int) -> bool:
 
 
 def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c(nginx_binary, tmp_path):
-    public_port, daphne_port = servers.free_port(), servers.free_port()
+    public_port, daphne_port, inference_port = servers.free_port(), servers.free_port(), servers.free_port()
     env = {
+        "INFERENCE_PORT": str(inference_port),
+        "INFERENCE_URL": f"http://127.0.0.1:{inference_port}",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'stack.sqlite3'}",
         "CHATAPP_PORT": str(public_port),
         "CHATAPP_DAPHNE_PORT": str(daphne_port),
@@ -46,6 +48,8 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c(ngin
     assert "web started" in output and "nginx started" in output
     if os.environ.get("REDIS_URL"):
         assert "worker started" in output and "worker stopped" in output
+    else:
+        assert "reaper started" in output and "reaper stopped" in output
     assert status == 0, output
     assert not listening(public_port)
     assert not listening(daphne_port)
