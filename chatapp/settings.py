@@ -48,6 +48,8 @@ try:
     # relay has not done so for CHAT_STALE_STREAM_SECONDS lost it (a crash) and is reaped.
     CHAT_RELAY_HEARTBEAT_SECONDS = env.number("CHAT_RELAY_HEARTBEAT_SECONDS", 10.0, minimum=0.01)
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
+    # How often that check runs: Celery beat with Redis, `manage.py reap_streams` without.
+    CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 15.0, minimum=0.1)
     # Threads that run the async views' database work, each with a connection it keeps
     # (chatapp/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
@@ -177,7 +179,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE = {
     "fail-interrupted-streams": {
         "task": "chatapp.tasks.fail_interrupted_streams",
-        "schedule": 60.0,
+        "schedule": CHAT_REAP_INTERVAL_SECONDS,
     },
 }
 

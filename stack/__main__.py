@@ -1,29 +1,26 @@
 """`make run`: prepares the database and starts every process of the local stack.
 
 Starts what exists: the inference service (once `inference/` has one), daphne, a Celery
-worker when REDIS_URL is set, and nginx in front when nginx is installed. One supervisor
-(honcho) owns them all; Ctrl-C or SIGTERM stops every child.
+worker when REDIS_URL is set (else the `reap_streams` command runs its periodic task), and nginx
+in front when nginx is installed. One supervisor (stack/supervisor.py) owns them all: it starts a
+crashed child again while the others keep serving; Ctrl-C or SIGTERM stops every child.
 """
 
 import os
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from dotenv import load_dotenv
-from honcho.manager import Manager
 
 from common import env
 from stack import nginx
+from stack.supervisor import Supervisor
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 LOCAL_ENV_FILE = REPO_DIR / ".env"
-# honcho reports 130 or 143 when it stopped everything on SIGINT or SIGTERM; children that
-# we stopped report -SIGTERM.
-_STOPPED_BY_US = {0, 128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGINT}
 
 
 def main() -> int:
@@ -37,12 +34,13 @@ def main() -> int:
     for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"]):
         subprocess.run([sys.executable, "manage.py", *step], cwd=REPO_DIR, check=True)
 
-    manager = Manager()
+    supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
     for name, command in _processes(public_port, daphne_port, nginx_binary is not None):
-        manager.add_process(name, shlex.join(command), cwd=str(REPO_DIR))
+        supervisor.add(name, command)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: supervisor.stop())
     print(f"\nchatapp: http://127.0.0.1:{public_port}/  (admin: /admin/; Ctrl-C stops)\n", flush=True)
-    manager.loop()
-    return _exit_status(manager.returncode)
+    return supervisor.run()
 
 
 def _processes(public_port: int, daphne_port: int, with_nginx: bool):
@@ -56,16 +54,12 @@ def _processes(public_port: int, daphne_port: int, with_nginx: bool):
         yield "worker", [python, "-m", "celery", "-A", "chatapp", "worker", "--beat",
                          "--schedule", str(REPO_DIR / "var" / "celerybeat-schedule"),
                          "--loglevel", "INFO", "--concurrency", "1"]
+    else:
+        # Without a broker nothing runs the schedule: this ends the streams a dead daphne left open.
+        yield "reaper", [python, "manage.py", "reap_streams"]
     if with_nginx:
         site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstream=f"127.0.0.1:{daphne_port}")
         yield "nginx", nginx.command(nginx.render(site, REPO_DIR / "var" / "nginx"))
-
-
-def _exit_status(first_child_status: int | None) -> int:
-    """0 when the children ended because we stopped them; a crashed child's status otherwise."""
-    if first_child_status is None or first_child_status in _STOPPED_BY_US:
-        return 0
-    return first_child_status
 
 
 def _load_local_environment() -> None:

@@ -92,6 +92,16 @@ def missing_dependencies(compose: dict) -> list[str]:
     ]
 
 
+# A server that ends for any reason, a crash or a clean exit, is started again; `docker compose
+# stop` still stops it for good.
+RESTARTING_POLICIES = {"unless-stopped", "always"}
+
+
+def services_that_stay_down(compose: dict) -> list[str]:
+    return [name for name, service in services(compose).items()
+            if service.get("restart") not in RESTARTING_POLICIES]
+
+
 def check_schema(*paths: Path) -> subprocess.CompletedProcess:
     # The schema is bundled with check-jsonschema, so this needs no network.
     command = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec"]
@@ -118,6 +128,15 @@ def test_every_service_named_in_depends_on_exists(compose):
 def test_the_dependency_check_reports_a_service_that_does_not_exist():
     broken = {"services": {"web": {"depends_on": {"db": {"condition": "service_healthy"}}}}}
     assert missing_dependencies(broken) == ["web depends on db, which is not a service"]
+
+
+def test_every_service_comes_back_after_its_container_crashes(compose):
+    assert services_that_stay_down(compose) == []
+
+
+def test_the_restart_check_reports_a_service_without_a_restart_policy():
+    compose = {"services": {"web": {"restart": "unless-stopped"}, "worker": {}, "beat": {"restart": "no"}}}
+    assert services_that_stay_down(compose) == ["worker", "beat"]
 
 
 def test_every_depends_on_waits_for_a_healthy_service(compose):

@@ -1,0 +1,168 @@
+"""Keeps the local stack's processes running: a child that dies is started again, the rest serve on.
+
+Neither honcho (it stops every process when one ends) nor supervisord (it gives up after a fixed
+number of tries, waits linearly, and logs to files instead of our terminal) does this; README.md,
+"Dependencies", says more. A restart waits `Backoff.delay_s`: doubling from the first crash,
+capped, and back to the first delay once the child had run healthily for a while.
+"""
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TextIO
+
+# How long children get to exit after SIGTERM before they are killed.
+STOP_TIMEOUT_S = 10.0
+# The supervisor checks for a stop request at least this often (a signal handler only sets a flag).
+_TICK_S = 0.2
+# The name the supervisor's own lines carry ("web started (pid=…)").
+_OWN_NAME = "system"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    first_s: float = 1.0
+    cap_s: float = 30.0
+    healthy_after_s: float = 30.0  # a child that ran this long is forgiven its earlier crashes
+
+    def delay_s(self, crashes_in_a_row: int) -> float:
+        return min(self.cap_s, self.first_s * 2 ** max(crashes_in_a_row - 1, 0))
+
+
+class ChildState(Enum):
+    RUNNING = "running"
+    WAITING = "waiting"  # crashed; starts again at `restart_at`
+    STOPPED = "stopped"
+
+
+@dataclass
+class Child:
+    name: str
+    command: list[str]
+    state: ChildState = ChildState.STOPPED
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    restart_at: float = 0.0
+    crashes_in_a_row: int = 0
+
+
+@dataclass
+class Supervisor:
+    """Runs named commands, each in its own process group, until `stop()` (thread- and signal-safe)."""
+
+    cwd: Path
+    pid_dir: Path  # <name>.pid for each running child, for operators and tests
+    backoff: Backoff = Backoff()
+    out: TextIO = sys.stdout
+    _children: dict[str, Child] = field(default_factory=dict)
+    _exits: queue.Queue = field(default_factory=queue.Queue)
+    _print_lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop_requested: bool = False
+
+    def add(self, name: str, command: list[str]) -> None:
+        self._children[name] = Child(name, command)
+
+    def stop(self) -> None:
+        self._stop_requested = True
+
+    def run(self) -> int:
+        """Starts every child and keeps them running until `stop()`; then stops them all. Returns 0."""
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for child in self._children.values():
+                self._start(child)
+            while not self._stop_requested:
+                self._handle_exits(timeout_s=min(_TICK_S, self._until_next_restart_s()))
+                now = time.monotonic()
+                for child in self._children.values():
+                    if child.state is ChildState.WAITING and child.restart_at <= now:
+                        self._start(child)
+        finally:  # also when a command cannot start at all: leave no child behind
+            self._stop_all()
+        return 0
+
+    def _start(self, child: Child) -> None:
+        # A group of its own, so that stopping a child also stops what it started (nginx's
+        # workers), and the terminal's Ctrl-C reaches only us: we stop the children in order.
+        process = subprocess.Popen(child.command, cwd=self.cwd, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, process_group=0,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})  # lines as they come
+        child.process, child.state, child.started_at = process, ChildState.RUNNING, time.monotonic()
+        self._pid_file(child).write_text(f"{process.pid}\n")
+        self._say(_OWN_NAME, f"{child.name} started (pid={process.pid})")
+        threading.Thread(target=self._relay_output, args=(child.name, process), daemon=True,
+                         name=f"{child.name}-output").start()
+        threading.Thread(target=self._await_exit, args=(child, process), daemon=True,
+                         name=f"{child.name}-wait").start()
+
+    def _await_exit(self, child: Child, process: subprocess.Popen) -> None:
+        self._exits.put((child, process, process.wait()))
+
+    def _handle_exits(self, timeout_s: float) -> None:
+        try:
+            child, process, status = self._exits.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            return
+        if process is not child.process or self._stop_requested:
+            return
+        _kill_group(process.pid)  # what it left behind would hold its port
+        ran_s = time.monotonic() - child.started_at
+        child.crashes_in_a_row = 1 if ran_s >= self.backoff.healthy_after_s else child.crashes_in_a_row + 1
+        delay_s = self.backoff.delay_s(child.crashes_in_a_row)
+        child.state, child.restart_at = ChildState.WAITING, time.monotonic() + delay_s
+        self._pid_file(child).unlink(missing_ok=True)
+        self._say(_OWN_NAME, f"{child.name} exited with status {status} after {ran_s:.1f} s; "
+                              f"restarting in {delay_s:g} s")
+
+    def _until_next_restart_s(self) -> float:
+        waiting = [c.restart_at for c in self._children.values() if c.state is ChildState.WAITING]
+        return min(waiting, default=float("inf")) - time.monotonic()
+
+    def _stop_all(self) -> None:
+        running = [c for c in self._children.values() if c.state is ChildState.RUNNING]
+        for child in running:
+            _signal_group(child.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in running:
+            try:
+                child.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                self._say(_OWN_NAME, f"{child.name} did not stop within {STOP_TIMEOUT_S:g} s; killing it")
+            _kill_group(child.process.pid)
+            child.process.wait()
+            child.state = ChildState.STOPPED
+            self._pid_file(child).unlink(missing_ok=True)
+            self._say(_OWN_NAME, f"{child.name} stopped")
+        for child in self._children.values():
+            child.state = ChildState.STOPPED
+
+    def _relay_output(self, name: str, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            self._say(name, line.decode(errors="replace").rstrip("\n"))
+
+    def _say(self, name: str, text: str) -> None:
+        width = max(len(n) for n in [*self._children, _OWN_NAME])
+        with self._print_lock:
+            self.out.write(f"{time.strftime('%H:%M:%S')} {name:<{width}} | {text}\n")
+            self.out.flush()
+
+    def _pid_file(self, child: Child) -> Path:
+        return self.pid_dir / f"{child.name}.pid"
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # the whole group is gone already
+        pass
+
+
+def _kill_group(pgid: int) -> None:
+    _signal_group(pgid, signal.SIGKILL)

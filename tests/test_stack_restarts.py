@@ -1,0 +1,175 @@
+"""Under `make run`, a crashed process comes back on its own and the rest keep serving.
+
+One stack (with the real model) serves both tests; each leaves it whole again. Processes are
+found through /proc as the stack's descendants, so the tests do not depend on how the
+supervisor starts them.
+"""
+
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from chatapp.sse import SSEParser
+from tests import servers
+
+pytestmark = pytest.mark.slow
+
+ADMIN_PASSWORD = "a-long-test-password"
+MODEL_LOAD_TIMEOUT_S = 180
+
+
+@dataclass
+class Stack:
+    process: object
+    base_url: str
+    inference_url: str
+    output: list[str]
+
+    def pid_of(self, module: str) -> int | None:
+        """The pid of the descendant running `python -m <module>`, if one runs."""
+        return self._descendant(lambda argv: argv[1:3] == ["-m", module] and not argv[0].endswith("sh"))
+
+    def nginx_master_pid(self) -> int | None:
+        return self._descendant(lambda argv: bool(argv) and argv[0].startswith("nginx: master"))
+
+    def _descendant(self, matches) -> int | None:
+        return next((pid for pid in descendants(self.process.pid) if matches(command_line(pid))), None)
+
+    def log(self) -> str:
+        return "".join(self.output[-80:])
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:  # it ended meanwhile
+        return []
+
+
+def descendants(root: int) -> list[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                # The command name in field 2 may hold spaces; the parent follows its closing ")".
+                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def stack(nginx_binary, tmp_path_factory):
+    public_port, daphne_port, inference_port = (servers.free_port() for _ in range(3))
+    inference_url = f"http://127.0.0.1:{inference_port}"
+    env = {
+        "DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('stack') / 'stack.sqlite3'}",
+        "REDIS_URL": "",  # the default `make run`
+        "CHATAPP_PORT": str(public_port),
+        "CHATAPP_DAPHNE_PORT": str(daphne_port),
+        "INFERENCE_PORT": str(inference_port),
+        "INFERENCE_URL": inference_url,
+        "DJANGO_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "CHAT_MAX_TOKENS": "160",
+    }
+    base_url = f"http://127.0.0.1:{public_port}"
+    with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base_url}/healthz",
+                         timeout_s=MODEL_LOAD_TIMEOUT_S, stop_signal=signal.SIGINT) as process, \
+            servers.output_kept(process) as output:
+        running = Stack(process, base_url, inference_url, output)
+        servers.wait_until(lambda: healthy(f"{inference_url}/health"), MODEL_LOAD_TIMEOUT_S,
+                           "the inference service to load the model")
+        yield running
+
+
+def signed_in_client(stack: Stack) -> httpx.Client:
+    client = httpx.Client(base_url=stack.base_url, timeout=60)
+    servers.sign_in(client, SimpleNamespace(username="admin"))
+    return client
+
+
+def new_conversation(client: httpx.Client) -> int:
+    response = client.post("/api/conversations", json={"title": "restarts"},
+                           headers={"X-CSRFToken": client.cookies["csrftoken"]})
+    assert response.status_code == 201
+    return response.json()["id"]
+
+
+def stream_answer(client: httpx.Client, conversation_id: int, on_first_delta=None) -> list[tuple[str, dict]]:
+    """Asks a question through nginx and reads the answer's events to the end of the stream."""
+    parser, events = SSEParser(), []
+    with client.stream("POST", f"/api/conversations/{conversation_id}/messages",
+                       json={"content": "Tell me a long story about a lighthouse keeper."},
+                       headers={"X-CSRFToken": client.cookies["csrftoken"]}) as response:
+        assert response.status_code == 200, response.read()
+        for chunk in response.iter_bytes():
+            for event in parser.feed(chunk):
+                events.append((event.event, json.loads(event.data)))
+                if event.event == "delta" and on_first_delta is not None:
+                    on_first_delta()
+                    on_first_delta = None
+    return events
+
+
+def names(events) -> list[str]:
+    return [name for name, _ in events]
+
+
+def restarted(stack: Stack, module: str, old_pid: int) -> bool:
+    pid = stack.pid_of(module)
+    return pid is not None and pid != old_pid
+
+
+def test_killing_the_inference_service_fails_the_open_stream_and_it_comes_back_while_the_web_serves(stack):
+    client = signed_in_client(stack)
+    conversation_id = new_conversation(client)
+    old_pid = stack.pid_of("inference")
+    assert old_pid is not None, stack.log()
+
+    interrupted = stream_answer(client, conversation_id, on_first_delta=lambda: os.kill(old_pid, signal.SIGKILL))
+
+    assert names(interrupted)[0] == "start" and "delta" in names(interrupted)
+    assert names(interrupted)[-2:] == ["error", "done"], interrupted
+    assert healthy(f"{stack.base_url}/healthz"), stack.log()
+    assert httpx.get(f"{stack.base_url}/admin/login/").status_code == 200
+    servers.wait_until(lambda: restarted(stack, "inference", old_pid) and healthy(f"{stack.inference_url}/health"),
+                       MODEL_LOAD_TIMEOUT_S, "the inference service to come back")
+    answer = stream_answer(client, conversation_id)
+    assert names(answer)[0] == "start" and names(answer)[-1] == "done", answer
+    assert answer[-1][1]["status"] in ("completed", "truncated"), answer
+
+
+def test_killing_daphne_leaves_nginx_up_and_the_user_chats_again_once_it_is_back(stack):
+    client = signed_in_client(stack)
+    conversation_id = new_conversation(client)
+    old_pid, nginx_pid = stack.pid_of("daphne"), stack.nginx_master_pid()
+    assert old_pid is not None and nginx_pid is not None, stack.log()
+
+    os.kill(old_pid, signal.SIGKILL)
+
+    servers.wait_until(lambda: restarted(stack, "daphne", old_pid), 60, "daphne to come back")
+    servers.wait_until(lambda: healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
+    assert stack.nginx_master_pid() == nginx_pid
+    answer = stream_answer(client, conversation_id)
+    assert names(answer)[0] == "start" and names(answer)[-1] == "done", answer
+    assert answer[-1][1]["status"] in ("completed", "truncated"), answer

@@ -1,0 +1,103 @@
+"""The supervisor of `make run` starts a crashed child again, waiting longer after each crash in a
+row, while the other children run on; stopping it stops them all. Real processes (`sleep`,
+`false`), no model: the whole stack's version is tests/test_stack_restarts.py."""
+
+import io
+import os
+import re
+import signal
+import threading
+from contextlib import contextmanager
+
+from stack.supervisor import Backoff, Supervisor
+from tests import servers
+
+
+def test_restart_delays_double_from_the_first_up_to_the_cap():
+    backoff = Backoff(first_s=1, cap_s=10)
+
+    assert [backoff.delay_s(crashes) for crashes in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+
+
+@contextmanager
+def supervising(tmp_path, backoff: Backoff, **commands):
+    supervisor = Supervisor(cwd=tmp_path, pid_dir=tmp_path / "run", backoff=backoff, out=io.StringIO())
+    for name, command in commands.items():
+        supervisor.add(name, command)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(status=supervisor.run()))
+    thread.start()
+    try:
+        yield supervisor, result
+    finally:
+        supervisor.stop()
+        thread.join(timeout=30)
+
+
+def pid_in(tmp_path, name: str) -> int | None:
+    try:
+        return int((tmp_path / "run" / f"{name}.pid").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # the supervisor reaps its children: an ended one leaves no zombie
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_killed_child_comes_back_under_a_new_pid_while_the_other_runs_on(tmp_path):
+    backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=60)
+    with supervising(tmp_path, backoff, web=["sleep", "600"], inference=["sleep", "600"]) as (supervisor, _):
+        servers.wait_until(lambda: pid_in(tmp_path, "web") and pid_in(tmp_path, "inference"), 10, "both to start")
+        web_pid, inference_pid = pid_in(tmp_path, "web"), pid_in(tmp_path, "inference")
+
+        os.kill(inference_pid, signal.SIGKILL)
+
+        servers.wait_until(lambda: pid_in(tmp_path, "inference") not in (None, inference_pid), 10,
+                           "the inference child to come back")
+        assert pid_in(tmp_path, "web") == web_pid and alive(web_pid)
+        assert alive(pid_in(tmp_path, "inference"))
+    assert "inference exited with status -9" in supervisor.out.getvalue()
+
+
+def test_stopping_stops_every_child_returns_0_and_removes_their_pid_files(tmp_path):
+    with supervising(tmp_path, Backoff(), web=["sleep", "600"], nginx=["sleep", "600"]) as (supervisor, result):
+        servers.wait_until(lambda: pid_in(tmp_path, "web") and pid_in(tmp_path, "nginx"), 10, "both to start")
+        pids = [pid_in(tmp_path, "web"), pid_in(tmp_path, "nginx")]
+    output = supervisor.out.getvalue()
+
+    assert result == {"status": 0}
+    assert not any(alive(pid) for pid in pids)
+    assert list((tmp_path / "run").iterdir()) == []
+    assert "web stopped" in output and "nginx stopped" in output
+
+
+def restart_delays(output: str) -> list[str]:
+    return re.findall(r"restarting in (\S+) s", output)
+
+
+def test_a_child_crashing_in_a_row_waits_twice_as_long_each_time_up_to_the_cap(tmp_path):
+    backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=60)
+    with supervising(tmp_path, backoff, broken=["false"]) as (supervisor, _):
+        servers.wait_until(lambda: len(restart_delays(supervisor.out.getvalue())) >= 5, 20, "five crashes")
+
+    assert restart_delays(supervisor.out.getvalue())[:5] == ["0.05", "0.1", "0.2", "0.2", "0.2"]
+
+
+def test_a_child_that_ran_healthily_before_it_crashed_waits_only_the_first_delay(tmp_path):
+    backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=0)  # every run counts as healthy
+    with supervising(tmp_path, backoff, broken=["false"]) as (supervisor, _):
+        servers.wait_until(lambda: len(restart_delays(supervisor.out.getvalue())) >= 3, 20, "three crashes")
+
+    assert set(restart_delays(supervisor.out.getvalue())) == {"0.05"}
+
+
+def test_every_line_a_child_prints_carries_its_name(tmp_path):
+    with supervising(tmp_path, Backoff(), web=["echo", "hello from web"]) as (supervisor, _):
+        servers.wait_until(lambda: "hello from web" in supervisor.out.getvalue(), 10, "the line")
+
+    assert re.search(r"^\S+ web +\| hello from web$", supervisor.out.getvalue(), re.MULTILINE)
