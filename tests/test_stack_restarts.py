@@ -91,6 +91,11 @@ def stack(nginx_binary, tmp_path_factory):
         "INFERENCE_URL": inference_url,
         "DJANGO_ADMIN_PASSWORD": ADMIN_PASSWORD,
         "CHAT_MAX_TOKENS": "160",
+        # An answer whose relay died is reaped within seconds here (a minute by default).
+        "CHAT_RELAY_HEARTBEAT_SECONDS": "0.5",
+        "CHAT_STALE_STREAM_SECONDS": "3",
+        "CHAT_REAP_INTERVAL_SECONDS": "0.5",
+        "CHAT_MAX_STREAMS_PER_USER": "1",
     }
     base_url = f"http://127.0.0.1:{public_port}"
     with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base_url}/healthz",
@@ -115,20 +120,33 @@ def new_conversation(client: httpx.Client) -> int:
     return response.json()["id"]
 
 
-def stream_answer(client: httpx.Client, conversation_id: int, on_first_delta=None) -> list[tuple[str, dict]]:
-    """Asks a question through nginx and reads the answer's events to the end of the stream."""
+def stream_answer(client: httpx.Client, conversation_id: int, on_first_delta=None,
+                  refused: list[int] | None = None) -> list[tuple[str, dict]]:
+    """Asks a question through nginx and reads the answer's events to the end of the stream.
+
+    A refusal whose status is in `refused` returns no events; a cut connection ends the list.
+    """
     parser, events = SSEParser(), []
     with client.stream("POST", f"/api/conversations/{conversation_id}/messages",
                        json={"content": "Tell me a long story about a lighthouse keeper."},
                        headers={"X-CSRFToken": client.cookies["csrftoken"]}) as response:
+        if response.status_code in (refused or []):
+            return []
         assert response.status_code == 200, response.read()
-        for chunk in response.iter_bytes():
-            for event in parser.feed(chunk):
-                events.append((event.event, json.loads(event.data)))
-                if event.event == "delta" and on_first_delta is not None:
-                    on_first_delta()
-                    on_first_delta = None
+        try:
+            for chunk in response.iter_bytes():
+                for event in parser.feed(chunk):
+                    events.append((event.event, json.loads(event.data)))
+                    if event.event == "delta" and on_first_delta is not None:
+                        on_first_delta()
+                        on_first_delta = None
+        except httpx.RemoteProtocolError:
+            pass  # the server went away mid-answer
     return events
+
+
+def cut_text(events) -> str:
+    return "".join(payload["text"] for name, payload in events if name == "delta")
 
 
 def names(events) -> list[str]:
@@ -159,17 +177,27 @@ def test_killing_the_inference_service_fails_the_open_stream_and_it_comes_back_w
     assert answer[-1][1]["status"] in ("completed", "truncated"), answer
 
 
-def test_killing_daphne_leaves_nginx_up_and_the_user_chats_again_once_it_is_back(stack):
+def test_killing_daphne_mid_answer_leaves_nginx_up_and_the_orphaned_answer_frees_its_user(stack):
     client = signed_in_client(stack)
     conversation_id = new_conversation(client)
     old_pid, nginx_pid = stack.pid_of("daphne"), stack.nginx_master_pid()
     assert old_pid is not None and nginx_pid is not None, stack.log()
 
-    os.kill(old_pid, signal.SIGKILL)
+    cut = stream_answer(client, conversation_id, on_first_delta=lambda: os.kill(old_pid, signal.SIGKILL))
 
+    assert "delta" in names(cut) and "done" not in names(cut)
     servers.wait_until(lambda: restarted(stack, "daphne", old_pid), 60, "daphne to come back")
     servers.wait_until(lambda: healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
     assert stack.nginx_master_pid() == nginx_pid
-    answer = stream_answer(client, conversation_id)
+    # The cut answer still holds the conversation (409) and the user's one stream (429) until
+    # the reaper sees its relay's heartbeat stop; then the user chats again.
+    answers = []
+    servers.wait_until(lambda: answers.append(stream_answer(client, conversation_id, refused=[409, 429]))
+                       or answers[-1], 60, "the orphaned answer to be reaped")
+    answer = answers[-1]
     assert names(answer)[0] == "start" and names(answer)[-1] == "done", answer
     assert answer[-1][1]["status"] in ("completed", "truncated"), answer
+    history = client.get(f"/api/conversations/{conversation_id}/messages").json()["results"]
+    orphaned = [m for m in history if m["role"] == "assistant"][0]
+    saved, seen = orphaned["content"], cut_text(cut)  # both prefixes of what the relay sent
+    assert orphaned["status"] == "failed" and (seen.startswith(saved) or saved.startswith(seen))
