@@ -7,7 +7,6 @@ the right status; after the first byte they travel as stream events (see chatapp
 
 import asyncio
 import functools
-import json
 import time
 
 from channels.layers import get_channel_layer
@@ -18,7 +17,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import selectors, services
+from . import request_input, selectors, services
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused, UpstreamStream
@@ -79,13 +78,11 @@ def user_of(request, login_required: bool = True):
 
 
 def body_of(request) -> dict:
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "the body must be a JSON object")
-    return body
+    return request_input.json_object(request.body)
+
+
+# A Generation's stop_seen_chars is a PostgreSQL integer; no answer comes near this many characters.
+MAX_SEEN_CHARS = 2**31 - 1
 
 
 # --- shapes ---
@@ -122,8 +119,8 @@ async def session(request, user):
 @endpoint("POST", login_required=False)
 async def login(request, user):
     body = body_of(request)
-    signed_in = await aauthenticate(request, username=str(body.get("username", "")),
-                                    password=str(body.get("password", "")))
+    signed_in = await aauthenticate(request, username=request_input.text(body, "username", ""),
+                                    password=request_input.text(body, "password", ""))
     if signed_in is None:
         raise ApiError(400, "invalid_credentials", "wrong username or password")
     await alogin(request, signed_in)
@@ -142,9 +139,11 @@ async def conversations(request, user):
     if request.method == "POST":
         body = body_of(request)
         created = await on_database_thread(services.conversation_create)(
-            owner=user, title=str(body.get("title", "")), system_prompt=str(body.get("system_prompt", "")))
+            owner=user, title=request_input.text(body, "title", ""),
+            system_prompt=request_input.text(body, "system_prompt", ""))
         return JsonResponse(conversation_json(created), status=201)
-    page = await on_database_thread(_conversation_page)(user, request.GET.get("q", ""), request.GET.get("page", 1))
+    page = await on_database_thread(_conversation_page)(
+        user, request_input.query_text(request, "q"), request.GET.get("page", 1))
     return JsonResponse(page)
 
 
@@ -162,11 +161,9 @@ async def conversation(request, user, conversation_id: int):
         return JsonResponse({}, status=204)
     if request.method == "PATCH":
         body = body_of(request)
-        title, prompt = body.get("title"), body.get("system_prompt")
-        if not all(value is None or isinstance(value, str) for value in (title, prompt)):
-            raise ApiError(400, "invalid_value", "title and system_prompt must be strings")
         found = await on_database_thread(services.conversation_update)(
-            conversation=found, title=title, system_prompt=prompt)
+            conversation=found, title=request_input.text(body, "title", None),
+            system_prompt=request_input.text(body, "system_prompt", None))
     return JsonResponse(conversation_json(found))
 
 
@@ -226,7 +223,7 @@ async def stop(request, user, generation_id: int):
     """Stop with the number of characters (code points) of this generation the user saw."""
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     seen = body_of(request).get("seen_chars")
-    if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
+    if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= MAX_SEEN_CHARS:
         raise ApiError(400, "invalid_value", "seen_chars must be a non-negative integer")
     if await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen):
         # The stream may be held by another daphne process: tell them all.
