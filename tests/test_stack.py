@@ -35,7 +35,7 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c(ngin
 
         stack.send_signal(signal.SIGINT)
         status = stack.wait(timeout=30)
-        output = stack.stdout.read().decode()
+        output = servers.output_of(stack)
 
     assert health.json() == {"status": "ok"}
     assert health.headers["server"] == "nginx"
