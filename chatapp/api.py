@@ -17,7 +17,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import request_input, selectors, services
+from . import login_limit, request_input, selectors, services
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused, UpstreamStream
@@ -119,9 +119,15 @@ async def session(request, user):
 @endpoint("POST", login_required=False)
 async def login(request, user):
     body = body_of(request)
-    signed_in = await aauthenticate(request, username=request_input.text(body, "username", ""),
-                                    password=request_input.text(body, "password", ""))
+    username, address = request_input.text(body, "username", ""), login_limit.client_address(request)
+    wait = await login_limit.seconds_to_wait(username, address)
+    if wait:
+        refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
+        refused["Retry-After"] = str(wait)
+        return refused
+    signed_in = await aauthenticate(request, username=username, password=request_input.text(body, "password", ""))
     if signed_in is None:
+        await login_limit.record_failure(username, address)
         raise ApiError(400, "invalid_credentials", "wrong username or password")
     await alogin(request, signed_in)
     return JsonResponse({"user": user_json(signed_in)})
