@@ -7,7 +7,6 @@ the right status; after the first byte they travel as stream events (see chatapp
 
 import asyncio
 import functools
-import json
 import logging
 import time
 
@@ -19,7 +18,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import selectors, services
+from . import login_limit, request_input, selectors, services
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused, UpstreamStream
@@ -82,13 +81,11 @@ def user_of(request, login_required: bool = True):
 
 
 def body_of(request) -> dict:
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "the body must be a JSON object")
-    return body
+    return request_input.json_object(request.body)
+
+
+# A Generation's stop_seen_chars is a PostgreSQL integer; no answer comes near this many characters.
+MAX_SEEN_CHARS = 2**31 - 1
 
 
 # --- shapes ---
@@ -125,9 +122,15 @@ async def session(request, user):
 @endpoint("POST", login_required=False)
 async def login(request, user):
     body = body_of(request)
-    signed_in = await aauthenticate(request, username=str(body.get("username", "")),
-                                    password=str(body.get("password", "")))
+    username, address = request_input.text(body, "username", ""), login_limit.client_address(request)
+    wait = await login_limit.seconds_to_wait(username, address)
+    if wait:
+        refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
+        refused["Retry-After"] = str(wait)
+        return refused
+    signed_in = await aauthenticate(request, username=username, password=request_input.text(body, "password", ""))
     if signed_in is None:
+        await login_limit.record_failure(username, address)
         raise ApiError(400, "invalid_credentials", "wrong username or password")
     await alogin(request, signed_in)
     return JsonResponse({"user": user_json(signed_in)})
@@ -145,9 +148,11 @@ async def conversations(request, user):
     if request.method == "POST":
         body = body_of(request)
         created = await on_database_thread(services.conversation_create)(
-            owner=user, title=str(body.get("title", "")), system_prompt=str(body.get("system_prompt", "")))
+            owner=user, title=request_input.text(body, "title", ""),
+            system_prompt=request_input.text(body, "system_prompt", ""))
         return JsonResponse(conversation_json(created), status=201)
-    page = await on_database_thread(_conversation_page)(user, request.GET.get("q", ""), request.GET.get("page", 1))
+    page = await on_database_thread(_conversation_page)(
+        user, request_input.query_text(request, "q"), request.GET.get("page", 1))
     return JsonResponse(page)
 
 
@@ -165,11 +170,9 @@ async def conversation(request, user, conversation_id: int):
         return JsonResponse({}, status=204)
     if request.method == "PATCH":
         body = body_of(request)
-        title, prompt = body.get("title"), body.get("system_prompt")
-        if not all(value is None or isinstance(value, str) for value in (title, prompt)):
-            raise ApiError(400, "invalid_value", "title and system_prompt must be strings")
         found = await on_database_thread(services.conversation_update)(
-            conversation=found, title=title, system_prompt=prompt)
+            conversation=found, title=request_input.text(body, "title", None),
+            system_prompt=request_input.text(body, "system_prompt", None))
     return JsonResponse(conversation_json(found))
 
 
@@ -229,7 +232,7 @@ async def stop(request, user, generation_id: int):
     """Stop with the number of characters (code points) of this generation the user saw."""
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     seen = body_of(request).get("seen_chars")
-    if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
+    if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= MAX_SEEN_CHARS:
         raise ApiError(400, "invalid_value", "seen_chars must be a non-negative integer")
     try:
         stopping = await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen)

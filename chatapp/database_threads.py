@@ -7,7 +7,10 @@ parses the whole schema again before its first query. An answer paid that twice 
 first token, and 500 answers starting together opened 500 connections. Here that work runs on a
 fixed pool of threads, each keeping its own connection (Django's connections are per thread)
 from one call to the next; a connection that failed and no longer answers is closed, and the
-next call on that thread opens a fresh one.
+next call on that thread opens a fresh one. A connection lost on one thread usually means all
+were (the server restarted, or an administrator ended the app's sessions): so after one is
+found dead, every thread checks its own before its next use, and the loss costs one failed
+request instead of one per thread.
 
 Each call is one unit of work (a transaction starts and ends inside it): consecutive calls of
 one request may run on different threads.
@@ -25,11 +28,37 @@ _threads = settings.CHAT_DATABASE_THREADS
 _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="database")
 
 
+class _Losses:
+    """How many dead connections any thread has found, and how many each thread has checked for."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._count = 0
+        self._checked = threading.local()
+
+    def record(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def unchecked(self) -> bool:
+        """True once per thread after each loss it has not checked its own connections for."""
+        count = self._count
+        if getattr(self._checked, "count", 0) == count:
+            return False
+        self._checked.count = count
+        return True
+
+
+_losses = _Losses()
+
+
 def on_database_thread(function):
     """`function` as a coroutine function that runs it on one of the database threads."""
 
     @functools.wraps(function)
     def call(*args, **kwargs):
+        if _losses.unchecked():
+            close_dead_connections()
         try:
             return function(*args, **kwargs)
         finally:
@@ -48,6 +77,15 @@ def close_broken_connections() -> None:
                 connection.errors_occurred = False
             else:
                 connection.close()
+                _losses.record()
+
+
+def close_dead_connections() -> None:
+    """Before a call, after another thread lost its connection: this thread's open ones that
+    no longer answer are closed, so the call opens a fresh one instead of failing."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
 
 
 def close_connections(timeout: float = 30) -> None:

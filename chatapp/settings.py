@@ -57,6 +57,11 @@ try:
     # Between two upstream reads; the inference service sends a heartbeat every 15 s while quiet.
     INFERENCE_READ_TIMEOUT_SECONDS = env.number("INFERENCE_READ_TIMEOUT_SECONDS", 60.0, minimum=1)
     INFERENCE_MAX_CONNECTIONS = env.integer("INFERENCE_MAX_CONNECTIONS", 1000, minimum=1)
+    # Behind TLS: cookies only over HTTPS, and browsers told to use nothing else (HSTS).
+    CHAT_SECURE_COOKIES = env.boolean("CHAT_SECURE_COOKIES", False)
+    # Failed sign-ins allowed per account and per address in a window, before 429.
+    CHAT_LOGIN_ATTEMPTS = env.integer("CHAT_LOGIN_ATTEMPTS", 10, minimum=1)
+    CHAT_LOGIN_WINDOW_SECONDS = env.integer("CHAT_LOGIN_WINDOW_SECONDS", 300, minimum=1)
 except env.BadVariable as error:
     raise ImproperlyConfigured(str(error)) from error
 
@@ -149,6 +154,13 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the front end reads the token to send it in X-CSRFToken
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = CHAT_SECURE_COOKIES
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if CHAT_SECURE_COOKIES else 0
+# The checks look for Django's middleware by its dotted path; chatapp.middleware.Security,
+# Csrf and XFrameOptions are subclasses of those very classes (they only run their hooks on the
+# event loop), so the protection is in place and these warnings do not apply. Django then skips
+# the HSTS checks too: tests/test_settings.py checks the cookie and HSTS values itself.
+SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
 # nginx terminates the client connection and says which scheme it saw.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 USE_X_FORWARDED_HOST = False

@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,21 +43,27 @@ def answers(url: str) -> bool:
 @contextmanager
 def running(command: list[str], *, ready_url: str, env: dict[str, str] | None = None,
             timeout_s: float = 60, stop_signal: int = signal.SIGTERM) -> Iterator[subprocess.Popen]:
-    """Runs `command` in its own process group until the block ends; ready when `ready_url` answers."""
+    """Runs `command` in its own process group until the block ends; ready when `ready_url` answers.
+
+    Its output goes to a file (read it with `output_of`): a pipe nobody drains fills up and
+    blocks the server in the middle of writing a traceback.
+    """
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         command,
         cwd=REPO_DIR,
         env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    process.log = log
     try:
         wait_until(
             lambda: process.poll() is not None or answers(ready_url), timeout_s, ready_url
         )
         if process.poll() is not None:
-            raise RuntimeError(f"{command[:3]} exited early:\n{process.stdout.read().decode()}")
+            raise RuntimeError(f"{command[:3]} exited early:\n{output_of(process)}")
         yield process
     finally:
         if process.poll() is None:
@@ -66,6 +73,13 @@ def running(command: list[str], *, ready_url: str, env: dict[str, str] | None = 
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        log.close()
+
+
+def output_of(process: subprocess.Popen) -> str:
+    """What a process started by `running` has written so far."""
+    process.log.seek(0)
+    return process.log.read().decode(errors="replace")
 
 
 @contextmanager
@@ -128,12 +142,19 @@ def shared_database_url() -> str:
 @contextmanager
 def daphne_on(database_url: str, ready_path: str = "/healthz") -> Iterator[str]:
     """The app with the probe views under daphne on `database_url`; yields its base URL."""
+    with daphne_process_on(database_url, ready_path) as (base_url, _):
+        yield base_url
+
+
+@contextmanager
+def daphne_process_on(database_url: str, ready_path: str = "/healthz") -> Iterator[tuple[str, subprocess.Popen]]:
+    """As daphne_on, with the process too (for its log: `output_of`)."""
     port = free_port()
     command, env = daphne_command(port)
     env |= {"DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
     base_url = f"http://127.0.0.1:{port}"
-    with running(command, env=env, ready_url=base_url + ready_path):
-        yield base_url
+    with running(command, env=env, ready_url=base_url + ready_path) as process:
+        yield base_url, process
 
 
 def sign_in(client, user) -> None:

@@ -1,7 +1,9 @@
 """Settings come from the environment, every variable is documented, and bad values stop start-up."""
 
 import json
+import os
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +143,37 @@ def test_a_sqlite_database_keeps_a_write_ahead_log_synced_at_checkpoints_not_at_
                              "DATABASE_URL": f"sqlite:///{tmp_path / 'app.sqlite3'}"}, pragmas)
 
     assert json.loads(result.stdout) == ["wal", 1]  # synchronous 1 is NORMAL (2, FULL, is the default)
+
+
+def deploy_check(variables: dict[str, str]) -> subprocess.CompletedProcess:
+    clean = {key: value for key, value in os.environ.items() if key.startswith(("PATH", "HOME", "LANG"))}
+    return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                          cwd=REPO_DIR, env={**clean, "DJANGO_SETTINGS_MODULE": "chatapp.settings", **variables},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_production_settings_pass_the_deploy_check_with_no_warning():
+    result = deploy_check({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k3P9-real-looking-" + secrets.token_urlsafe(40),
+                           "CHAT_SECURE_COOKIES": "1", "ALLOWED_HOSTS": "chat.example.com"})
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_without_secure_cookies_the_deploy_check_warns_about_them():
+    result = deploy_check({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k3P9-real-looking-" + secrets.token_urlsafe(40),
+                           "ALLOWED_HOSTS": "chat.example.com"})
+
+    assert result.returncode != 0
+    assert "SESSION_COOKIE_SECURE" in result.stderr
+
+
+def test_secure_cookies_make_both_cookies_https_only_and_turn_on_hsts():
+    script = ("import json, django; from django.conf import settings; django.setup();"
+              "print(json.dumps([settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE,"
+              " settings.SECURE_HSTS_SECONDS]))")
+    secure = settings_under({"DJANGO_SECRET_KEY": "x" * 50, "CHAT_SECURE_COOKIES": "1"}, script)
+    plain = settings_under({"DJANGO_SECRET_KEY": "x" * 50}, script)
+
+    assert json.loads(secure.stdout) == [True, True, 365 * 24 * 3600]
+    assert json.loads(plain.stdout) == [False, False, 0]

@@ -40,7 +40,7 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_s
 
         stack.send_signal(stop_signal)
         status = stack.wait(timeout=30)
-        output = stack.stdout.read().decode()
+        output = servers.output_of(stack)
 
     assert health.json() == {"status": "ok"}
     assert health.headers["server"] == "nginx"

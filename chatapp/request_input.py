@@ -1,0 +1,76 @@
+"""What a request may carry: a JSON object body and query values that every later layer can hold.
+
+Checked once here for every endpoint, so that no view, service or database meets a value it
+cannot store: PostgreSQL refuses a NUL in text and a lone surrogate cannot be encoded as
+UTF-8 (each was a 500), NaN and Infinity are not JSON, and nesting deep enough to exhaust
+Python's recursion is no chat message.
+"""
+
+import json
+import math
+import re
+
+from .errors import ApiError
+
+MAX_DEPTH = 32
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_ABSENT = object()
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_object(raw: bytes) -> dict:
+    """The body as a dict whose every string (keys too) is storable text; else ApiError 400."""
+    try:
+        body = json.loads(raw or b"{}", parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ApiError(400, "invalid_json", f"the body nests deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError, NaN, a 5,000-digit int
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    _check_tree(body)
+    return body
+
+
+def _check_tree(root) -> None:
+    """Walks the tree with a stack of its own (deep trees must not recurse here either)."""
+    pending = [(root, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise ApiError(400, "invalid_json", f"the body nests deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            for key in value:
+                check_text(key, "a key")
+            pending.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            check_text(value, "a string")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ApiError(400, "invalid_json", "numbers must be finite")  # 1e999 parses as inf
+
+
+def check_text(value: str, what: str) -> str:
+    if _UNSTORABLE.search(value):
+        raise ApiError(400, "invalid_value", f"{what} holds a NUL character or a lone surrogate")
+    return value
+
+
+def text(body: dict, name: str, default=_ABSENT) -> str | None:
+    """The string field `name`; absent, it is `default` (required when none is given); any
+    non-string, null included, is refused rather than stored as its str()."""
+    value = body.get(name, _ABSENT)
+    if value is _ABSENT and default is not _ABSENT:
+        return default
+    if not isinstance(value, str):
+        raise ApiError(400, "invalid_value", f"{name} must be a string")
+    return value
+
+
+def query_text(request, name: str, default: str = "") -> str:
+    """A query-string value, held to the same rule as a body's strings."""
+    return check_text(request.GET.get(name, default), f"the query parameter {name}")
