@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from common.vocabulary import CancelledBy, GenerationStatus
@@ -150,8 +151,11 @@ class Relay:
         """A Stop that came before we listened was sent to nobody; its row remembers it. The
         row is read once the first delta is out, so that the read does not delay it."""
         await self._first_delta_sent.wait()
-        if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
-            stop.set()
+        try:
+            if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
+                stop.set()
+        except Exception:  # the heartbeat reads the row again within a beat
+            logger.exception("reading the early Stop of generation %s failed", self.generation.pk)
 
     async def _keep_alive(self, stop: asyncio.Event) -> None:
         """Proves the relay alive on its own timer, so a slow answer is never reaped as dead.
@@ -213,5 +217,13 @@ class Relay:
         await self.upstream.aclose()
         if self._saving is not None:
             await asyncio.wait({self._saving})  # a late partial save must not land after the final one
-        return await on_database_thread(services.generation_finish)(
-            generation_id=self.generation.pk, outcome=self.outcome)
+        finish = on_database_thread(services.generation_finish)
+        try:
+            return await finish(generation_id=self.generation.pk, outcome=self.outcome)
+        except (InterfaceError, OperationalError):
+            # A connection the database dropped (a restart) fails the first call made on it and
+            # is replaced after it; the answer the user saw must not be lost to that. A retry is
+            # safe: a write that did commit is final, and the second one is then dropped.
+            logger.warning("the final write of generation %s met a dropped connection; once more",
+                           self.generation.pk)
+            return await finish(generation_id=self.generation.pk, outcome=self.outcome)

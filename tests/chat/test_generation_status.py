@@ -6,8 +6,11 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
+from django.db import connection
+
 from chatapp import services
 from chatapp.models import Generation
+from chatapp.sse import SSEParser
 from chatapp.tasks import fail_interrupted_streams
 from common.vocabulary import GenerationStatus
 from tests import factories
@@ -108,3 +111,36 @@ async def test_a_broken_channel_layer_is_no_stop_and_a_stop_still_works_through_
     assert stopped.status_code == 202
     assert names(rest)[-1] == "done" and rest[-1][1]["status"] == "stopped"
     assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", " w0 w1")
+
+
+def terminate_the_database_threads_backends() -> int:
+    """The sessions the app's database threads opened (the test's own connections stay)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                       " AND backend_start > (SELECT backend_start FROM pg_stat_activity"
+                       "                      WHERE pid = pg_backend_pid())")
+        return len(cursor.fetchall())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
+async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_still_stored(
+        api, conversation, upstream, settings):
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 3600  # the final write is the first to meet a dead connection
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
+    upstream.script.chunks = ["Kept", " despite", " a", " restart"]
+    upstream.script.interval_s = 0.2
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    stream = response.streaming_content
+    parser, before = SSEParser(), []
+    while [e.event for e in before].count("delta") < 2:  # the relay's read after the first is done
+        before += parser.feed(await anext(stream))
+
+    dropped = await sync_to_async(terminate_the_database_threads_backends)()
+    after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    assert dropped >= 1
+    assert after[-1][0] == "done" and after[-1][1]["status"] == "completed"
+    assert generation.status == "completed" and generation.message.content == "Kept despite a restart"
