@@ -126,6 +126,17 @@ BAD_REQUESTS = [
     (chat(logprobs=True), "unsupported_field", "logprobs"),
     (chat(LONG), "context_length_exceeded", "messages"),
     (chat(max_tokens=250), "context_length_exceeded", "max_tokens"),
+    (chat(seed=2**64), "invalid_value", "seed"),
+    (chat(seed=-2**63 - 1), "invalid_value", "seed"),
+    # Python's json reads these words, and 1e400 as infinity; JSON itself has no such numbers.
+    (json.dumps(chat()).replace('"messages"', '"temperature": NaN, "messages"'), "invalid_json", None),
+    (json.dumps(chat()).replace('"messages"', '"top_p": Infinity, "messages"'), "invalid_json", None),
+    (json.dumps(chat()).replace('"messages"', '"temperature": 1e400, "messages"'), "invalid_json", None),
+    (json.dumps(chat(stream=True, stream_options={"include_usage": True}))
+     .replace('"include_usage": true', '"include_usage": -Infinity'), "invalid_json", None),
+    # A lone surrogate escape is valid JSON text but no Unicode character.
+    (json.dumps(chat("hi \ud800 there")), "invalid_json", None),
+    ("[" * 100_000 + "]" * 100_000, "invalid_json", None),
 ]
 
 
