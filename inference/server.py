@@ -68,8 +68,9 @@ async def chat_completions(request: Request) -> Response:
     try:
         if not service.healthy:
             raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
-        chat = parse_chat_request(await request.body())
-        prompt, params = service.prompt_and_params(chat)
+        chat = parse_chat_request(await _body(request, service.config.max_body_bytes))
+        # Encoding a long prompt takes a while: it runs on the service's tokenizer thread.
+        prompt, params = await asyncio.wrap_future(service.submit_prompt(chat))
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         stream = service.async_engine.open(request_id, prompt, params)
     except ProtocolError as error:
@@ -87,6 +88,20 @@ async def chat_completions(request: Request) -> Response:
         events = _events(stream, shape, chat, RequestClock(service.metrics), service)
         return EventStreamResponse(events, on_close=stream.close, headers=headers)
     return await _whole(request, stream, shape, RequestClock(service.metrics), service, headers)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The whole body, or a 413 as soon as it is known to exceed `limit` bytes."""
+    too_large = ProtocolError(413, f"the request body exceeds {limit} bytes", "body_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():  # a chunked body declares no length
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
 
 
 async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatRequest,
@@ -194,6 +209,13 @@ async def metrics(request: Request) -> Response:
     return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
+async def _unplanned_error(request: Request, error: Exception) -> JSONResponse:
+    """Whatever escapes a route still answers in the API's shape; the details go to the log."""
+    logger.error("unplanned error in %s %s", request.method, request.url.path, exc_info=error)
+    body = error_body("the service failed to answer this request", "server_error", "internal_error")
+    return JSONResponse(body, status_code=500)
+
+
 def create_app(service: InferenceService, load: bool = True) -> Starlette:
     """The ASGI app; with `load`, the model loads in the background while /health says so."""
 
@@ -209,7 +231,7 @@ def create_app(service: InferenceService, load: bool = True) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan, exception_handlers={Exception: _unplanned_error})
     app.state.service = service
     return app
 

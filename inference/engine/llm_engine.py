@@ -1,5 +1,6 @@
 """The engine: requests in, one batched forward pass per `step()`, text deltas out."""
 
+import copy
 from dataclasses import dataclass
 
 from common.vocabulary import FinishReason
@@ -42,6 +43,10 @@ class EngineLimits:
 class LLMEngine:
     def __init__(self, model, tokenizer, limits: EngineLimits):
         self.tokenizer = tokenizer
+        # Prompts are encoded on another thread than the step loop's decoding: a fast tokenizer
+        # must not be used by two threads at once ("Already borrowed"), and a lock would make
+        # every stream wait for the longest prompt being encoded. Each thread gets its own.
+        self.prompt_tokenizer = copy.deepcopy(tokenizer)
         self.limits = limits
         config = model.config
         shape = CacheShape(
@@ -128,7 +133,7 @@ class LLMEngine:
 
     def encode_chat(self, messages: list[dict[str, str]], continue_final_message: bool = False) -> list[int]:
         """The prompt; with `continue_final_message`, the last (assistant) message stays open."""
-        encoded = self.tokenizer.apply_chat_template(
+        encoded = self.prompt_tokenizer.apply_chat_template(
             messages, add_generation_prompt=not continue_final_message,
             continue_final_message=continue_final_message, tokenize=True, return_dict=False,
         )
