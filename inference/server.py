@@ -12,7 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .async_engine import DuplicateRequest, EngineUnavailable, QueueFull, RequestStream
+from .async_engine import (
+    DuplicateRequest, EngineUnavailable, QueueFull, RequestFailed, RequestStream,
+)
 from .config import InferenceConfig
 from .metrics import RequestClock
 from .protocol import (
@@ -24,6 +26,8 @@ from .service import InferenceService, ServiceState
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 15.0
+# What a request's stream may raise once it is open: the request failed, the others may not have.
+STREAM_ERRORS = (EngineUnavailable, RequestFailed, ValueError)
 _HEARTBEAT = object()
 
 
@@ -121,7 +125,7 @@ async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatReque
                 yield sse(shape.chunk({}, reason))
                 if chat.include_usage:
                     yield sse(shape.usage_chunk(output.num_prompt_tokens, output.num_output_tokens))
-    except (EngineUnavailable, ValueError) as error:
+    except STREAM_ERRORS as error:
         service.metrics.requests.labels("error").inc()
         yield sse(error_body(str(error), "server_error", "engine_error"))
     yield SSE_DONE
@@ -163,7 +167,7 @@ async def _whole(request: Request, stream: RequestStream, shape: CompletionShape
             return Response(status_code=499)  # nobody is listening any more
         try:
             text, last = collecting.result()
-        except (EngineUnavailable, ValueError) as error:
+        except STREAM_ERRORS as error:
             service.metrics.requests.labels("error").inc()
             return error_response(ProtocolError(500, str(error), "engine_error"))
     finally:
