@@ -54,6 +54,8 @@ async def test_a_request_whose_step_raises_ends_alone_while_its_neighbours_finis
                 read_all("poisoned"), *(read_all(f"neighbour-{i}") for i in range(3)))
             health = await client.get(f"{url}/health")
             alone = await read_all("alone-afterwards")
+            whole = await client.post(f"{url}/v1/chat/completions", json={**body, "stream": False},
+                                      headers={"X-Request-Id": "poisoned"})
 
     assert poisoned[-1] == "[DONE]"
     assert "injected fault for poisoned" in poisoned[-2]["error"]["message"]
@@ -62,6 +64,8 @@ async def test_a_request_whose_step_raises_ends_alone_while_its_neighbours_finis
         assert events[-2]["choices"][0]["finish_reason"] == "length"
         assert text_of(events) == text_of(alone)  # the failed step left no trace in their cache
     assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert whole.status_code == 500 and whole.json()["error"]["code"] == "engine_error"
+    assert "injected fault for poisoned" in whole.json()["error"]["message"]
     assert engine.num_running == 0 and engine.kv_cache.num_allocated_bytes == 0
 
 
