@@ -214,8 +214,11 @@ async def metrics(request: Request) -> Response:
 
 
 async def _unplanned_error(request: Request, error: Exception) -> JSONResponse:
-    """Whatever escapes a route still answers in the API's shape; the details go to the log."""
-    logger.error("unplanned error in %s %s", request.method, request.url.path, exc_info=error)
+    """Whatever escapes a route still answers in the API's shape.
+
+    The details stay out of the answer: Starlette raises the error on after this answer, and
+    the server logs it with its traceback.
+    """
     body = error_body("the service failed to answer this request", "server_error", "internal_error")
     return JSONResponse(body, status_code=500)
 
