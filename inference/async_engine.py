@@ -5,8 +5,9 @@ Each request has its own `asyncio.Queue`, fed from the step thread with
 thread-safe inboxes and applied at the top of each step, so only that thread touches the
 engine. The thread sleeps on an event when there is nothing to do (no polling). A stream whose
 consumer goes away (cancelled, closed) aborts its request in `finally`, which frees its cache
-before the next step. If a step raises, the loop stops, every open stream receives the error
-at once, and the engine reports itself unhealthy.
+before the next step. A request the engine ended alone after an error receives that error;
+the others go on. If a step raises (the engine could step no sequence at all), the loop stops,
+every open stream receives the error at once, and the engine reports itself unhealthy.
 """
 
 import asyncio
@@ -31,6 +32,10 @@ class QueueFull(RuntimeError):
 
 class DuplicateRequest(ValueError):
     """A request with this id is already streaming."""
+
+
+class RequestFailed(RuntimeError):
+    """The engine ended this request alone after an error; the others go on."""
 
 
 @dataclass
@@ -126,7 +131,7 @@ class AsyncEngine:
                 for output in self.engine.step():
                     stream = self._streams.get(output.request_id)
                     if stream is not None:
-                        stream.put(output)
+                        stream.put(output if output.error is None else RequestFailed(output.error))
         except BaseException as error:  # the loop must never die silently
             logger.exception("engine step loop failed")
             self.error = error
@@ -147,8 +152,11 @@ class AsyncEngine:
                 continue  # its client left before it reached the engine
             try:
                 self.engine.add_request(request_id, prompt_token_ids, params)
-            except ValueError as error:
+            except ValueError as error:  # it does not fit: said as the engine says it
                 self._streams[request_id].put(error)
+            except Exception as error:  # only this request is at fault
+                logger.exception("adding request %s failed", request_id)
+                self._streams[request_id].put(RequestFailed(f"{type(error).__name__}: {error}"))
 
 
 class RequestStream:

@@ -42,6 +42,9 @@ class InferenceConfig:
     # Cache rows per group; a group's memory is sized for its longest member.
     cache_group_size: int = 4
     default_max_tokens: int = 512
+    # Request bodies beyond this many bytes are refused with 413 before they are read whole:
+    # a prompt that fits max_model_len is far smaller, and encoding a huge one costs seconds.
+    max_body_bytes: int = 1_048_576
     cache_dir: Path = field(default_factory=_default_cache_dir)
 
     def __post_init__(self) -> None:
@@ -50,7 +53,8 @@ class InferenceConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"INFERENCE_DTYPE must be one of {DTYPES}, got {self.dtype!r}")
         positive = ["port", "max_running", "max_waiting", "max_cached_tokens", "max_model_len",
-                    "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens"]
+                    "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens",
+                    "max_body_bytes"]
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"INFERENCE_{name.upper()} must be at least 1, got {getattr(self, name)}")
@@ -77,6 +81,7 @@ class InferenceConfig:
                 prefill_chunk_idle=env.integer("INFERENCE_PREFILL_CHUNK_IDLE", cls.prefill_chunk_idle),
                 cache_group_size=env.integer("INFERENCE_CACHE_GROUP_SIZE", cls.cache_group_size),
                 default_max_tokens=env.integer("INFERENCE_DEFAULT_MAX_TOKENS", cls.default_max_tokens),
+                max_body_bytes=env.integer("INFERENCE_MAX_BODY_BYTES", cls.max_body_bytes),
                 cache_dir=Path(env.string("INFERENCE_CACHE_DIR") or _default_cache_dir()),
             )
         except env.BadVariable as error:

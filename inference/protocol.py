@@ -5,12 +5,15 @@ than silently ignored.
 """
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 ROLES = ("system", "user", "assistant")
 MAX_STOP_SEQUENCES = 4
+# What torch.Generator.manual_seed takes (a negative seed wraps around modulo 2**64).
+SEED_RANGE = (-2**63, 2**64 - 1)
 ACCEPTED_FIELDS = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "stop", "seed", "n", "user",
@@ -53,11 +56,36 @@ class ChatRequest:
     continue_final_message: bool = False
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+def parse_json(raw: bytes) -> Any:
+    """The body as Python values, or a 400: every number finite, every string real Unicode.
+
+    Python's json reads NaN and Infinity (and reads 1e400 as infinity), which JSON has not and
+    which pass every range check; it also reads a lone surrogate escape ("\\ud800") into a
+    string that no encoder can write, and recurses once per level of nesting.
+    """
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ProtocolError(400, f"the body is not valid JSON: {error}", "invalid_json") from error
+        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        # Writing the whole body out again finds a lone surrogate wherever it hides.
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and Unicode errors are ValueErrors
+        reason = "it nests too deeply" if isinstance(error, RecursionError) else error
+        raise ProtocolError(400, f"the body is not valid JSON: {reason}", "invalid_json") from error
+    return body
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ProtocolError(400, "the body must be a JSON object", "invalid_request")
     unknown = sorted(set(body) - ACCEPTED_FIELDS)
@@ -94,7 +122,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
         stop=_stop(body.get("stop")),
-        seed=_typed(body, "seed", int, None),
+        seed=_seed(body),
         continue_final_message=continue_final_message,
     )
 
@@ -120,6 +148,14 @@ def _number(body: dict, name: str, default: float, low: float, high: float,
         interval = f"{'(' if low_open else '['}{low}, {high}]"
         raise ProtocolError(400, f"{name} must be in {interval}, got {value}", "invalid_value", name)
     return float(value)
+
+
+def _seed(body: dict) -> int | None:
+    seed = _typed(body, "seed", int, None)
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ProtocolError(400, f"seed must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {seed}",
+                            "invalid_value", "seed")
+    return seed
 
 
 def _max_tokens(body: dict) -> int | None:

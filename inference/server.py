@@ -12,7 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .async_engine import DuplicateRequest, EngineUnavailable, QueueFull, RequestStream
+from .async_engine import (
+    DuplicateRequest, EngineUnavailable, QueueFull, RequestFailed, RequestStream,
+)
 from .config import InferenceConfig
 from .metrics import RequestClock
 from .protocol import (
@@ -24,6 +26,8 @@ from .service import InferenceService, ServiceState
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 15.0
+# What a request's stream may raise once it is open: the request failed, the others may not have.
+STREAM_ERRORS = (EngineUnavailable, RequestFailed, ValueError)
 _HEARTBEAT = object()
 
 
@@ -68,8 +72,9 @@ async def chat_completions(request: Request) -> Response:
     try:
         if not service.healthy:
             raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
-        chat = parse_chat_request(await request.body())
-        prompt, params = service.prompt_and_params(chat)
+        chat = parse_chat_request(await _body(request, service.config.max_body_bytes))
+        # Encoding a long prompt takes a while: it runs on the service's tokenizer thread.
+        prompt, params = await asyncio.wrap_future(service.submit_prompt(chat))
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         stream = service.async_engine.open(request_id, prompt, params)
     except ProtocolError as error:
@@ -89,6 +94,20 @@ async def chat_completions(request: Request) -> Response:
     return await _whole(request, stream, shape, RequestClock(service.metrics), service, headers)
 
 
+async def _body(request: Request, limit: int) -> bytes:
+    """The whole body, or a 413 as soon as it is known to exceed `limit` bytes."""
+    too_large = ProtocolError(413, f"the request body exceeds {limit} bytes", "body_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():  # a chunked body declares no length
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
 async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatRequest,
                   clock: RequestClock, service: InferenceService):
     yield sse(shape.chunk({"role": "assistant"}))
@@ -106,7 +125,7 @@ async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatReque
                 yield sse(shape.chunk({}, reason))
                 if chat.include_usage:
                     yield sse(shape.usage_chunk(output.num_prompt_tokens, output.num_output_tokens))
-    except (EngineUnavailable, ValueError) as error:
+    except STREAM_ERRORS as error:
         service.metrics.requests.labels("error").inc()
         yield sse(error_body(str(error), "server_error", "engine_error"))
     yield SSE_DONE
@@ -148,7 +167,7 @@ async def _whole(request: Request, stream: RequestStream, shape: CompletionShape
             return Response(status_code=499)  # nobody is listening any more
         try:
             text, last = collecting.result()
-        except (EngineUnavailable, ValueError) as error:
+        except STREAM_ERRORS as error:
             service.metrics.requests.labels("error").inc()
             return error_response(ProtocolError(500, str(error), "engine_error"))
     finally:
@@ -194,6 +213,16 @@ async def metrics(request: Request) -> Response:
     return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
+async def _unplanned_error(request: Request, error: Exception) -> JSONResponse:
+    """Whatever escapes a route still answers in the API's shape.
+
+    The details stay out of the answer: Starlette raises the error on after this answer, and
+    the server logs it with its traceback.
+    """
+    body = error_body("the service failed to answer this request", "server_error", "internal_error")
+    return JSONResponse(body, status_code=500)
+
+
 def create_app(service: InferenceService, load: bool = True) -> Starlette:
     """The ASGI app; with `load`, the model loads in the background while /health says so."""
 
@@ -209,7 +238,7 @@ def create_app(service: InferenceService, load: bool = True) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan, exception_handlers={Exception: _unplanned_error})
     app.state.service = service
     return app
 

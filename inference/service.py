@@ -2,6 +2,7 @@
 
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from enum import Enum
 
 from .async_engine import AsyncEngine
@@ -29,6 +30,8 @@ class InferenceService:
         self.model_name = ""
         self.engine: LLMEngine | None = None
         self.async_engine: AsyncEngine | None = None
+        # One thread, so that the engine's prompt tokenizer is never used by two at once.
+        self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
 
     # --- life ---
     def load(self) -> None:
@@ -65,6 +68,7 @@ class InferenceService:
         return thread
 
     def stop(self) -> None:
+        self._tokenizer_thread.shutdown(wait=False, cancel_futures=True)
         if self.async_engine is not None:
             self.async_engine.stop()
 
@@ -85,6 +89,10 @@ class InferenceService:
         return None
 
     # --- requests ---
+    def submit_prompt(self, chat: ChatRequest) -> Future:
+        """`prompt_and_params` on the tokenizer thread, so that the caller's loop keeps serving."""
+        return self._tokenizer_thread.submit(self.prompt_and_params, chat)
+
     def prompt_and_params(self, chat: ChatRequest) -> tuple[list[int], SamplingParams]:
         """Tokenizes the conversation and settles the sampling limits, or refuses with a 400."""
         if chat.model != self.model_name:

@@ -4,7 +4,8 @@ A character's bytes may span several tokens; decoding a window that ends inside 
 U+FFFD, so such text is held until the character completes. The window starts a few tokens
 back (`prefix_offset`) so that decoders that treat a leading space specially see the same
 context every time. Stop strings end the answer and are never emitted, even when they span
-tokens: text that could still become a stop string is held back until it cannot.
+tokens: text that could still become a stop string is held back until it cannot. An answer
+that ends inside a character (max_tokens cut it) ends before that character.
 """
 
 from collections.abc import Callable, Sequence
@@ -43,6 +44,10 @@ class IncrementalDetokenizer:
         if self.stopped:
             return ""
         whole = self._decode(token_ids)
+        if whole.endswith(REPLACEMENT_CHARACTER):
+            # The answer was cut inside a character: its bytes so far decode to one U+FFFD (the
+            # decoder replaces a truncated sequence as a whole), and that half is never sent.
+            whole = whole[:-1]
         if whole.startswith(self.text):
             self.text = whole
         return self._release(final=True)

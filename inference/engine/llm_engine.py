@@ -1,5 +1,13 @@
-"""The engine: requests in, one batched forward pass per `step()`, text deltas out."""
+"""The engine: requests in, one batched forward pass per `step()`, text deltas out.
 
+A request that makes its step fail ends alone: the step's sequences are retried one at a time,
+those that fail alone end with an error and free their cache, the rest go on. Retrying is safe
+because a pass changes nothing until it returns (keys and values it wrote sit at the chunk's
+own positions, which a retry writes again; a sequence's cached count moves only on success).
+Only when no sequence can step at all does `step()` raise.
+"""
+
+import copy
 from dataclasses import dataclass
 
 from common.vocabulary import FinishReason
@@ -8,20 +16,26 @@ from .detokenizer import IncrementalDetokenizer
 from .kv_cache import CacheShape, KVCache
 from .model_runner import ModelRunner
 from .sampler import sample
-from .scheduler import Scheduler
+from .scheduler import ScheduledChunk, Scheduler
 from .sequence import SamplingParams, Sequence
+
+# Sequences that may fail alone, one after another with no pass succeeding between them, before
+# the engine itself counts as broken: one bad request cannot tell a bad runner from itself,
+# several in a row can.
+MAX_FAILURES_IN_A_ROW = 3
 
 
 @dataclass(frozen=True)
 class RequestOutput:
     request_id: str
-    token_id: int  # the token this step added
+    token_id: int | None  # the token this step added; None when the request failed
     text: str  # new text since this request's previous output; may be empty
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: FinishReason | None = None
     # Seconds between arrival and admission into the batch; on a request's first output only.
     queue_wait_s: float | None = None
+    error: str | None = None  # why the request ended alone, with finish_reason ERROR
 
     @property
     def finished(self) -> bool:
@@ -42,6 +56,10 @@ class EngineLimits:
 class LLMEngine:
     def __init__(self, model, tokenizer, limits: EngineLimits):
         self.tokenizer = tokenizer
+        # Prompts are encoded on another thread than the step loop's decoding: a fast tokenizer
+        # must not be used by two threads at once ("Already borrowed"), and a lock would make
+        # every stream wait for the longest prompt being encoded. Each thread gets its own.
+        self.prompt_tokenizer = copy.deepcopy(tokenizer)
         self.limits = limits
         config = model.config
         shape = CacheShape(
@@ -60,6 +78,7 @@ class LLMEngine:
                                  getattr(config, "max_position_embeddings", limits.max_model_len))
         self.eos_token_ids = end_of_turn_ids(model, tokenizer)
         self.num_steps = 0
+        self.num_failures_in_a_row = 0
 
     # --- requests ---
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -87,15 +106,55 @@ class LLMEngine:
         chunks = self.scheduler.schedule()
         if not chunks:
             return []
-        logits = self.runner.run(chunks)
         self.num_steps += 1
+        if len(chunks) == 1:
+            return self._run_alone(chunks[0])
+        try:
+            logits = self.runner.run(chunks)
+        except Exception:
+            return [output for chunk in chunks for output in self._run_alone(chunk)]
+        self.num_failures_in_a_row = 0
+        return self._sample(chunks, logits)
+
+    def _run_alone(self, chunk: ScheduledChunk) -> list[RequestOutput]:
+        try:
+            logits = self.runner.run([chunk])
+        except Exception as error:
+            self.num_failures_in_a_row += 1
+            if self.num_failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+                raise
+            return [self._fail(chunk.sequence, error)]
+        self.num_failures_in_a_row = 0
+        return self._sample([chunk], logits)
+
+    def _sample(self, chunks: list[ScheduledChunk], logits) -> list[RequestOutput]:
         sampling = [chunk.sequence for chunk in chunks if chunk.samples]
+        try:
+            token_ids = sample(logits, sampling)
+        except Exception:
+            token_ids = None  # someone's draw failed: draw again one by one to find whose
         outputs = []
-        for sequence, token_id in zip(sampling, sample(logits, sampling)):
-            outputs.append(self._append(sequence, token_id))
+        for index, sequence in enumerate(sampling):
+            try:
+                token_id = token_ids[index] if token_ids is not None else sample(logits[index:index + 1], [sequence])[0]
+                outputs.append(self._append(sequence, token_id))
+            except Exception as error:
+                outputs.append(self._fail(sequence, error))
+                continue
             if sequence.is_finished:
                 self.scheduler.finish(sequence)
         return outputs
+
+    def _fail(self, sequence: Sequence, error: Exception) -> RequestOutput:
+        """Ends one sequence with an error and frees its cache; the batch goes on without it."""
+        sequence.finish(FinishReason.ERROR)
+        self.scheduler.finish(sequence)
+        return RequestOutput(
+            request_id=sequence.request_id, token_id=None, text="",
+            num_prompt_tokens=sequence.num_prompt_tokens,
+            num_output_tokens=sequence.num_output_tokens,
+            finish_reason=FinishReason.ERROR, error=f"{type(error).__name__}: {error}",
+        )
 
     def _append(self, sequence: Sequence, token_id: int) -> RequestOutput:
         sequence.output_token_ids.append(token_id)
@@ -128,7 +187,7 @@ class LLMEngine:
 
     def encode_chat(self, messages: list[dict[str, str]], continue_final_message: bool = False) -> list[int]:
         """The prompt; with `continue_final_message`, the last (assistant) message stays open."""
-        encoded = self.tokenizer.apply_chat_template(
+        encoded = self.prompt_tokenizer.apply_chat_template(
             messages, add_generation_prompt=not continue_final_message,
             continue_final_message=continue_final_message, tokenize=True, return_dict=False,
         )

@@ -69,3 +69,16 @@ def test_the_earliest_of_several_stop_strings_wins():
     _, deltas, _ = stream("one two three four", stop=("four", "two"))
 
     assert "".join(deltas) == "one "
+
+
+@pytest.mark.parametrize("text", ["Thumbs 👍", "Greeting 你", "Party 🎉"])
+def test_an_answer_cut_inside_a_character_ends_before_it_without_a_replacement_mark(text):
+    ids = models.tokenizer().encode(text, add_special_tokens=False)
+    cut = ids[:-1]  # the last character's final byte never came: as max_tokens cuts it
+    assert decode(cut).endswith("\ufffd")  # the character does span tokens
+
+    detokenizer = IncrementalDetokenizer(decode)
+    deltas = [detokenizer.add(cut[: i + 1]) for i in range(len(cut))]
+    deltas.append(detokenizer.finish(cut))
+
+    assert "".join(deltas) == text[:-1]

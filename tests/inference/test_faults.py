@@ -1,10 +1,13 @@
-"""A failing step ends every open stream with an error event, never a hang."""
+"""A request that fails ends alone; an engine that cannot step ends every open stream, never hangs."""
 
 import asyncio
 
 import httpx
 
+from common.vocabulary import FinishReason
+from inference.engine import SamplingParams
 from tests.fakes.failing_runner import FailingRunner
+from tests.fakes.poisoned_runner import PoisonedRunner
 from tests.inference import models
 from tests.inference.serving import chat, serving, service_for, sse_events
 
@@ -33,3 +36,87 @@ async def test_a_step_that_raises_ends_every_open_stream_with_an_error_event():
     assert "injected fault" in health.json()["error"]
     assert refused.status_code == 503
     assert engine.num_running == 0 and engine.kv_cache.num_allocated_bytes == 0
+
+
+async def test_a_request_whose_step_raises_ends_alone_while_its_neighbours_finish():
+    engine = models.engine(models.tiny_model())
+    engine.runner = PoisonedRunner(engine.runner, "poisoned")
+    body = chat(stream=True, max_tokens=12, temperature=0)
+    with serving(service_for(engine)) as url:
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def read_all(request_id: str) -> list:
+                async with client.stream("POST", f"{url}/v1/chat/completions", json=body,
+                                         headers={"X-Request-Id": request_id}) as response:
+                    return sse_events([line async for line in response.aiter_lines()])
+
+            poisoned, *neighbours = await asyncio.gather(
+                read_all("poisoned"), *(read_all(f"neighbour-{i}") for i in range(3)))
+            health = await client.get(f"{url}/health")
+            alone = await read_all("alone-afterwards")
+            whole = await client.post(f"{url}/v1/chat/completions", json={**body, "stream": False},
+                                      headers={"X-Request-Id": "poisoned"})
+
+    assert poisoned[-1] == "[DONE]"
+    assert "injected fault for poisoned" in poisoned[-2]["error"]["message"]
+    for events in neighbours:
+        assert events[-1] == "[DONE]"
+        assert events[-2]["choices"][0]["finish_reason"] == "length"
+        assert text_of(events) == text_of(alone)  # the failed step left no trace in their cache
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert whole.status_code == 500 and whole.json()["error"]["code"] == "engine_error"
+    assert "injected fault for poisoned" in whole.json()["error"]["message"]
+    assert engine.num_running == 0 and engine.kv_cache.num_allocated_bytes == 0
+
+
+def test_a_step_that_fails_for_one_sequence_is_retried_without_it_and_changes_nobody_elses_tokens():
+    model = models.tiny_model()
+    prompts = [models.engine_tokenizer_prompt([{"role": "user", "content": f"Question {i}?"}])
+               for i in range(3)]
+    params = SamplingParams(max_tokens=8)
+    clean, poisoned = models.engine(model), models.engine(model)
+    poison = poisoned.runner = PoisonedRunner(poisoned.runner, "poisoned")
+    for engine in (clean, poisoned):
+        for i, prompt in enumerate(prompts):
+            engine.add_request(f"neighbour-{i}", prompt, params)
+    poisoned.add_request("poisoned", prompts[0], params)
+
+    tokens = {"clean": run_to_the_end(clean), "poisoned": run_to_the_end(poisoned)}
+
+    assert poison.num_refused_steps == 2  # the shared first step, then the poisoned one alone
+    failure = tokens["poisoned"].pop("poisoned")
+    assert failure == [None]
+    assert tokens["poisoned"] == tokens["clean"]
+    assert poisoned.num_running == 0 and poisoned.kv_cache.num_allocated_bytes == 0
+
+
+def run_to_the_end(engine) -> dict[str, list]:
+    tokens: dict[str, list] = {}
+    while engine.has_work():
+        for output in engine.step():
+            tokens.setdefault(output.request_id, []).append(output.token_id)
+    return tokens
+
+
+def test_a_sequence_whose_sampling_fails_ends_alone_while_its_neighbours_finish():
+    engine = models.engine(models.tiny_model())
+    prompt = models.engine_tokenizer_prompt([{"role": "user", "content": "Hello there"}])
+    # A NaN temperature makes every probability NaN: torch refuses to draw from them.
+    engine.add_request("nan", prompt, SamplingParams(max_tokens=5, temperature=float("nan")))
+    engine.add_request("fine", prompt, SamplingParams(max_tokens=5, temperature=0.7, seed=1))
+
+    outputs = []
+    while engine.has_work():
+        outputs.extend(engine.step())
+
+    failed = [o for o in outputs if o.request_id == "nan"]
+    fine = [o for o in outputs if o.request_id == "fine"]
+    assert len(failed) == 1 and failed[0].finish_reason is FinishReason.ERROR
+    assert "probability" in failed[0].error
+    assert len(fine) == 5 and fine[-1].finish_reason is FinishReason.LENGTH
+    assert engine.kv_cache.num_allocated_bytes == 0
+
+
+def text_of(events: list) -> str:
+    return "".join(e["choices"][0]["delta"].get("content", "")
+                   for e in events[:-1] if e.get("choices"))

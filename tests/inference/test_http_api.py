@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from inference.engine import loader
+from tests.fakes.raising_tokenizer import RaisingTokenizer
 from tests.fakes.stalling_runner import StallingRunner
 from tests.inference import models
 from tests.inference.serving import MODEL_NAME, chat, metric, serving, service_for, sse_events
@@ -126,6 +127,17 @@ BAD_REQUESTS = [
     (chat(logprobs=True), "unsupported_field", "logprobs"),
     (chat(LONG), "context_length_exceeded", "messages"),
     (chat(max_tokens=250), "context_length_exceeded", "max_tokens"),
+    (chat(seed=2**64), "invalid_value", "seed"),
+    (chat(seed=-2**63 - 1), "invalid_value", "seed"),
+    # Python's json reads these words, and 1e400 as infinity; JSON itself has no such numbers.
+    (json.dumps(chat()).replace('"messages"', '"temperature": NaN, "messages"'), "invalid_json", None),
+    (json.dumps(chat()).replace('"messages"', '"top_p": Infinity, "messages"'), "invalid_json", None),
+    (json.dumps(chat()).replace('"messages"', '"temperature": 1e400, "messages"'), "invalid_json", None),
+    (json.dumps(chat(stream=True, stream_options={"include_usage": True}))
+     .replace('"include_usage": true', '"include_usage": -Infinity'), "invalid_json", None),
+    # A lone surrogate escape is valid JSON text but no Unicode character.
+    (json.dumps(chat("hi \ud800 there")), "invalid_json", None),
+    ("[" * 100_000 + "]" * 100_000, "invalid_json", None),
 ]
 
 
@@ -151,6 +163,19 @@ def test_an_unknown_model_is_refused_with_404(tiny_service_url):
 
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
+
+
+def test_an_unplanned_error_in_a_route_answers_a_json_500():
+    engine = models.engine(models.tiny_model())
+    engine.prompt_tokenizer = RaisingTokenizer()
+    with serving(service_for(engine)) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json=chat(stream=True), timeout=60)
+
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "internal_error"
+    assert "injected fault" not in error["message"]  # internals stay in the log
 
 
 def test_a_full_waiting_queue_is_refused_with_429_before_any_stream_starts():

@@ -1,0 +1,20 @@
+"""Fault injection: a model runner that raises whenever one marked request is in the step.
+
+Stands in for a request that breaks the forward pass by itself (a kernel fault on its shape,
+say), which no real request can be made to do on demand; every other step runs for real.
+"""
+
+from tests.fakes.failing_runner import InjectedFault
+
+
+class PoisonedRunner:
+    def __init__(self, runner, poisoned_request_id: str):
+        self.runner = runner
+        self.poisoned_request_id = poisoned_request_id
+        self.num_refused_steps = 0
+
+    def run(self, chunks):
+        if any(chunk.sequence.request_id == self.poisoned_request_id for chunk in chunks):
+            self.num_refused_steps += 1
+            raise InjectedFault(f"injected fault for {self.poisoned_request_id}")
+        return self.runner.run(chunks)

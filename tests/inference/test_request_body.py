@@ -1,0 +1,80 @@
+"""A request body is bounded in size, and a long prompt is encoded without holding up the service."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from tests.fakes.stalling_tokenizer import StallingTokenizer
+from tests.inference import models
+from tests.inference.serving import chat, serving, service_for
+
+CAP = 4096
+
+
+@pytest.fixture(scope="module")
+def capped_url():
+    engine = models.engine(models.tiny_model(), max_model_len=256)
+    with serving(service_for(engine, max_body_bytes=CAP)) as url:
+        yield url
+
+
+def assert_too_large(response: httpx.Response) -> None:
+    assert response.status_code == 413
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"] == "body_too_large" and error["type"] == "invalid_request_error"
+    assert str(CAP) in error["message"]
+
+
+def test_a_body_whose_declared_length_is_over_the_cap_is_refused_with_413(capped_url):
+    response = httpx.post(f"{capped_url}/v1/chat/completions", json=chat("x" * 2 * CAP))
+
+    assert_too_large(response)
+
+
+def test_a_chunked_body_that_grows_over_the_cap_is_refused_with_413(capped_url):
+    body = json.dumps(chat("x" * 2 * CAP)).encode()
+
+    def chunks():  # no Content-Length: the body arrives chunked
+        for start in range(0, len(body), 1000):
+            yield body[start:start + 1000]
+
+    response = httpx.post(f"{capped_url}/v1/chat/completions", content=chunks(),
+                          headers={"content-type": "application/json"})
+
+    assert "content-length" not in response.request.headers
+    assert_too_large(response)
+
+
+def test_a_body_just_under_the_cap_is_read_whole(capped_url):
+    request = chat("x" * 10, max_tokens=2, user="")
+    padding = CAP - 1 - len(json.dumps(request))
+    content = json.dumps({**request, "user": "u" * padding}).encode()
+
+    response = httpx.post(f"{capped_url}/v1/chat/completions", content=content,
+                          headers={"content-type": "application/json"})
+
+    assert len(content) == CAP - 1
+    assert response.status_code == 200
+
+
+async def test_health_answers_while_a_long_prompt_is_being_encoded():
+    engine = models.engine(models.tiny_model(), max_model_len=256)
+    stall = engine.prompt_tokenizer = StallingTokenizer(engine.prompt_tokenizer)
+    with serving(service_for(engine)) as url:
+        async with httpx.AsyncClient(timeout=60) as client:
+            long_request = asyncio.ensure_future(client.post(
+                f"{url}/v1/chat/completions", json=chat("many words " * 20_000, stream=True)))
+            try:
+                assert await asyncio.to_thread(stall.entered.wait, 30)  # being encoded now
+                health = await client.get(f"{url}/health", timeout=10)
+                assert not long_request.done()
+            finally:
+                stall.released.set()
+            refused = await long_request
+
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
