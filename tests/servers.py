@@ -140,18 +140,22 @@ def shared_database_url() -> str:
 
 
 @contextmanager
-def daphne_on(database_url: str, ready_path: str = "/healthz") -> Iterator[str]:
-    """The app with the probe views under daphne on `database_url`; yields its base URL."""
-    with daphne_process_on(database_url, ready_path) as (base_url, _):
+def daphne_on(database_url: str, ready_path: str = "/healthz",
+              env: dict[str, str] | None = None) -> Iterator[str]:
+    """The app with the probe views under daphne on `database_url`, with `env` on top of ours;
+    yields its base URL."""
+    with daphne_process_on(database_url, ready_path, env) as (base_url, _):
         yield base_url
 
 
 @contextmanager
-def daphne_process_on(database_url: str, ready_path: str = "/healthz") -> Iterator[tuple[str, subprocess.Popen]]:
+def daphne_process_on(database_url: str, ready_path: str = "/healthz",
+                      env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
     """As daphne_on, with the process too (for its log: `output_of`)."""
     port = free_port()
-    command, env = daphne_command(port)
-    env |= {"DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
+    command, daphne_env = daphne_command(port)
+    env = daphne_env | {"DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40,
+                        **(env or {})}
     base_url = f"http://127.0.0.1:{port}"
     with running(command, env=env, ready_url=base_url + ready_path) as process:
         yield base_url, process

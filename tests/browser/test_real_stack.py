@@ -8,12 +8,10 @@ import httpx
 import pytest
 
 from chatapp.models import Message
-from inference.engine import LLMEngine
 from tests import servers
 from tests.browser.conftest import running_stack, sign_in
 from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end
-from tests.inference import models
-from tests.inference.serving import metric, serving, service_for
+from tests.inference.serving import metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
@@ -21,8 +19,7 @@ DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
 
 @pytest.fixture(scope="module")
 def inference_url():
-    engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(max_running=4))
-    with serving(service_for(engine, "SmolLM2-135M-Instruct")) as url:
+    with real_model_serving(max_running=4) as url:
         yield url
 
 

@@ -4,18 +4,15 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chatapp.models import Generation
-from inference.engine import LLMEngine
 from tests.chat.streams import names, read_events, text_of
-from tests.inference import models
-from tests.inference.serving import serving, service_for
+from tests.inference.serving import real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(scope="module")
 def real_inference_url():
-    engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(max_running=4))
-    with serving(service_for(engine, "SmolLM2-135M-Instruct")) as url:
+    with real_model_serving(max_running=4) as url:
         yield url
 
 

@@ -4,9 +4,11 @@ import json
 from contextlib import contextmanager
 
 from inference.config import InferenceConfig
+from inference.engine import LLMEngine
 from inference.server import create_app
 from inference.service import InferenceService
 from tests import servers
+from tests.inference import models
 
 MODEL_NAME = "tiny-test-model"
 
@@ -25,6 +27,14 @@ def serving(service: InferenceService):
             yield url
     finally:
         service.stop()
+
+
+@contextmanager
+def real_model_serving(**limits):
+    """The default model served as the chat app names it; yields the base URL."""
+    engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(**limits))
+    with serving(service_for(engine, "SmolLM2-135M-Instruct")) as url:
+        yield url
 
 
 def chat(content: str = "Hello there", **fields) -> dict:
