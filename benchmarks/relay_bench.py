@@ -216,15 +216,15 @@ class Child(ChildProcess):
 
 
 @contextlib.contextmanager
-def fresh_database(server_url: str | None, scratch: Path):
-    """A database URL of the benchmark's own: a SQLite file in `scratch`, or a database created
-    on the PostgreSQL server `server_url` and dropped afterwards."""
+def fresh_database(server_url: str | None, scratch: Path, prefix: str = "relay_bench"):
+    """A database URL of the run's own: a SQLite file in `scratch`, or a database created on
+    the PostgreSQL server `server_url` and dropped afterwards."""
     if not server_url:
         yield f"sqlite:///{scratch / 'db.sqlite3'}"
         return
     import psycopg
 
-    name = f"relay_bench_{os.getpid()}"
+    name = f"{prefix}_{os.getpid()}"
     with psycopg.connect(server_url, autocommit=True) as server:
         server.execute(f'CREATE DATABASE "{name}"')
         try:
@@ -822,7 +822,7 @@ def run(args: argparse.Namespace) -> int:
 
     targets = evaluate_targets(runs, plan)
     results = {
-        "benchmark": "relay", "command": args.command, "started": report._stamp(started),
+        "benchmark": "relay", "command": args.command, "started": report.stamp(started),
         "duration_s": round(time.time() - started, 1), "plan": asdict(plan), "machine": machine,
         "daphne_log_trouble": daphne_trouble,
         "database": "postgresql" if args.database_url else "sqlite",

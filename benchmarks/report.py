@@ -45,7 +45,7 @@ class Results:
         return {
             "benchmark": "inference",
             "command": self.command,
-            "started": _stamp(self.started),
+            "started": stamp(self.started),
             "duration_s": round(self.finished - self.started, 1),
             "plan": self.plan,
             "machine": self.machine,
@@ -277,7 +277,7 @@ def render_section(results: Results) -> str:
                        for level, count in w["requests_per_level"].items())
     max_tokens = " or ".join(map(str, w["max_tokens_values"]))
     lines += [
-        f"Command: `{results.command}` (started {_stamp(results.started)}, "
+        f"Command: `{results.command}` (started {stamp(results.started)}, "
         f"{(results.finished - results.started) / 60:.1f} min, commit {m['commit']}).",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']:.0f} GB RAM"
@@ -365,5 +365,5 @@ def _commit() -> str:
         return "unknown"
 
 
-def _stamp(seconds: float) -> str:
+def stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(seconds))

@@ -142,14 +142,19 @@ class ServerProcess(ChildProcess):
     async def metrics(self, client: httpx.AsyncClient) -> dict[str, float]:
         """The unlabelled samples of /metrics, by name (labelled ones are summed per name)."""
         response = await client.get(f"{self.base_url}/metrics")
-        values: dict[str, float] = {}
-        for line in response.text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            name_part, _, value = line.rpartition(" ")
-            name = name_part.split("{", 1)[0]
-            try:
-                values[name] = values.get(name, 0.0) + float(value)
-            except ValueError:
-                continue
-        return values
+        return parse_metrics(response.text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text: the unlabelled samples by name (labelled ones are summed per name)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0]
+        try:
+            values[name] = values.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return values

@@ -13,7 +13,7 @@ import pytest
 from common import env
 
 REPO_DIR = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ["chatapp", "common", "inference", "stack", "benchmarks"]
+SOURCE_DIRS = ["chatapp", "common", "inference", "stack", "benchmarks", "reliability"]
 ENV_READ = re.compile(r"\benv\.(?:string|boolean|integer|number|words|parsed)\(\s*\"([A-Z0-9_]+)\"")
 # Reads of one named variable; copying the environment for a child process is no such read.
 DIRECT_READ = re.compile(r"os\.getenv\(|os\.environ\.get\(|os\.environ\[")
