@@ -5,10 +5,11 @@ than silently ignored.
 """
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from common import strict_json
 
 ROLES = ("system", "user", "assistant")
 MAX_STOP_SEQUENCES = 4
@@ -57,31 +58,16 @@ class ChatRequest:
 
 
 def parse_json(raw: bytes) -> Any:
-    """The body as Python values, or a 400: every number finite, every string real Unicode.
-
-    Python's json reads NaN and Infinity (and reads 1e400 as infinity), which JSON has not and
-    which pass every range check; it also reads a lone surrogate escape ("\\ud800") into a
-    string that no encoder can write, and recurses once per level of nesting.
-    """
+    """The body as Python values, or a 400 (common/strict_json says what it refuses), every
+    string real Unicode: writing the body out again finds a lone surrogate wherever it hides."""
     try:
-        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
-        # Writing the whole body out again finds a lone surrogate wherever it hides.
+        body = strict_json.loads(raw)
         json.dumps(body, ensure_ascii=False).encode("utf-8")
-    except (ValueError, RecursionError) as error:  # JSONDecodeError and Unicode errors are ValueErrors
-        reason = "it nests too deeply" if isinstance(error, RecursionError) else error
-        raise ProtocolError(400, f"the body is not valid JSON: {reason}", "invalid_json") from error
+    except (strict_json.InvalidJson, RecursionError) as error:
+        raise ProtocolError(400, str(error), "invalid_json") from error
+    except UnicodeEncodeError as error:
+        raise ProtocolError(400, f"the body is not valid JSON: {error}", "invalid_json") from error
     return body
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range for a number")
-    return value
 
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
