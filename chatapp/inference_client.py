@@ -110,6 +110,9 @@ class UpstreamStream:
                         self._saw_done = True
                         return
                     yield _chunk(event.data)
+        except httpx2.TimeoutException as error:
+            raise UpstreamBroken("upstream_timeout", "the inference service sent nothing for "
+                                 f"{settings.INFERENCE_READ_TIMEOUT_SECONDS:g} s") from error
         except httpx2.TransportError as error:
             raise UpstreamBroken("upstream_disconnected",
                                  f"the inference service dropped the stream ({error!r})") from error

@@ -115,6 +115,20 @@ async def test_a_failure_after_the_first_byte_keeps_the_partial_text_and_says_so
     assert generation.final_text == "Hello,"
 
 
+async def test_an_upstream_silent_past_the_read_timeout_fails_the_answer_as_a_timeout(
+        api, conversation, upstream, settings):
+    settings.INFERENCE_READ_TIMEOUT_SECONDS = 0.5
+    upstream.script.stall_after = 2
+
+    events = await read_events(await send(api, conversation))
+
+    answer, generation = await rows_async(conversation)
+    assert events[-2] == ("error", {"code": "upstream_timeout",
+                                    "message": "the inference service sent nothing for 0.5 s"})
+    assert events[-1][1]["status"] == "failed" and answer.content == "Hello,"
+    assert generation.error_code == "upstream_timeout"
+
+
 async def test_a_stream_that_ends_without_done_is_a_failure(api, conversation, upstream):
     upstream.script.send_done = False
 

@@ -1,0 +1,324 @@
+"""The faults: what a user sees and what is stored when a part of the stack fails mid-answer
+(issue #11), under `make run` (`python -m stack`) on PostgreSQL and a Redis of the suite's own.
+
+`make faults` (`python -m reliability.faults`): one stack, one signed-in user; each fault is
+injected the moment the first delta of an answer arrives (or while idle), then the suite
+records what the client saw, reads the stored rows, checks that the part came back, and asks
+one more question that must be answered in full. The verdicts go into RELIABILITY.md's
+`## Faults` section; the exit status is 0 only when every fault passes.
+
+Timings are shortened so that the run takes minutes: the relay's heartbeat every 5 s, an
+answer without one for 15 s is reaped (every 2 s), the relay gives up on a silent upstream
+after 10 s, and it pings the browser every 2 s.
+"""
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from benchmarks import report
+
+from .chat_client import Answer, ChatClient, Ending, Outcome
+from .database import create_users, use_database
+from .end_checks import engine_sequences
+from .redis_server import RedisServer
+from .report import RELIABILITY_HEADER
+from .stack_under_test import Role, StackConfig, StackUnderTest, stack_under_test
+
+RELIABILITY_PATH = Path(__file__).resolve().parent.parent / "RELIABILITY.md"
+PASSWORD = "faults-password-not-a-secret"
+QUESTION = "Write a long story about a lighthouse keeper and the sea."
+SETTINGS = {
+    "CHAT_MAX_TOKENS": "96",
+    "CHAT_RELAY_HEARTBEAT_SECONDS": "5",
+    "CHAT_STALE_STREAM_SECONDS": "15",
+    "CHAT_REAP_INTERVAL_SECONDS": "2",
+    "INFERENCE_READ_TIMEOUT_SECONDS": "10",
+    "CHAT_HEARTBEAT_SECONDS": "2",
+}
+REDIS_OUTAGE_S = 30
+COMEBACK_TIMEOUT_S = 300  # a restarted inference service loads the model again
+
+
+@dataclass
+class FaultResult:
+    fault: str
+    user_saw: str
+    stored: str
+    recovery: str
+    is_passed: bool
+
+
+class FaultClient(ChatClient):
+    """A chat client that runs `at_first_delta(answer)` once, when an answer's first text arrives."""
+
+    at_first_delta: Callable[[Answer], Awaitable[None]] | None = None
+
+    async def _cancels_here(self, answer: Answer) -> bool:
+        if self.at_first_delta is not None and answer.seen:
+            hook, self.at_first_delta = self.at_first_delta, None
+            await hook(answer)
+        return await super()._cancels_here(answer)
+
+    async def answer(self, hook=None) -> Answer:
+        self.at_first_delta = hook
+        conversation = await self.new_conversation("faults")
+        return await self.ask(conversation, QUESTION, Answer(Ending.READ_ALL))
+
+
+def _row(generation_id: int | None) -> dict | None:
+    from django.db import connection
+
+    from chatapp.models import Generation
+
+    try:
+        found = Generation.objects.filter(pk=generation_id).select_related("message").first()
+        return None if found is None else {
+            "status": found.status, "cancelled_by": found.cancelled_by, "error_code": found.error_code,
+            "text": found.message.content, "finished_at": found.finished_at}
+    finally:
+        connection.close()
+
+
+async def final_row(answer: Answer, timeout_s: float) -> dict | None:
+    """The answer's stored row once it is final (a reaped one takes the stale time)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = await asyncio.to_thread(_row, answer.generation_id)
+        if (row and row["status"] not in ("streaming", "stop_requested")) or time.monotonic() > deadline:
+            return row
+        await asyncio.sleep(0.05)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(condition):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def saw(answer: Answer) -> str:
+    ending = (f"`done` {answer.done['status']}" if answer.done else "no `done`: the connection ended")
+    error = f", error event `{answer.error.split(':')[0]}`" if answer.done and answer.error else ""
+    return f"{answer.seen_chars} code points{error}, {ending}"
+
+
+def stored(row: dict | None) -> str:
+    if row is None:
+        return "no row"
+    cause = row["cancelled_by"] or row["error_code"] or "-"
+    return f"{row['status']} ({cause}), {len(row['text'])} code points"
+
+
+def same_text(answer: Answer, row: dict | None) -> bool:
+    return row is not None and row["text"] == answer.seen
+
+
+class Faults:
+    def __init__(self, stack: StackUnderTest, redis: RedisServer, client: FaultClient, database_url: str):
+        self.stack, self.redis, self.client = stack, redis, client
+        self.database_url = database_url
+
+    async def full_answer(self) -> Answer:
+        return await self.client.answer()
+
+    async def comes_back(self, role: Role, old_pid: int) -> bool:
+        return await until(lambda: self.stack.pids().get(role) not in (None, old_pid), COMEBACK_TIMEOUT_S)
+
+    def terminate_backends(self) -> int:
+        """Every session on the stack's database, as an administrator's restart would end them."""
+        with psycopg.connect(self.database_url, autocommit=True) as connection:
+            return len(connection.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall())
+
+    async def kill(self, role: Role) -> FaultResult:
+        old = self.stack.pids()[role]
+
+        async def kill_it(_):
+            os.kill(old, signal.SIGKILL)
+
+        answer = await self.client.answer(kill_it)
+        row = await final_row(answer, timeout_s=90)
+        back = await self.comes_back(role, old)
+        if role is Role.INFERENCE:
+            back = back and await until(lambda: _healthy(f"{self.stack.inference_url}/health"), COMEBACK_TIMEOUT_S)
+        if role is Role.WEB:
+            back = back and await until(lambda: _healthy(f"{self.stack.public_url}/healthz"), 60)
+        after = await self.full_answer()
+        expected = {
+            Role.INFERENCE: lambda: (answer.done or {}).get("status") == "failed" and bool(answer.error)
+            and row["status"] == "failed" and same_text(answer, row),
+            # The relay died with the process: nobody is left to send an event; the reaper ends
+            # the row once its heartbeat stops, keeping the text saved last.
+            Role.WEB: lambda: answer.done is None and row["status"] == "failed"
+            and row["error_code"] == "interrupted" and answer.seen.startswith(row["text"]),
+            Role.WORKER: lambda: answer.outcome is Outcome.FINISHED and same_text(answer, row),
+        }[role]
+        return FaultResult(
+            f"kill -9 of {role.value} mid-answer", saw(answer), stored(row),
+            f"{role.value} back under a new pid: {'yes' if back else 'NO'}; next answer: {saw(after)}",
+            row is not None and expected() and back and after.outcome is Outcome.FINISHED)
+
+    async def database_backends_mid_answer(self) -> FaultResult:
+        terminated = []
+
+        async def terminate(_):
+            terminated.append(await asyncio.to_thread(self.terminate_backends))
+
+        answer = await self.client.answer(terminate)
+        row = await final_row(answer, timeout_s=60)
+        after = await self.full_answer()
+        return FaultResult(
+            f"PostgreSQL: the stack's {terminated[0]} sessions terminated mid-answer", saw(answer),
+            stored(row), f"next answer: {saw(after)}",
+            answer.outcome is Outcome.FINISHED and same_text(answer, row) and after.outcome is Outcome.FINISHED)
+
+    async def database_backends_idle(self) -> FaultResult:
+        for _ in range(10):  # every database thread holds a connection
+            await self.client.http.get("/api/conversations")
+        terminated = await asyncio.to_thread(self.terminate_backends)
+        statuses = [(await self.client.http.get("/api/conversations")).status_code for _ in range(20)]
+        after = await self.full_answer()
+        failed = [s for s in statuses if s != 200]
+        return FaultResult(
+            f"PostgreSQL: the stack's {terminated} sessions terminated while idle",
+            f"{len(failed)} of 20 requests after it failed ({failed or 'none'})", "-",
+            f"next answer: {saw(after)}", len(failed) <= 1 and after.outcome is Outcome.FINISHED)
+
+    async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None]:
+        """An answer Stopped at its first delta and read on to `done`: seconds from the Stop's
+        202 to `done` (the channel layer carries it at once; the row, at the next heartbeat)."""
+        acknowledged = []
+
+        async def press_stop(answer: Answer):
+            response = await self.client._post(f"/api/generations/{answer.generation_id}/stop",
+                                               {"seen_chars": answer.seen_chars})
+            acknowledged.append((response.status_code, time.monotonic(), answer.seen))
+
+        answer = await self.client.answer(press_stop)
+        row = await final_row(answer, timeout_s=60)
+        status, at, seen_then = acknowledged[0]
+        answer.seen = seen_then  # what the user saw when pressing Stop; later deltas were never shown
+        latency = answer.ended_at - at if status == 202 and answer.done else None
+        return answer, latency, row
+
+    async def redis_outage(self) -> FaultResult:
+        self.redis.stop()
+        started = time.monotonic()
+        during = await self.full_answer()
+        stopped_during, latency_during, row_during = await self.stop_and_read_on()
+        await asyncio.sleep(max(0.0, REDIS_OUTAGE_S - (time.monotonic() - started)))  # the outage's length
+        self.redis.start()
+        stopped_after, latency_after, row_after = await self.stop_and_read_on()
+
+        def stopped_by_user(row):
+            return row is not None and (row["status"], row["cancelled_by"]) == ("stopped", "user")
+
+        def seconds(value):
+            return "-" if value is None else f"{value:.1f} s"
+
+        return FaultResult(
+            f"Redis stopped for {REDIS_OUTAGE_S} s, then restarted",
+            f"during: an answer {saw(during)}; a Stop: `done` {seconds(latency_during)} after its 202; "
+            f"after the restart, a Stop: `done` {seconds(latency_after)} after its 202",
+            f"the Stopped answers: {stored(row_during)} and {stored(row_after)}, each the text seen",
+            "chat went on; Stop worked throughout (during the outage through the row at the relay's "
+            "heartbeat, after it over the channel layer again)",
+            during.outcome is Outcome.FINISHED and stopped_by_user(row_during) and stopped_by_user(row_after)
+            and same_text(stopped_during, row_during) and same_text(stopped_after, row_after)
+            and latency_after is not None and latency_after < float(SETTINGS["CHAT_RELAY_HEARTBEAT_SECONDS"]))
+
+    async def stalled_upstream(self) -> FaultResult:
+        pid = self.stack.pids()[Role.INFERENCE]
+
+        async def freeze(_):
+            os.kill(pid, signal.SIGSTOP)
+
+        try:
+            answer = await self.client.answer(freeze)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        row = await final_row(answer, timeout_s=60)
+        drained = await asyncio.to_thread(engine_sequences, self.stack, 60)
+        after = await self.full_answer()
+        return FaultResult(
+            "the inference service stalls (SIGSTOP) mid-answer", saw(answer), stored(row),
+            f"SIGCONT: engine sequences left {sum(drained.values()):g}; next answer: {saw(after)}",
+            (answer.done or {}).get("status") == "failed" and row is not None and row["status"] == "failed"
+            and same_text(answer, row) and not any(drained.values()) and after.outcome is Outcome.FINISHED)
+
+
+async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -> list[FaultResult]:
+    client = FaultClient(stack.public_url, username, PASSWORD)
+    await client.sign_in()
+    faults = Faults(stack, redis, client, stack.database_url)
+    try:
+        return [
+            await faults.kill(Role.WORKER),
+            await faults.database_backends_mid_answer(),
+            await faults.database_backends_idle(),
+            await faults.redis_outage(),
+            await faults.stalled_upstream(),
+            await faults.kill(Role.INFERENCE),
+            await faults.kill(Role.WEB),
+        ]
+    finally:
+        await client.aclose()
+
+
+def render(command: str, results: list[FaultResult], started_at: float) -> str:
+    machine = report.machine_notes(threads=0)
+    lines = [
+        "## Faults", "",
+        f"Command: `{command}` (`make faults`; started {report.stamp(started_at)}, "
+        f"{(time.time() - started_at) / 60:.1f} min, commit {machine['commit']}). Machine: "
+        f"{machine['cpu']}, {machine['cores']} cores.", "",
+        "One stack under `make run` (`python -m stack`: inference with the real model, daphne, a "
+        "Celery worker, nginx, the supervisor) on PostgreSQL and a Redis server of the suite's own; "
+        "every request through nginx. Each fault strikes when an answer's first delta arrives. "
+        f"Shortened timings: {', '.join(f'{k}={v}' for k, v in SETTINGS.items())}.", "",
+        "| fault | what the user saw | what was stored | recovery | verdict |", "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.fault} | {r.user_saw} | {r.stored} | {r.recovery} | {'PASS' if r.is_passed else '**FAIL**'} |"
+              for r in results]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    database_server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    started_at = time.time()
+    with RedisServer() as redis:
+        config = StackConfig(database_server_url=database_server_url, redis_url=redis.url, settings=SETTINGS)
+        with stack_under_test(config) as stack:
+            use_database(stack.database_url, redis.url)
+            [username] = create_users(1, PASSWORD, prefix="faults")
+            results = asyncio.run(run_faults(stack, redis, username))
+    command = "python -m reliability.faults " + " ".join(argv if argv is not None else sys.argv[1:])
+    section = render(command.strip(), results, started_at)
+    if not RELIABILITY_PATH.exists():
+        RELIABILITY_PATH.write_text(RELIABILITY_HEADER)
+    report.write_section("faults", section, RELIABILITY_PATH)
+    print(section)
+    return 0 if all(r.is_passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
