@@ -153,6 +153,7 @@ def soak(plan: SoakPlan, database_server_url: str, redis_url: str) -> dict:
             "growth": growth(sampler.samples, window_s),
             "growth_window_s": window_s,
             "samples": len(sampler.samples),
+            "sample_series": [asdict(s) for s in sampler.samples],
             "other_cpu_cores": foreign.cores,
         }
         figures["survivors"] = stack.stop()
@@ -221,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "plan": asdict(plan),
             "criteria": [asdict(c) for c in criteria],
-            "figures": {k: v for k, v in figures.items() if k not in ("stored", "growth")},
+            "figures": {k: v for k, v in figures.items() if k not in ("stored", "growth", "sample_series")},
+            "samples": figures["sample_series"],
             "stored": {"checked": figures["stored"].checked, "mismatches": figures["stored"].mismatches,
                        "closed_excess_chars": figures["stored"].closed_excess_chars},
             "growth": [{"name": g.name, "first": g.first, "last": g.last, "is_within": g.is_within}
