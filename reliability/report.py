@@ -62,7 +62,9 @@ def render_soak(command: str, plan, figures: dict, criteria: list[Criterion]) ->
         "server keeps what it sent, and bytes in flight when the client closed were never read.", "",
         f"Growth: each figure's mean over the first {figures['growth_window_s']:.0f} s of the load against "
         f"the last {figures['growth_window_s']:.0f} s ({figures['samples']} samples, every "
-        f"{plan.sample_interval_s:g} s; a role counts its child processes). Tolerance: RSS +10% "
+        f"{plan.sample_interval_s:g} s from {plan.sample_interval_s:g} s in, once every client has its "
+        "first request open, to the end of the load, before the drain; a role counts its child "
+        "processes; Redis clients are those on the stack's own index). Tolerance: RSS +10% "
         "(allocators and caches settle; a leak of a few KB per answer over thousands of answers "
         "exceeds it); file descriptors +5 or +5%, connections +5 (counts of things held per "
         "open stream, which move by a few as streams come and go).", "",

@@ -63,15 +63,15 @@ class ResourceSampler:
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="resource-sampler", daemon=True)
-        self._started, self._duration_s = 0.0, 0.0
+        self._started, self._duration_s, self._delay_s = 0.0, 0.0, 0.0
 
     def __enter__(self) -> "ResourceSampler":
         return self
 
-    def start(self, duration_s: float) -> None:
-        """Samples from now until `duration_s` has passed (or the block ends)."""
-        self._started = time.monotonic()
-        self._duration_s = duration_s
+    def start(self, duration_s: float, delay_s: float = 0.0) -> None:
+        """Samples from `delay_s` on until `duration_s` from now has passed (or the block ends);
+        a sample's `at_s` counts from the first sample."""
+        self._delay_s, self._duration_s = delay_s, duration_s
         self._thread.start()
 
     def __exit__(self, *exc) -> None:
@@ -80,6 +80,10 @@ class ResourceSampler:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        if self._stop.wait(self._delay_s):
+            return
+        self._started = time.monotonic()
+        self._duration_s -= self._delay_s
         with _PostgresProbe(self.stack.database_url) as postgres, _RedisProbe(self.stack.config.redis_url) as redis:
             while not self._stop.is_set() and time.monotonic() - self._started <= self._duration_s:
                 self.samples.append(self.take(postgres, redis))

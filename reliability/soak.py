@@ -25,6 +25,7 @@ from pathlib import Path
 
 from benchmarks.latency import percentile
 from benchmarks.machine_load import ForeignLoad
+from benchmarks.server_process import REPO_ROOT
 from common import env
 
 from .chat_client import Answer, ChatClient, Ending, Outcome
@@ -83,8 +84,9 @@ async def run_load(base_url: str, usernames: list[str], plan: SoakPlan, result: 
     clients = [ChatClient(base_url, name, PASSWORD) for name in usernames]
     try:
         await asyncio.gather(*(client.sign_in() for client in clients))
-        # Sampling covers the load only: the drain after the deadline would flatter the last window.
-        sampler.start(duration_s=plan.minutes * 60)
+        # Sampling covers the load only: the ramp before every client has a request open would
+        # make the first window look small, the drain after the deadline the last one.
+        sampler.start(duration_s=plan.minutes * 60, delay_s=plan.sample_interval_s)
         started = time.monotonic()
         deadline = started + plan.minutes * 60
         await asyncio.gather(*(
@@ -139,7 +141,7 @@ def soak(plan: SoakPlan, database_server_url: str, redis_url: str) -> dict:
         load = LoadResult()
         with ResourceSampler(stack, plan.sample_interval_s) as sampler, ForeignLoad(stack.all_pids()) as foreign:
             asyncio.run(run_load(stack.public_url, usernames, plan, load, sampler))
-        window_s = min(60.0, plan.minutes * 60 / 3)
+        window_s = min(60.0, (plan.minutes * 60 - plan.sample_interval_s) / 3)
         figures = {
             "answers": _sample_answers(load.answers),
             "busy_retries": load.busy_retries,
@@ -151,6 +153,7 @@ def soak(plan: SoakPlan, database_server_url: str, redis_url: str) -> dict:
             "growth": growth(sampler.samples, window_s),
             "growth_window_s": window_s,
             "samples": len(sampler.samples),
+            "sample_series": [asdict(s) for s in sampler.samples],
             "other_cpu_cores": foreign.cores,
         }
         figures["survivors"] = stack.stop()
@@ -197,7 +200,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                              "drops it after (default: $DATABASE_URL; empty: a SQLite file)")
     parser.add_argument("--redis-url", default=env.string("REDIS_URL"),
                         help="the Redis index the stack uses (default: $REDIS_URL; empty: no Redis)")
-    parser.add_argument("--markdown", type=Path, default=Path("RELIABILITY.md"),
+    parser.add_argument("--markdown", type=Path, default=REPO_ROOT / "RELIABILITY.md",
                         help="the file whose `## Soak` section is rewritten; '-' writes none")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     return parser.parse_args(argv)
@@ -219,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "plan": asdict(plan),
             "criteria": [asdict(c) for c in criteria],
-            "figures": {k: v for k, v in figures.items() if k not in ("stored", "growth")},
+            "figures": {k: v for k, v in figures.items() if k not in ("stored", "growth", "sample_series")},
+            "samples": figures["sample_series"],
             "stored": {"checked": figures["stored"].checked, "mismatches": figures["stored"].mismatches,
                        "closed_excess_chars": figures["stored"].closed_excess_chars},
             "growth": [{"name": g.name, "first": g.first, "last": g.last, "is_within": g.is_within}
