@@ -38,7 +38,9 @@ def render_soak(command: str, plan, figures: dict, criteria: list[Criterion]) ->
         f"{machine['load_average']}. Other processes took {report.cores(figures['other_cpu_cores'])} "
         "cores' worth of CPU during the load: the machine is shared with other engineers' test runs, "
         "so it was slower than when alone, and the load generator runs on it too.", "",
-        f"Load: {plan.concurrency} concurrent answers for {plan.minutes:g} min across {plan.users} users "
+        f"Load: {plan.concurrency} concurrent answers for {plan.minutes:g} min (after {plan.warmup_minutes:g} "
+        f"min of the same load as a warm-up, whose answers are checked but whose resources are not "
+        f"sampled) across {plan.users} users "
         f"(seed {plan.seed}), the whole stack (`python -m stack`: inference with the real model, daphne, "
         "a Celery worker, nginx) on PostgreSQL and Redis, every request through nginx. Each question "
         f"goes to a new conversation; answers are capped at CHAT_MAX_TOKENS={plan.max_tokens} so that "

@@ -22,7 +22,7 @@ NOT_JUDGED_HERE = {"no growth between the first and the last window"}
 def test_a_short_soak_through_the_whole_stack_passes_every_end_check(tmp_path):
     figures_path = tmp_path / "soak.json"
     # Seed 11 at a 67% cancel share plans closes and Stops among the first answers.
-    command = [sys.executable, "-m", "reliability.soak", "--minutes", "0.33", "--concurrency", "6",
+    command = [sys.executable, "-m", "reliability.soak", "--minutes", "0.33", "--warmup-minutes", "0", "--concurrency", "6",
                "--users", "3", "--cancel-share", "0.67", "--seed", "11", "--markdown", "-",
                "--json", str(figures_path)]
 
