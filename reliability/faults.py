@@ -19,21 +19,19 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import psycopg
 
 from benchmarks import report
+from tests.servers import healthy
 
 from .chat_client import Answer, ChatClient, Ending, Outcome
 from .database import create_users, use_database
 from .end_checks import engine_sequences
 from .redis_server import RedisServer
-from .report import RELIABILITY_HEADER
+from .report import write_reliability_section
 from .stack_under_test import Role, StackConfig, StackUnderTest, stack_under_test
 
-RELIABILITY_PATH = Path(__file__).resolve().parent.parent / "RELIABILITY.md"
 PASSWORD = "faults-password-not-a-secret"
 QUESTION = "Write a long story about a lighthouse keeper and the sea."
 SETTINGS = {
@@ -107,13 +105,6 @@ async def until(condition: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def saw(answer: Answer) -> str:
     ending = (f"`done` {answer.done['status']}" if answer.done else "no `done`: the connection ended")
     error = f", error event `{answer.error.split(':')[0]}`" if answer.done and answer.error else ""
@@ -159,9 +150,9 @@ class Faults:
         row = await final_row(answer, timeout_s=90)
         back = await self.comes_back(role, old)
         if role is Role.INFERENCE:
-            back = back and await until(lambda: _healthy(f"{self.stack.inference_url}/health"), COMEBACK_TIMEOUT_S)
+            back = back and await until(lambda: healthy(f"{self.stack.inference_url}/health"), COMEBACK_TIMEOUT_S)
         if role is Role.WEB:
-            back = back and await until(lambda: _healthy(f"{self.stack.public_url}/healthz"), 60)
+            back = back and await until(lambda: healthy(f"{self.stack.public_url}/healthz"), 60)
         after = await self.full_answer()
         expected = {
             Role.INFERENCE: lambda: (answer.done or {}).get("status") == "failed" and bool(answer.error)
@@ -313,9 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             results = asyncio.run(run_faults(stack, redis, username))
     command = "python -m reliability.faults " + " ".join(argv if argv is not None else sys.argv[1:])
     section = render(command.strip(), results, started_at)
-    if not RELIABILITY_PATH.exists():
-        RELIABILITY_PATH.write_text(RELIABILITY_HEADER)
-    report.write_section("faults", section, RELIABILITY_PATH)
+    write_reliability_section("faults", section)
     print(section)
     return 0 if all(r.is_passed for r in results) else 1
 

@@ -1,10 +1,12 @@
-"""The soak's verdicts as RELIABILITY.md's `## Soak` section, with the command that produced them."""
+"""RELIABILITY.md: the soak's verdicts as its `## Soak` section, and every suite's section writer."""
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import report
+from benchmarks.server_process import REPO_ROOT
 
+RELIABILITY_PATH = REPO_ROOT / "RELIABILITY.md"
 RELIABILITY_HEADER = ("# Reliability\n\nThe project's own proof, kept and runnable: each suite is one "
                       "command, rewrites only its own section below, and states how it was run.\n")
 
@@ -84,7 +86,8 @@ def _pairs(counts: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
 
 
-def write_soak_section(section: str, path: Path) -> Path:
+def write_reliability_section(name: str, section: str, path: Path = RELIABILITY_PATH) -> Path:
+    """Rewrites one suite's section of RELIABILITY.md (soak, faults, fuzz), between its markers."""
     if not path.exists():
         path.write_text(RELIABILITY_HEADER)
-    return report.write_section("soak", section, path)
+    return report.write_section(name, section, path)

@@ -25,13 +25,12 @@ from pathlib import Path
 
 from benchmarks.latency import percentile
 from benchmarks.machine_load import ForeignLoad
-from benchmarks.server_process import REPO_ROOT
 from common import env
 
 from .chat_client import Answer, ChatClient, Ending, Outcome
 from .database import create_users, use_database
 from .end_checks import engine_sequences, live_rows, stored_vs_seen
-from .report import Criterion, render_soak, write_soak_section
+from .report import RELIABILITY_PATH, Criterion, render_soak, write_reliability_section
 from .resources import ResourceSampler, growth
 from .stack_under_test import StackConfig, stack_under_test
 
@@ -206,7 +205,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                              "drops it after (default: $DATABASE_URL; empty: a SQLite file)")
     parser.add_argument("--redis-url", default=env.string("REDIS_URL"),
                         help="the Redis index the stack uses (default: $REDIS_URL; empty: no Redis)")
-    parser.add_argument("--markdown", type=Path, default=REPO_ROOT / "RELIABILITY.md",
+    parser.add_argument("--markdown", type=Path, default=RELIABILITY_PATH,
                         help="the file whose `## Soak` section is rewritten; '-' writes none")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     return parser.parse_args(argv)
@@ -224,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render_soak(command.strip(), plan, figures, criteria)
     print(section)
     if str(args.markdown) != "-":
-        write_soak_section(section, args.markdown)
+        write_reliability_section("soak", section, args.markdown)
     if args.json:
         args.json.write_text(json.dumps({
             "plan": asdict(plan),

@@ -18,7 +18,7 @@ import psutil
 
 from benchmarks.relay_bench import fresh_database
 from benchmarks.server_process import ChildProcess, free_port, parse_metrics
-from tests.servers import wait_until
+from tests.servers import healthy, wait_until
 
 
 class Role(str, Enum):
@@ -81,7 +81,7 @@ class StackUnderTest:
     def start(self) -> None:
         self.process.start(timeout_s=self.config.start_timeout_s, poll_s=0.5)
         # nginx answers /healthz before the model is loaded: the suite needs both.
-        wait_until(lambda: self._answers(f"{self.inference_url}/health"),
+        wait_until(lambda: healthy(f"{self.inference_url}/health"),
                    self.config.start_timeout_s, "the inference service's /health")
         wait_until(lambda: set(Role) - self._expected_missing() <= set(self.pids()), 60,
                    "every role's process")
@@ -133,12 +133,6 @@ class StackUnderTest:
     def log_tail(self, lines: int = 60) -> str:
         return self.process.log_tail(lines)
 
-    @staticmethod
-    def _answers(url: str) -> bool:
-        try:
-            return httpx.get(url, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 def _process(pid: int) -> psutil.Process | None:

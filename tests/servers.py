@@ -40,6 +40,14 @@ def answers(url: str) -> bool:
         return False
 
 
+def healthy(url: str) -> bool:
+    """`url` (a health check) answers 200."""
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @contextmanager
 def running(command: list[str], *, ready_url: str, env: dict[str, str] | None = None,
             timeout_s: float = 60, stop_signal: int = signal.SIGTERM) -> Iterator[subprocess.Popen]:

@@ -71,13 +71,6 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def stack(nginx_binary, tmp_path_factory):
     public_port, daphne_port, inference_port = (servers.free_port() for _ in range(3))
@@ -102,7 +95,7 @@ def stack(nginx_binary, tmp_path_factory):
                          timeout_s=MODEL_LOAD_TIMEOUT_S, stop_signal=signal.SIGINT) as process, \
             servers.output_kept(process) as output:
         running = Stack(process, base_url, inference_url, output)
-        servers.wait_until(lambda: healthy(f"{inference_url}/health"), MODEL_LOAD_TIMEOUT_S,
+        servers.wait_until(lambda: servers.healthy(f"{inference_url}/health"), MODEL_LOAD_TIMEOUT_S,
                            "the inference service to load the model")
         yield running
 
@@ -168,9 +161,9 @@ def test_killing_the_inference_service_fails_the_open_stream_and_it_comes_back_w
 
     assert names(interrupted)[0] == "start" and "delta" in names(interrupted)
     assert names(interrupted)[-2:] == ["error", "done"], interrupted
-    assert healthy(f"{stack.base_url}/healthz"), stack.log()
+    assert servers.healthy(f"{stack.base_url}/healthz"), stack.log()
     assert httpx.get(f"{stack.base_url}/admin/login/").status_code == 200
-    servers.wait_until(lambda: restarted(stack, "inference", old_pid) and healthy(f"{stack.inference_url}/health"),
+    servers.wait_until(lambda: restarted(stack, "inference", old_pid) and servers.healthy(f"{stack.inference_url}/health"),
                        MODEL_LOAD_TIMEOUT_S, "the inference service to come back")
     answer = stream_answer(client, conversation_id)
     assert names(answer)[0] == "start" and names(answer)[-1] == "done", answer
@@ -187,7 +180,7 @@ def test_killing_daphne_mid_answer_leaves_nginx_up_and_the_orphaned_answer_frees
 
     assert "delta" in names(cut) and "done" not in names(cut)
     servers.wait_until(lambda: restarted(stack, "daphne", old_pid), 60, "daphne to come back")
-    servers.wait_until(lambda: healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
+    servers.wait_until(lambda: servers.healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
     assert stack.nginx_master_pid() == nginx_pid
     # The cut answer still holds the conversation (409) and the user's one stream (429) until
     # the reaper sees its relay's heartbeat stop; then the user chats again.

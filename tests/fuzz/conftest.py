@@ -4,6 +4,7 @@ import sys
 import hypothesis
 from hypothesis import HealthCheck, Phase
 
+from reliability.report import write_reliability_section
 from tests.fuzz import tally
 
 # Sizes: `make test` runs the short profile (the same examples each time, so CI is stable);
@@ -25,5 +26,5 @@ def pytest_sessionfinish(session, exitstatus):
         return
     command = "make fuzz  # " + " ".join(["python -m pytest", *session.config.invocation_params.args])
     section = tally.fuzz_section(tally.RUN, command, datetime.datetime.now(datetime.UTC))
-    tally.write_section(session.config.rootpath / "RELIABILITY.md", section)
+    write_reliability_section("fuzz", section)
     print("\nfuzz: wrote the Fuzz section of RELIABILITY.md", file=sys.stderr)

@@ -1,11 +1,9 @@
 """What a fuzz run saw, per endpoint, and the "Fuzz" section of RELIABILITY.md written from it."""
 
 import datetime
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import requests
 
@@ -117,13 +115,3 @@ def fuzz_section(run: FuzzRun, command: str, now: datetime.datetime) -> str:
         lines.append("")
     return "\n".join(lines)
 
-
-def write_section(path: Path, section: str) -> None:
-    """Replaces the "Fuzz" section of `path` (other suites own the other sections)."""
-    text = path.read_text() if path.exists() else "# Reliability\n\n"
-    pattern = re.compile(r"^## Fuzz\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
