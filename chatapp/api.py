@@ -233,7 +233,7 @@ async def stop(request, user, generation_id: int):
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     seen = body_of(request).get("seen_chars")
     if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= MAX_SEEN_CHARS:
-        raise ApiError(400, "invalid_value", "seen_chars must be a non-negative integer")
+        raise ApiError(400, "invalid_value", f"seen_chars must be an integer from 0 to {MAX_SEEN_CHARS}")
     try:
         stopping = await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen)
     except services.IllegalTransition as refused:

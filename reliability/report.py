@@ -64,10 +64,10 @@ def render_soak(command: str, plan, figures: dict, criteria: list[Criterion]) ->
         "",
         "Closed streams are checked for the stored text *starting with* what the client read: the "
         "server keeps what it sent, and bytes in flight when the client closed were never read.", "",
-        f"Growth: each figure's mean over the first {figures['growth_window_s']:.0f} s of the load against "
-        f"the last {figures['growth_window_s']:.0f} s ({figures['samples']} samples, every "
-        f"{plan.sample_interval_s:g} s from {plan.sample_interval_s:g} s in, once every client has its "
-        "first request open, to the end of the load, before the drain; a role counts its child "
+        f"Growth: each figure's mean over the first {figures['growth_window_s']:.0f} s of the measured load "
+        f"against the last {figures['growth_window_s']:.0f} s ({figures['samples']} samples, every "
+        f"{plan.sample_interval_s:g} s from {plan.warmup_minutes * 60 + plan.sample_interval_s:g} s after "
+        "every client had its first request open, to the end of the load, before the drain; a role counts its child "
         "processes; Redis clients are those on the stack's own index). Tolerance: RSS +10% "
         "(allocators and caches settle; a leak of a few KB per answer over thousands of answers "
         "exceeds it); file descriptors +5 or +5%, connections +5 (counts of things held per "
