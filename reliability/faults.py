@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import psycopg
 
 from benchmarks import report
+from common import env
 from tests.servers import healthy
 
 from .chat_client import Answer, ChatClient, Ending, Outcome
@@ -294,7 +295,7 @@ def render(command: str, results: list[FaultResult], started_at: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    database_server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    database_server_url = env.string("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
     started_at = time.time()
     with RedisServer() as redis:
         config = StackConfig(database_server_url=database_server_url, redis_url=redis.url, settings=SETTINGS)

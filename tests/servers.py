@@ -90,27 +90,6 @@ def output_of(process: subprocess.Popen) -> str:
     return process.log.read().decode(errors="replace")
 
 
-@contextmanager
-def output_kept(process: subprocess.Popen) -> Iterator[list[str]]:
-    """Reads a child's piped output on a thread as it comes, so that a full pipe never stalls it.
-
-    Yields the list of lines read so far (decoded); it keeps growing until the child's output ends.
-    """
-    lines: list[str] = []
-
-    def read() -> None:
-        for line in process.stdout:
-            lines.append(line.decode(errors="replace"))
-
-    reader = threading.Thread(target=read, name="output-reader", daemon=True)
-    reader.start()
-    try:
-        yield lines
-    finally:
-        if process.poll() is not None:  # a running child's output has no end to wait for
-            reader.join(timeout=10)
-
-
 def daphne_command(port: int, settings_module: str = "tests.probe_settings") -> tuple[list[str], dict]:
     return (
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"],

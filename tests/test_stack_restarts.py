@@ -30,7 +30,6 @@ class Stack:
     process: object
     base_url: str
     inference_url: str
-    output: list[str]
 
     def pid_of(self, module: str) -> int | None:
         """The pid of the descendant running `python -m <module>`, if one runs."""
@@ -43,7 +42,7 @@ class Stack:
         return next((pid for pid in descendants(self.process.pid) if matches(command_line(pid))), None)
 
     def log(self) -> str:
-        return "".join(self.output[-80:])
+        return "".join(servers.output_of(self.process).splitlines(keepends=True)[-80:])
 
 
 def command_line(pid: int) -> list[str]:
@@ -92,9 +91,8 @@ def stack(nginx_binary, tmp_path_factory):
     }
     base_url = f"http://127.0.0.1:{public_port}"
     with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base_url}/healthz",
-                         timeout_s=MODEL_LOAD_TIMEOUT_S, stop_signal=signal.SIGINT) as process, \
-            servers.output_kept(process) as output:
-        running = Stack(process, base_url, inference_url, output)
+                         timeout_s=MODEL_LOAD_TIMEOUT_S, stop_signal=signal.SIGINT) as process:
+        running = Stack(process, base_url, inference_url)
         servers.wait_until(lambda: servers.healthy(f"{inference_url}/health"), MODEL_LOAD_TIMEOUT_S,
                            "the inference service to load the model")
         yield running

@@ -2,6 +2,8 @@
 
 import os
 
+from tests.servers import wait_until
+
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # Run as root in CI; without the networking flags Chromium keeps trying to reach the internet.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -28,6 +30,12 @@ try {
 """
 
 
+def wait_for_true(page, expression: str, timeout_ms: int = 30_000) -> None:
+    """Polls `expression` with page.evaluate until it is true. Not page.wait_for_function: that
+    evaluates the string inside the page, which the app's CSP (no 'unsafe-eval') refuses."""
+    wait_until(lambda: page.evaluate(expression), timeout_ms / 1000, expression)
+
+
 def last_answer(page):
     return page.locator('#messages .message[data-role="assistant"]').last
 
@@ -41,4 +49,4 @@ def send(page, text: str) -> None:
 def wait_for_end(page, timeout_ms: int = 120_000) -> None:
     page.wait_for_selector('#messages .message[data-role="assistant"]:not([data-status="streaming"])',
                            timeout=timeout_ms)
-    page.wait_for_function("document.body.dataset.streaming === 'false'", timeout=timeout_ms)
+    wait_for_true(page, "document.body.dataset.streaming === 'false'", timeout_ms)

@@ -4,7 +4,7 @@ import pytest
 
 from chatapp.models import Message
 from tests.browser.conftest import sign_in
-from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end
+from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +32,7 @@ def test_an_answer_grows_over_several_paints_then_becomes_highlighted_markdown(c
     assert answer.locator("pre code.hljs .hljs-keyword").first.inner_text() == "def"
     assert answer.locator(".copy-code").count() == 1
     # The first message names the conversation, in the list and in the page's heading.
-    chat.wait_for_function("document.querySelector('#conversation-title').textContent === 'Show me code'")
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Show me code'")
     assert chat.console_errors == []
 
 

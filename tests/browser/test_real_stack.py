@@ -10,7 +10,7 @@ import pytest
 from chatapp.models import Message
 from tests import servers
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end
+from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
 from tests.inference.serving import metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -60,7 +60,7 @@ def test_the_default_model_answers_growing_frame_by_frame(chat):
 
 def test_stop_freezes_the_text_the_server_keeps_exactly_it_and_the_engine_lets_go(chat, inference_url):
     send(chat, "Write a long story about a dragon who learns to cook.")
-    chat.wait_for_function("window.chatappStats.paints >= 3")
+    wait_for_true(chat, "window.chatappStats.paints >= 3")
     chat.click("#stop")
     wait_for_end(chat)
     shown = last_answer(chat).locator(".message-content").inner_text()
