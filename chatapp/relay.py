@@ -17,6 +17,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
+# redis-py's read timeout is its own class, not Python's TimeoutError.
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
@@ -135,16 +137,16 @@ class Relay:
         layer = get_channel_layer()
         channel = await layer.new_channel()
         group = stop_group(self.generation.pk)
-        await layer.group_add(group, channel)
         try:
+            await layer.group_add(group, channel)
             while True:
                 try:
                     message = await layer.receive(channel)
-                except TimeoutError:
+                except (TimeoutError, RedisTimeoutError):
                     continue  # nothing came within the layer's wait: not a Stop
                 if message.get("type") == "generation.stop":
                     return
-        finally:
+        finally:  # also when cancelled while joining: a member left behind lingers for a day
             await asyncio.shield(layer.group_discard(group, channel))
 
     async def _read_early_stop(self, stop: asyncio.Event) -> None:

@@ -219,8 +219,9 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
     # Locked from this read on, so that a Stop or a heartbeat cannot land between it and the move.
     current = (Generation.objects.select_for_update(of=("self",))
                .only("status", "stop_seen_chars", "heartbeat_at").get(pk=generation_id))
-    if unless_heartbeat_since is not None and current.heartbeat_at >= unless_heartbeat_since:
-        return None
+    if unless_heartbeat_since is not None and (current.heartbeat_at >= unless_heartbeat_since
+                                               or GenerationStatus(current.status).is_final):
+        return None  # alive after all, or its relay finished it meanwhile
     text, reason, cancelled_by = outcome.text, outcome.finish_reason, outcome.cancelled_by
     error_code, error_message = outcome.error_code, outcome.error_message
     if current.status == GenerationStatus.STOP_REQUESTED:

@@ -123,6 +123,21 @@ def terminate_the_database_threads_backends() -> int:
         return len(cursor.fetchall())
 
 
+async def test_a_stop_listener_whose_reads_time_out_as_redis_py_does_keeps_listening(
+        api, conversation, upstream, settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.TimingOutChannelLayer"}}
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600  # only the channel can bring the Stop in time
+    upstream.script.chunks = [f" w{i}" for i in range(60)]
+    upstream.script.interval_s = 0.05
+
+    stopped, _, rest = await stop_after_deltas(api, conversation, deltas=5, seen_chars=6)
+
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+    assert stopped.status_code == 202
+    assert names(rest)[-1] == "done" and names(rest).count("delta") < 50
+    assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", " w0 w1")
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
 async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_still_stored(
         api, conversation, upstream, settings):

@@ -1,15 +1,28 @@
-"""Fault injection: a channel layer that has lost its connection (Redis gone, say).
+"""Fault injection: channel layers that fail as a Redis connection does.
 
-Redis cannot be made to fail on demand inside a test; this layer fails every receive and every
-group send.
+Redis cannot be made to fail or time out on demand inside a test; these layers can.
 """
 
+import redis.exceptions
 from channels.layers import InMemoryChannelLayer
 
 
 class FailingChannelLayer(InMemoryChannelLayer):
+    """Lost its connection: every receive and every group send fails."""
+
     async def receive(self, channel):
         raise ConnectionError("injected: the channel layer lost its connection")
 
     async def group_send(self, group, message):
         raise ConnectionError("injected: the channel layer lost its connection")
+
+
+class TimingOutChannelLayer(InMemoryChannelLayer):
+    """Each receive first times out as redis-py does when a read outlasts its socket timeout
+    (redis.exceptions.TimeoutError, not Python's own), then works."""
+
+    async def receive(self, channel):
+        self.timeouts = getattr(self, "timeouts", 0) + 1
+        if self.timeouts % 2:
+            raise redis.exceptions.TimeoutError("injected: Timeout reading from socket")
+        return await super().receive(channel)

@@ -27,9 +27,13 @@ class Command(BaseCommand):
         interval_s = settings.CHAT_REAP_INTERVAL_SECONDS
         logger.info("ending interrupted streams every %g s", interval_s)
         while not stop_requested.is_set():
-            ended = fail_interrupted_streams()
-            if ended:
-                logger.info("ended %d interrupted stream(s)", ended)
-            close_old_connections()  # a fresh one next round, should the database restart meanwhile
+            try:
+                ended = fail_interrupted_streams()
+                if ended:
+                    logger.info("ended %d interrupted stream(s)", ended)
+            except Exception:  # a database that is away now may be back next round
+                logger.exception("ending interrupted streams failed; trying again next round")
+            finally:
+                close_old_connections()  # a fresh one next round, should the database restart meanwhile
             stop_requested.wait(interval_s)
         logger.info("stopped")
