@@ -8,6 +8,7 @@ Only when no sequence can step at all does `step()` raise.
 """
 
 import copy
+import logging
 from dataclasses import dataclass
 
 from common.vocabulary import FinishReason
@@ -18,6 +19,8 @@ from .model_runner import ModelRunner
 from .sampler import sample
 from .scheduler import ScheduledChunk, Scheduler
 from .sequence import SamplingParams, Sequence
+
+logger = logging.getLogger(__name__)
 
 # Sequences that may fail alone, one after another with no pass succeeding between them, before
 # the engine itself counts as broken: one bad request cannot tell a bad runner from itself,
@@ -112,6 +115,9 @@ class LLMEngine:
         try:
             logits = self.runner.run(chunks)
         except Exception:
+            # Said every time: a failure only a full batch meets would otherwise turn every step
+            # into one pass per sequence, silently.
+            logger.exception("a step of %d sequences failed; retrying them one at a time", len(chunks))
             return [output for chunk in chunks for output in self._run_alone(chunk)]
         self.num_failures_in_a_row = 0
         return self._sample(chunks, logits)
@@ -147,6 +153,7 @@ class LLMEngine:
 
     def _fail(self, sequence: Sequence, error: Exception) -> RequestOutput:
         """Ends one sequence with an error and frees its cache; the batch goes on without it."""
+        logger.error("request %s failed alone and ends: %r", sequence.request_id, error)
         sequence.finish(FinishReason.ERROR)
         self.scheduler.finish(sequence)
         return RequestOutput(

@@ -1,5 +1,6 @@
 """Failed sign-ins are limited per account and per address; beyond, login answers 429 with Retry-After."""
 
+import asyncio
 import json
 
 import pytest
@@ -64,3 +65,10 @@ async def test_without_its_cache_the_limit_lets_sign_ins_through_and_passwords_a
         right = await sign_in(user.username, "a-long-test-password")
 
     assert (wrong.status_code, right.status_code) == (400, 200)
+
+
+async def test_a_burst_of_parallel_wrong_passwords_gets_no_more_tries_than_the_limit(user):
+    statuses = [r.status_code for r in await asyncio.gather(
+        *(sign_in(user.username, "wrong", f"198.51.100.{n}") for n in range(12)))]
+
+    assert statuses.count(400) == 3 and statuses.count(429) == 9
