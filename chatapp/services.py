@@ -190,20 +190,29 @@ def generation_move(*, generation_id: int, to: GenerationStatus, **fields) -> Ge
     IllegalTransition, leaving the row untouched, for any other move.
     """
     with transaction.atomic():
-        generation = (Generation.objects.select_for_update(of=("self",)).select_related("message")
-                      .get(pk=generation_id))
-        if to not in _MOVES.get(GenerationStatus(generation.status), ()):
-            raise IllegalTransition(generation, to)
-        generation.status = to
-        for name, value in fields.items():
-            setattr(generation, name, value)
-        generation.save(update_fields=["status", *fields])
-        message = generation.message
-        if message is not None and to.is_final:
-            message.content = _prefix(message, generation.pk) + generation.final_text
-            message.status = to.message_status
-            message.save(update_fields=["content", "status"])
-        return generation
+        return _move(_locked(generation_id), to, **fields)
+
+
+def _locked(generation_id: int) -> Generation:
+    """The generation with its message, its row locked until the transaction ends."""
+    return (Generation.objects.select_for_update(of=("self",)).select_related("message")
+            .get(pk=generation_id))
+
+
+def _move(generation: Generation, to: GenerationStatus, **fields) -> Generation:
+    """generation_move's work on a row already locked."""
+    if to not in _MOVES.get(GenerationStatus(generation.status), ()):
+        raise IllegalTransition(generation, to)
+    generation.status = to
+    for name, value in fields.items():
+        setattr(generation, name, value)
+    generation.save(update_fields=["status", *fields])
+    message = generation.message
+    if message is not None and to.is_final:
+        message.content = _prefix(message, generation.pk) + generation.final_text
+        message.status = to.message_status
+        message.save(update_fields=["content", "status"])
+    return generation
 
 
 @transaction.atomic
@@ -217,8 +226,7 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
     cutoff), a generation whose relay has proven alive since then is left alone (None).
     """
     # Locked from this read on, so that a Stop or a heartbeat cannot land between it and the move.
-    current = (Generation.objects.select_for_update(of=("self",))
-               .only("status", "stop_seen_chars", "heartbeat_at").get(pk=generation_id))
+    current = _locked(generation_id)
     if unless_heartbeat_since is not None and (current.heartbeat_at >= unless_heartbeat_since
                                                or GenerationStatus(current.status).is_final):
         return None  # alive after all, or its relay finished it meanwhile
@@ -234,8 +242,8 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
         reason = FinishReason.ERROR
     usage = outcome.usage or {}
     try:
-        return generation_move(
-            generation_id=generation_id, to=status_for(reason), final_text=text,
+        return _move(
+            current, status_for(reason), final_text=text,
             finish_reason=reason, cancelled_by=cancelled_by or "", error_code=error_code,
             error_message=error_message, input_tokens=usage.get("prompt_tokens"),
             # Without usage (a stream cut short), each content chunk carried at least one token.
@@ -247,7 +255,7 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
     except IllegalTransition as refused:
         logger.warning("generation %s had already ended (%s); its final write was dropped",
                        generation_id, refused.status)
-        return Generation.objects.get(pk=generation_id)
+        return current
 
 
 def generation_save_partial(*, generation_id: int, message_id: int, before: str, text: str) -> None:

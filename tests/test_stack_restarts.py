@@ -1,7 +1,7 @@
 """Under `make run`, a crashed process comes back on its own and the rest keep serving.
 
 One stack (with the real model) serves both tests; each leaves it whole again. Processes are
-found through /proc as the stack's descendants, so the tests do not depend on how the
+found (psutil) as the stack's descendants, so the tests do not depend on how the
 supervisor starts them.
 """
 
@@ -10,10 +10,10 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import psutil
 import pytest
 
 from chatapp.sse import SSEParser
@@ -36,38 +36,22 @@ class Stack:
         return self._descendant(lambda argv: argv[1:3] == ["-m", module] and not argv[0].endswith("sh"))
 
     def nginx_master_pid(self) -> int | None:
-        return self._descendant(lambda argv: bool(argv) and argv[0].startswith("nginx: master"))
+        # nginx rewrites its title into one string, which psutil splits at spaces.
+        return self._descendant(lambda argv: " ".join(argv).startswith("nginx: master"))
 
     def _descendant(self, matches) -> int | None:
-        return next((pid for pid in descendants(self.process.pid) if matches(command_line(pid))), None)
+        return next((child.pid for child in psutil.Process(self.process.pid).children(recursive=True)
+                     if matches(command_line(child))), None)
 
     def log(self) -> str:
         return "".join(servers.output_of(self.process).splitlines(keepends=True)[-80:])
 
 
-def command_line(pid: int) -> list[str]:
+def command_line(process: psutil.Process) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-    except OSError:  # it ended meanwhile
+        return process.cmdline()
+    except psutil.Error:  # it ended meanwhile
         return []
-
-
-def descendants(root: int) -> list[int]:
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                # The command name in field 2 may hold spaces; the parent follows its closing ")".
-                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent]
-        found += children
-        frontier += children
-    return found
 
 
 @pytest.fixture(scope="module")
