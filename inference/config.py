@@ -41,6 +41,9 @@ class InferenceConfig:
     prefill_chunk_idle: int = 512
     # Cache rows per group; a group's memory is sized for its longest member.
     cache_group_size: int = 4
+    # Keep finished sequences' cache rows so that a prompt starting with the same tokens (the
+    # next turn of a conversation, a shared system prompt) is fed only the rest.
+    prefix_cache: bool = True
     default_max_tokens: int = 512
     # Request bodies beyond this many bytes are refused with 413 before they are read whole:
     # a prompt that fits max_model_len is far smaller, and encoding a huge one costs seconds.
@@ -80,6 +83,7 @@ class InferenceConfig:
                 prefill_chunk_min=env.integer("INFERENCE_PREFILL_CHUNK_MIN", cls.prefill_chunk_min),
                 prefill_chunk_idle=env.integer("INFERENCE_PREFILL_CHUNK_IDLE", cls.prefill_chunk_idle),
                 cache_group_size=env.integer("INFERENCE_CACHE_GROUP_SIZE", cls.cache_group_size),
+                prefix_cache=env.boolean("INFERENCE_PREFIX_CACHE", cls.prefix_cache),
                 default_max_tokens=env.integer("INFERENCE_DEFAULT_MAX_TOKENS", cls.default_max_tokens),
                 max_body_bytes=env.integer("INFERENCE_MAX_BODY_BYTES", cls.max_body_bytes),
                 cache_dir=Path(env.string("INFERENCE_CACHE_DIR") or _default_cache_dir()),

@@ -3,6 +3,7 @@
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
 
@@ -30,13 +31,21 @@ class Metrics:
         self.cache_usage = Gauge("inference_kv_cache_usage_ratio",
                                  "Allocated share of the KV cache token budget.", registry=r)
         self.cache_bytes = Gauge("inference_kv_cache_bytes", "Memory held by the KV cache.", registry=r)
+        self.reusable_bytes = Gauge("inference_kv_cache_reusable_bytes",
+                                    "KV cache memory held only by kept prefixes, given up on demand.",
+                                    registry=r)
+        self.kept_prefixes = Gauge("inference_prefix_cache_kept_rows",
+                                   "Finished sequences' cache rows kept for reuse.", registry=r)
 
     def watch(self, engine) -> None:
-        """Gauges read the engine's state when scraped."""
+        """Gauges and the prefix counters read the engine's state when scraped."""
         self.running.set_function(lambda: engine.num_running)
         self.waiting.set_function(lambda: engine.num_waiting)
         self.cache_usage.set_function(lambda: engine.kv_cache.usage)
         self.cache_bytes.set_function(lambda: engine.kv_cache.num_allocated_bytes)
+        self.reusable_bytes.set_function(lambda: engine.kv_cache.num_reusable_bytes)
+        self.kept_prefixes.set_function(lambda: engine.kv_cache.num_kept_rows)
+        self.registry.register(_PrefixCounters(engine.scheduler))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -60,3 +69,20 @@ class RequestClock:
             self.metrics.queue_wait.observe(queue_wait_s)
         self.last_token_at = now
         self.metrics.generated_tokens.inc()
+
+
+class _PrefixCounters:
+    """The scheduler's own counts, read when scraped: the step thread keeps them, nothing else."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def collect(self):
+        s = self.scheduler
+        for name, help_text, value in [
+            ("inference_prefix_cache_hits", "Requests that started from a cached prefix.", s.num_prefix_hits),
+            ("inference_prefix_cache_reused_tokens", "Prompt tokens taken from a cached prefix instead of fed.",
+             s.num_reused_tokens),
+            ("inference_prompt_tokens_prefilled", "Prompt tokens fed through the model.", s.num_prefilled_tokens),
+        ]:
+            yield CounterMetricFamily(name, help_text, value=value)

@@ -212,21 +212,23 @@ class CompletionShape:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return {**self._envelope("chat.completion.chunk"), "choices": [choice]}
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
         return {**self._envelope("chat.completion.chunk"), "choices": [],
-                "usage": usage(prompt_tokens, completion_tokens)}
+                "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
     def completion(self, text: str, finish_reason: str, prompt_tokens: int,
-                   completion_tokens: int) -> dict[str, Any]:
+                   completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish_reason}
         return {**self._envelope("chat.completion"), "choices": [choice],
-                "usage": usage(prompt_tokens, completion_tokens)}
+                "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """OpenAI's usage: every prompt token counts, those reused from a cached prefix included."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def sse(data: dict | str) -> bytes:

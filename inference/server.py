@@ -124,7 +124,8 @@ async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatReque
                 service.metrics.requests.labels(reason).inc()
                 yield sse(shape.chunk({}, reason))
                 if chat.include_usage:
-                    yield sse(shape.usage_chunk(output.num_prompt_tokens, output.num_output_tokens))
+                    yield sse(shape.usage_chunk(output.num_prompt_tokens, output.num_output_tokens,
+                                                     output.num_reused_tokens))
     except STREAM_ERRORS as error:
         service.metrics.requests.labels("error").inc()
         yield sse(error_body(str(error), "server_error", "engine_error"))
@@ -176,7 +177,8 @@ async def _whole(request: Request, stream: RequestStream, shape: CompletionShape
         stream.close()
     reason = last.finish_reason.value
     service.metrics.requests.labels(reason).inc()
-    body = shape.completion(text, reason, last.num_prompt_tokens, last.num_output_tokens)
+    body = shape.completion(text, reason, last.num_prompt_tokens, last.num_output_tokens,
+                            last.num_reused_tokens)
     return JSONResponse(body, headers=headers)
 
 

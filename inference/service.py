@@ -75,7 +75,8 @@ class InferenceService:
     def limits(self) -> EngineLimits:
         c = self.config
         return EngineLimits(c.max_running, c.max_cached_tokens, c.max_model_len, c.prefill_chunk,
-                            c.prefill_chunk_idle, c.cache_group_size, c.prefill_chunk_min)
+                            c.prefill_chunk_idle, c.cache_group_size, c.prefill_chunk_min,
+                            c.prefix_cache)
 
     @property
     def healthy(self) -> bool:

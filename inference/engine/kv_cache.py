@@ -7,6 +7,11 @@ groups do not pay for each other. A group whose last row is freed gives its memo
 A row is sized at admission for prompt + max_tokens, so a running sequence never runs out of
 room; `max_tokens` bounds the memory actually allocated (rows x capacity of every group).
 
+A row is free, reserved by a running sequence, or kept: a finished sequence's keys and values
+left in place for a later request that starts with the same tokens (prefix_cache.py decides
+which). A kept row holds memory only until a reservation needs it: `drop` frees it, `adopt`
+hands it to a new sequence as it is, `copy_prefix` copies its first tokens into another row.
+
 On the CPU a group's tensors come from an anonymous private mapping: the kernel hands it out
 zero-filled and a page becomes resident only when a token is written to it, so a new group
 costs nothing up front (zeroing 100 MB took about 25 ms of a step here) and the process holds
@@ -48,7 +53,8 @@ class _Group:
         size = (shape.num_layers, rows, shape.num_kv_heads, capacity, shape.head_dim)
         self.keys = _zeros(size, shape.dtype, shape.device)
         self.values = _zeros(size, shape.dtype, shape.device)
-        self.reserved: list[int] = [0] * rows  # 0 marks a free row
+        self.reserved: list[int] = [0] * rows  # 0 marks a row no running sequence holds
+        self.kept: set[int] = set()
 
     @property
     def capacity(self) -> int:
@@ -56,7 +62,11 @@ class _Group:
 
     @property
     def free_rows(self) -> list[int]:
-        return [row for row, reserved in enumerate(self.reserved) if reserved == 0]
+        return [row for row, reserved in enumerate(self.reserved) if reserved == 0 and row not in self.kept]
+
+    @property
+    def is_empty(self) -> bool:
+        return len(self.free_rows) == len(self.reserved)
 
     def grow(self, capacity: int) -> None:
         for name in ("keys", "values"):
@@ -104,11 +114,47 @@ class KVCache:
         return CacheSlot(index, row)
 
     def free(self, slot: CacheSlot) -> None:
+        self._unreserve(slot)
+        self._release_group_if_empty(slot.group)
+
+    # --- kept rows ---
+    def keep(self, slot: CacheSlot) -> None:
+        """A running sequence's row stays as it is, for a later request to reuse."""
+        self._unreserve(slot)
+        self.groups[slot.group].kept.add(slot.row)
+
+    def drop(self, slot: CacheSlot) -> None:
+        """A kept row becomes free."""
+        self.groups[slot.group].kept.discard(slot.row)
+        self._release_group_if_empty(slot.group)
+
+    def can_adopt(self, slot: CacheSlot, num_tokens: int) -> bool:
+        return self.groups[slot.group].capacity >= _blocks(num_tokens)
+
+    def adopt(self, slot: CacheSlot, num_tokens: int) -> None:
+        """A kept row becomes a new sequence's reservation, its cached tokens untouched."""
+        if not self.can_adopt(slot, num_tokens):
+            raise RuntimeError("the kept row is too short for this sequence; check can_adopt first")
+        group = self.groups[slot.group]
+        group.kept.remove(slot.row)
+        group.reserved[slot.row] = _blocks(num_tokens)
+        self.num_reserved_tokens += group.reserved[slot.row]
+
+    def copy_prefix(self, source: CacheSlot, target: CacheSlot, num_tokens: int) -> None:
+        """The first `num_tokens` keys and values of every layer, from one row into another."""
+        origin, destination = self.groups[source.group], self.groups[target.group]
+        for name in ("keys", "values"):
+            into = getattr(destination, name)[:, target.row, :, :num_tokens]
+            into.copy_(getattr(origin, name)[:, source.row, :, :num_tokens])
+
+    def _unreserve(self, slot: CacheSlot) -> None:
         group = self.groups[slot.group]
         self.num_reserved_tokens -= group.reserved[slot.row]
         group.reserved[slot.row] = 0
-        if len(group.free_rows) == len(group.reserved):
-            self.groups[slot.group] = None
+
+    def _release_group_if_empty(self, index: int) -> None:
+        if self.groups[index].is_empty:
+            self.groups[index] = None
 
     def _placement(self, needed: int) -> int | None:
         """The group for a sequence of `needed` tokens, in order of preference, within budget.
@@ -155,9 +201,19 @@ class KVCache:
 
     @property
     def num_used_rows(self) -> int:
-        return sum(
-            len(g.reserved) - len(g.free_rows) for g in self.groups if g is not None
-        )
+        """Rows held by running sequences."""
+        return sum(1 for g in self.groups if g is not None for reserved in g.reserved if reserved)
+
+    @property
+    def num_kept_rows(self) -> int:
+        return sum(len(g.kept) for g in self.groups if g is not None)
+
+    @property
+    def num_reusable_bytes(self) -> int:
+        """Memory held only by kept rows: given back as soon as a reservation needs it."""
+        tokens = sum(len(g.reserved) * g.capacity for g in self.groups
+                     if g is not None and g.kept and not any(g.reserved))
+        return tokens * self.shape.bytes_per_token
 
     @property
     def usage(self) -> float:

@@ -36,6 +36,8 @@ class RequestOutput:
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: FinishReason | None = None
+    # Prompt tokens whose keys and values came from a shared prefix instead of being fed.
+    num_reused_tokens: int = 0
     # Seconds between arrival and admission into the batch; on a request's first output only.
     queue_wait_s: float | None = None
     error: str | None = None  # why the request ended alone, with finish_reason ERROR
@@ -54,6 +56,7 @@ class EngineLimits:
     prefill_chunk_idle: int
     cache_group_size: int
     prefill_chunk_min: int = 16
+    reuse_prefixes: bool = True
 
 
 class LLMEngine:
@@ -75,7 +78,8 @@ class LLMEngine:
         self.kv_cache = KVCache(shape, limits.max_cached_tokens, limits.max_running,
                                 limits.cache_group_size)
         self.scheduler = Scheduler(self.kv_cache, limits.max_running, limits.prefill_chunk,
-                                   limits.prefill_chunk_idle, limits.prefill_chunk_min)
+                                   limits.prefill_chunk_idle, limits.prefill_chunk_min,
+                                   limits.reuse_prefixes)
         self.runner = ModelRunner(model, self.kv_cache)
         self.max_model_len = min(limits.max_model_len,
                                  getattr(config, "max_position_embeddings", limits.max_model_len))
@@ -159,7 +163,7 @@ class LLMEngine:
         return RequestOutput(
             request_id=sequence.request_id, token_id=None, text="",
             num_prompt_tokens=sequence.num_prompt_tokens,
-            num_output_tokens=sequence.num_output_tokens,
+            num_output_tokens=sequence.num_output_tokens, num_reused_tokens=sequence.num_reused_tokens,
             finish_reason=FinishReason.ERROR, error=f"{type(error).__name__}: {error}",
         )
 
@@ -183,6 +187,7 @@ class LLMEngine:
             text=text,
             num_prompt_tokens=sequence.num_prompt_tokens,
             num_output_tokens=sequence.num_output_tokens,
+            num_reused_tokens=sequence.num_reused_tokens,
             finish_reason=sequence.finish_reason,
             queue_wait_s=(sequence.admitted_at - sequence.arrived_at)
             if sequence.num_output_tokens == 1 else None,

@@ -3,14 +3,19 @@
 Every decoding sequence advances by one token per step. Prompts are fed in chunks from a
 per-step token budget, so a long new prompt shares steps with the running streams instead of
 freezing them. Waiting requests join between steps whenever the cache has room; finished or
-aborted ones leave at once and give their cache rows back.
+aborted ones leave at once and give their cache rows back, kept for reuse when prefix reuse is
+on: a joining prompt that starts like a kept or running row takes that row over, or a copy of
+its shared part, and is fed only the rest.
 """
 
 import time
 from collections import deque
 from dataclasses import dataclass
 
-from .kv_cache import KVCache
+from common.vocabulary import FinishReason
+
+from .kv_cache import CacheSlot, KVCache
+from .prefix_cache import PrefixCache, PrefixMatch
 from .sequence import Sequence, SequenceStatus
 
 
@@ -32,14 +37,20 @@ class ScheduledChunk:
 
 class Scheduler:
     def __init__(self, kv_cache: KVCache, max_running: int, prefill_chunk: int,
-                 prefill_chunk_idle: int, prefill_chunk_min: int = 16):
+                 prefill_chunk_idle: int, prefill_chunk_min: int = 16, reuse_prefixes: bool = True):
         self.kv_cache = kv_cache
+        self.prefixes = PrefixCache() if reuse_prefixes else None
         self.max_running = max_running
         self.prefill_chunk = prefill_chunk
         self.prefill_chunk_idle = prefill_chunk_idle
         self.prefill_chunk_min = min(prefill_chunk_min, prefill_chunk)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        # Since start: requests that found a prefix, prompt tokens they did not feed, prompt
+        # tokens fed.
+        self.num_prefix_hits = 0
+        self.num_reused_tokens = 0
+        self.num_prefilled_tokens = 0
 
     @property
     def num_waiting(self) -> int:
@@ -78,10 +89,11 @@ class Scheduler:
                 tokens = sequence.prompt_token_ids[start:start + budget]
                 chunks.append(ScheduledChunk(sequence, start, tokens))
                 budget -= len(tokens)
+                self.num_prefilled_tokens += len(tokens)
         return chunks
 
     def finish(self, sequence: Sequence) -> None:
-        """Takes a finished sequence out of the batch and frees its cache rows."""
+        """Takes a finished sequence out of the batch; its cache row is kept or freed."""
         self.running.remove(sequence)
         self._release(sequence)
 
@@ -95,25 +107,94 @@ class Scheduler:
         return None
 
     def abort_all(self) -> list[Sequence]:
+        """Ends everything and gives every row back, kept ones too."""
         aborted = [*self.running, *self.waiting]
         for sequence in aborted:
-            self._release(sequence)
+            if sequence.slot is not None:
+                self.kv_cache.free(sequence.slot)
+                sequence.slot = None
         self.running.clear()
         self.waiting.clear()
+        self.drop_kept()
         return aborted
+
+    def drop_kept(self) -> None:
+        """Frees every kept row (their memory goes back; later prompts are fed whole)."""
+        if self.prefixes is not None:
+            for slot in self.prefixes.clear():
+                self.kv_cache.drop(slot)
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_running:
             sequence = self.waiting[0]
-            if not self.kv_cache.can_allocate(sequence.num_reserved_tokens):
+            match = self._longest_match(sequence)
+            slot = self._place(sequence.num_reserved_tokens, match)
+            if slot is None:
                 break
             self.waiting.popleft()
-            sequence.slot = self.kv_cache.allocate(sequence.num_reserved_tokens)
+            sequence.slot = slot
+            if match is not None:
+                sequence.num_cached_tokens = sequence.num_reused_tokens = match.num_tokens
+                self.num_prefix_hits += 1
+                self.num_reused_tokens += match.num_tokens
             sequence.status = SequenceStatus.RUNNING
             sequence.admitted_at = time.monotonic()
             self.running.append(sequence)
 
+    def _longest_match(self, sequence: Sequence) -> PrefixMatch | None:
+        if self.prefixes is None:
+            return None
+        running = [(s.slot, s.prompt_token_ids[: s.num_cached_tokens]) for s in self.running]
+        return self.prefixes.longest_match(sequence.prompt_token_ids, running)
+
+    def _place(self, num_tokens: int, match: PrefixMatch | None) -> CacheSlot | None:
+        """A row for a joining sequence holding `match`'s tokens, or None when none fits yet.
+
+        A kept row that the new prompt mostly continues (the next turn of its conversation) is
+        adopted as it is; otherwise the shared part is copied into a row of the sequence's own,
+        so that the kept row stays for whoever else starts the same way. Kept rows give their
+        memory up, oldest first, before a joining sequence waits for room.
+        """
+        if (match is not None and match.is_kept and 2 * match.num_tokens >= match.num_source_tokens
+                and self.kv_cache.can_adopt(match.slot, num_tokens)):
+            self.prefixes.take(match.slot)
+            self.kv_cache.adopt(match.slot, num_tokens)
+            return match.slot
+        sparing = match.slot if match is not None and match.is_kept else None
+        while not self.kv_cache.can_allocate(num_tokens) and self._drop_oldest(sparing):
+            pass
+        if not self.kv_cache.can_allocate(num_tokens) and sparing is not None:
+            self.prefixes.take(sparing)
+            self.kv_cache.drop(sparing)
+            return self._place(num_tokens, None)
+        if not self.kv_cache.can_allocate(num_tokens):
+            return None
+        slot = self.kv_cache.allocate(num_tokens)
+        if match is not None:
+            self.kv_cache.copy_prefix(match.slot, slot, match.num_tokens)
+            if match.is_kept:
+                self.prefixes.touch(match.slot)
+        return slot
+
+    def _drop_oldest(self, sparing: CacheSlot | None) -> bool:
+        slot = self.prefixes.oldest(sparing) if self.prefixes is not None else None
+        if slot is None:
+            return False
+        self.prefixes.take(slot)
+        self.kv_cache.drop(slot)
+        return True
+
     def _release(self, sequence: Sequence) -> None:
-        if sequence.slot is not None:
+        """Frees a leaving sequence's row, or keeps it with the tokens its keys stand for.
+
+        A failed sequence's row is never kept: whatever broke it may have broken its cache.
+        """
+        if sequence.slot is None:
+            return
+        if (self.prefixes is not None and sequence.num_cached_tokens > 0
+                and sequence.finish_reason is not FinishReason.ERROR):
+            self.kv_cache.keep(sequence.slot)
+            self.prefixes.keep(sequence.slot, sequence.cached_token_ids)
+        else:
             self.kv_cache.free(sequence.slot)
-            sequence.slot = None
+        sequence.slot = None

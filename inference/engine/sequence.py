@@ -44,8 +44,10 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.slot: CacheSlot | None = None
-        # Tokens whose keys and values are in the cache.
+        # Tokens whose keys and values are in the cache; the first num_reused_tokens of them
+        # came from another row (a shared prefix) instead of being fed.
         self.num_cached_tokens = 0
+        self.num_reused_tokens = 0
         self.arrived_at = time.monotonic()
         self.admitted_at: float | None = None
         self.generator: torch.Generator | None = None
@@ -76,6 +78,12 @@ class Sequence:
     @property
     def is_prefilling(self) -> bool:
         return self.num_cached_tokens < self.num_prompt_tokens
+
+    @property
+    def cached_token_ids(self) -> list[int]:
+        """The tokens whose keys and values this sequence's cache row holds, in order."""
+        cached = self.prompt_token_ids[: self.num_cached_tokens]
+        return cached + self.output_token_ids[: self.num_cached_tokens - len(cached)]
 
     @property
     def last_token_id(self) -> int:

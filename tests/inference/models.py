@@ -81,3 +81,9 @@ def engine_tokenizer_prompt(messages: list[dict]) -> list[int]:
     """The prompt tokens the service builds for these messages."""
     return list(tokenizer().apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                 return_dict=False))
+
+
+def holds_only_reusable_memory(engine: LLMEngine) -> bool:
+    """No running sequence holds cache memory: what is left is kept prefixes', given up on demand."""
+    cache = engine.kv_cache
+    return cache.num_reserved_tokens == 0 and cache.num_allocated_bytes == cache.num_reusable_bytes

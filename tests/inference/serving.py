@@ -3,6 +3,8 @@
 import json
 from contextlib import contextmanager
 
+import httpx
+
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
 from inference.server import create_app
@@ -41,6 +43,13 @@ def chat(content: str = "Hello there", **fields) -> dict:
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": content}]}
     body.update(fields)
     return body
+
+
+def stream(url: str, body: dict, headers=None) -> tuple[httpx.Response, list]:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+                      timeout=60) as response:
+        lines = list(response.iter_lines())
+    return response, sse_events(lines)
 
 
 def sse_events(lines) -> list:

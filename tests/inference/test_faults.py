@@ -66,7 +66,7 @@ async def test_a_request_whose_step_raises_ends_alone_while_its_neighbours_finis
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert whole.status_code == 500 and whole.json()["error"]["code"] == "engine_error"
     assert "injected fault for poisoned" in whole.json()["error"]["message"]
-    assert engine.num_running == 0 and engine.kv_cache.num_allocated_bytes == 0
+    assert engine.num_running == 0 and models.holds_only_reusable_memory(engine)
 
 
 def test_a_step_that_fails_for_one_sequence_is_retried_without_it_and_changes_nobody_elses_tokens():
@@ -87,7 +87,7 @@ def test_a_step_that_fails_for_one_sequence_is_retried_without_it_and_changes_no
     failure = tokens["poisoned"].pop("poisoned")
     assert failure == [None]
     assert tokens["poisoned"] == tokens["clean"]
-    assert poisoned.num_running == 0 and poisoned.kv_cache.num_allocated_bytes == 0
+    assert poisoned.num_running == 0 and models.holds_only_reusable_memory(poisoned)
 
 
 def run_to_the_end(engine) -> dict[str, list]:
@@ -114,7 +114,7 @@ def test_a_sequence_whose_sampling_fails_ends_alone_while_its_neighbours_finish(
     assert len(failed) == 1 and failed[0].finish_reason is FinishReason.ERROR
     assert "probability" in failed[0].error
     assert len(fine) == 5 and fine[-1].finish_reason is FinishReason.LENGTH
-    assert engine.kv_cache.num_allocated_bytes == 0
+    assert models.holds_only_reusable_memory(engine)
 
 
 def text_of(events: list) -> str:

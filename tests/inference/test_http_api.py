@@ -9,7 +9,7 @@ from inference.engine import loader
 from tests.fakes.raising_tokenizer import RaisingTokenizer
 from tests.fakes.stalling_runner import StallingRunner
 from tests.inference import models
-from tests.inference.serving import MODEL_NAME, chat, metric, serving, service_for, sse_events
+from tests.inference.serving import MODEL_NAME, chat, metric, serving, service_for, sse_events, stream
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +18,6 @@ def tiny_service_url():
                            max_cached_tokens=4096)
     with serving(service_for(engine, max_waiting=8)) as url:
         yield url
-
-
-def stream(url: str, body: dict, headers=None) -> tuple[httpx.Response, list]:
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
-                      timeout=60) as response:
-        lines = list(response.iter_lines())
-    return response, sse_events(lines)
 
 
 def test_a_stream_sends_role_then_content_then_finish_then_usage_then_done(tiny_service_url):
@@ -42,8 +35,11 @@ def test_a_stream_sends_role_then_content_then_finish_then_usage_then_done(tiny_
     assert all(e["choices"][0]["finish_reason"] is None for e in content)
     assert events[-3]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
     assert events[-2]["choices"] == []
-    assert events[-2]["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 6,
-                                   "total_tokens": prompt_tokens + 6}
+    usage = events[-2]["usage"]
+    cached = usage.pop("prompt_tokens_details")["cached_tokens"]
+    assert usage == {"prompt_tokens": prompt_tokens, "completion_tokens": 6,
+                     "total_tokens": prompt_tokens + 6}
+    assert 0 <= cached < prompt_tokens  # other tests' requests may have left a shared prefix
     assert events[-1] == "[DONE]"
     assert len({e["id"] for e in events[:-1]}) == 1
 
@@ -95,7 +91,9 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_service_url):
     assert metric(text, "inference_inter_token_latency_seconds_count") >= 3
     assert metric(text, "inference_queue_wait_seconds_count") >= 1
     assert metric(text, "inference_running_sequences") == 0
-    assert metric(text, "inference_kv_cache_bytes") == 0
+    assert metric(text, "inference_kv_cache_bytes") == metric(text, "inference_kv_cache_reusable_bytes")
+    assert metric(text, "inference_prefix_cache_kept_rows") >= 1
+    assert metric(text, "inference_prompt_tokens_prefilled_total") >= 1
 
 
 LONG = "word " * 400

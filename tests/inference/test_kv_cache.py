@@ -106,3 +106,35 @@ def test_a_reserved_group_holds_memory_only_for_the_tokens_written_and_reads_as_
     # Unwritten places read as zeros; reductions only, so that no full-size temporary is resident.
     assert float(keys.sum()) == 4 * 16 * 64 and float(values.min()) == float(values.max()) == 0.0
     assert _resident_bytes() - before < 16 * 2**20
+
+
+def test_a_kept_row_keeps_its_keys_until_dropped_and_copies_them_into_another_row():
+    kv = cache(group_size=2)
+    kept = kv.allocate(100)
+    keys, values = kv.layer(kept.group, 1)
+    keys[kept.row, :, :10] = 1.5
+    values[kept.row, :, :10] = -2.5
+    kv.keep(kept)
+
+    copy = kv.allocate(500)  # too long for the kept row's group: a group of its own
+    kv.copy_prefix(kept, copy, 10)
+
+    copied_keys, copied_values = kv.layer(copy.group, 1)
+    assert copy.group != kept.group
+    assert bool((copied_keys[copy.row, :, :10] == 1.5).all()) and bool((copied_values[copy.row, :, :10] == -2.5).all())
+    assert kv.num_reserved_tokens == 512 and kv.num_kept_rows == 1
+    assert not kv.can_adopt(kept, 500) and kv.can_adopt(kept, 120)
+    kv.drop(kept)
+    assert kv.num_kept_rows == 0 and kv.groups[kept.group] is None
+
+
+def test_an_adopted_row_is_reserved_again_with_its_cached_keys_in_place():
+    kv = cache()
+    slot = kv.allocate(100)
+    kv.layer(slot.group, 0)[0][slot.row, :, :5] = 3.0
+    kv.keep(slot)
+
+    kv.adopt(slot, 120)
+
+    assert kv.num_kept_rows == 0 and kv.num_used_rows == 1 and kv.num_reserved_tokens == 128
+    assert bool((kv.layer(slot.group, 0)[0][slot.row, :, :5] == 3.0).all())
