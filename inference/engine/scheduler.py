@@ -151,12 +151,13 @@ class Scheduler:
         """A row for a joining sequence holding `match`'s tokens, or None when none fits yet.
 
         A kept row that the new prompt mostly continues (the next turn of its conversation) is
-        adopted as it is; otherwise the shared part is copied into a row of the sequence's own,
-        so that the kept row stays for whoever else starts the same way. Kept rows give their
-        memory up, oldest first, before a joining sequence waits for room.
+        adopted as it is, or, when it is too short for the new reservation, copied and dropped:
+        the new row holds the same prefix. A kept row that the new prompt shares only the start
+        of (a common system prompt) is copied and stays for whoever else starts the same way.
+        Kept rows give their memory up, oldest first, before a joining sequence waits for room.
         """
-        if (match is not None and match.is_kept and 2 * match.num_tokens >= match.num_source_tokens
-                and self.kv_cache.can_adopt(match.slot, num_tokens)):
+        continues = match is not None and match.is_kept and 2 * match.num_tokens >= match.num_source_tokens
+        if continues and self.kv_cache.can_adopt(match.slot, num_tokens):
             self.prefixes.take(match.slot)
             self.kv_cache.adopt(match.slot, num_tokens)
             return match.slot
@@ -172,7 +173,10 @@ class Scheduler:
         slot = self.kv_cache.allocate(num_tokens)
         if match is not None:
             self.kv_cache.copy_prefix(match.slot, slot, match.num_tokens)
-            if match.is_kept:
+            if continues:  # the new row holds all of it that anyone is likely to want
+                self.prefixes.take(match.slot)
+                self.kv_cache.drop(match.slot)
+            elif match.is_kept:
                 self.prefixes.touch(match.slot)
         return slot
 

@@ -90,18 +90,18 @@ def test_a_prompt_too_long_for_the_kept_row_copies_the_shared_part_into_a_row_of
     fresh_tokens, _, _ = run(False)
 
     assert reused == len(prompt)
-    assert kept == 2  # the short answer's row stayed where it was, beside the long one's
+    assert kept == 1  # the long one's row holds all the short one's held that it needed
     assert reused_tokens == fresh_tokens
 
 
-def test_requests_sharing_a_system_prompt_copy_it_and_leave_the_kept_row_for_the_next():
+def test_requests_sharing_a_system_prompt_each_start_from_a_copy_of_it():
     model = models.tiny_model()
     system = list(range(3, 83))
     questions = {f"q{i}": system + [100 + i] * (5 + i) for i in range(3)}
 
     def run(reuse: bool) -> dict[str, list]:
         engine = models.engine(model, reuse_prefixes=reuse)
-        engine.add_request("warm", system + [99], SamplingParams(max_tokens=2))
+        engine.add_request("warm", system + [99] * 80, SamplingParams(max_tokens=2))
         drain(engine)
         for request_id, prompt in questions.items():
             engine.add_request(request_id, prompt, SamplingParams(max_tokens=6))
@@ -112,6 +112,19 @@ def test_requests_sharing_a_system_prompt_copy_it_and_leave_the_kept_row_for_the
     for request_id in questions:
         assert [o.token_id for o in shared[request_id]] == [o.token_id for o in fresh[request_id]]
         assert shared[request_id][-1].num_reused_tokens == len(system)
+
+
+def test_a_kept_row_that_a_prompt_only_starts_like_stays_for_the_next_one():
+    engine = models.engine(models.tiny_model())
+    system = list(range(3, 43))
+    engine.add_request("warm", system + [99] * 60, SamplingParams(max_tokens=2))
+    drain(engine)
+    engine.add_request("question", system + [7, 8], SamplingParams(max_tokens=2))
+
+    reused = drain(engine)["question"][-1].num_reused_tokens
+
+    assert reused == len(system)
+    assert engine.kv_cache.num_kept_rows == 2  # the warm-up's row and the question's
 
 
 def test_a_request_starting_like_a_running_one_copies_its_cached_prompt():
