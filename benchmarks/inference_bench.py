@@ -193,8 +193,9 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = InferenceConfig.from_env().cache_dir
     model_dir = loader.converted_gguf(loader.default_model_path(), cache_dir)
     # Built and converted before anything is measured: a compiler must not share the cores.
+    # llama.cpp is built for this CPU only: on a GPU it would be no like-for-like peer.
     llama_cpp = None
-    if parts.llama_cpp:
+    if parts.llama_cpp and args.device != "cuda":
         llama_cpp = LlamaCpp(args.llama_cpp_dir)
         llama_cpp.build()
         ggufs = {outtype: llama_cpp.gguf(model_dir, outtype) for outtype in plan.llama_cpp_outtypes}
@@ -227,7 +228,6 @@ def run(args: argparse.Namespace) -> int:
         device_run = DeviceRun(device, label)
         if parts.ours:
             servers.ours(device_run, cache_dir)
-        # llama.cpp is built for this CPU only: on a GPU it would be no like-for-like peer.
         if llama_cpp and device == "cpu":
             for outtype, gguf in ggufs.items():
                 servers.llama_cpp(device_run, llama_cpp.server_binary, gguf, outtype)
