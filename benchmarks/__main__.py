@@ -14,8 +14,8 @@ from pathlib import Path
 # name -> (module, one-line help); a later benchmark (the relay) is one more entry here.
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "inference": ("benchmarks.inference_bench",
-                  "the inference server against HF generate, transformers' continuous batching "
-                  "and a static batch"),
+                  "the inference server against llama.cpp's server, HF generate, transformers' "
+                  "continuous batching and a static batch; then multi-turn conversations"),
     "browser": ("benchmarks.browser_bench",
                 "the chat page in headless Chromium under a 20,000-token flood"),
     "relay": ("benchmarks.relay_bench", "relay overhead: daphne vs. a fast stand-in upstream, 1/50/500 streams"),

@@ -25,6 +25,14 @@ class RequestRecord:
     finish_reason: str | None = None
     error: str | None = None
     cancelled: bool = False
+    # The answer's text, for a conversation's next turn and for comparing systems' answers.
+    answer: str = ""
+    # What the server's usage chunk said: its own count of the prompt (a check that it applied
+    # the same chat template and vocabulary), and how much of the prompt it found cached.
+    reported_prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    # Sent again because the server had closed the kept-alive connection (sse_client._send).
+    reconnects: int = 0
 
     @property
     def ok(self) -> bool:
@@ -54,6 +62,7 @@ class RequestRecord:
             "max_tokens": self.max_tokens, "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason, "ttft_s": _round(self.ttft),
             "e2e_s": _round(self.e2e), "tpot_s": _round(self.tpot), "error": self.error,
+            "cached_tokens": self.cached_tokens,
         }
 
 
@@ -109,6 +118,7 @@ class LevelResult:
             "requests": len(self.records),
             "completed": len(completed),
             "errors": sum(1 for r in self.records if r.error is not None),
+            "reconnects": sum(r.reconnects for r in self.records),
             "wall_s": self.wall_s,
             "output_tokens": self.output_tokens,
             "prompt_tokens": sum(r.num_prompt_tokens for r in completed),

@@ -621,22 +621,6 @@ def added_rows(runs: list[PathRun], plan: Plan) -> list[list[str]]:
     return out
 
 
-def _text_table(header: list[str], body: list[list[str]]) -> list[str]:
-    table = [header] + body
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = []
-    for index, row in enumerate(table):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return lines
-
-
-def _markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-            + ["| " + " | ".join(row) + " |" for row in body])
-
-
 def caveat_lines(runs: list[PathRun]) -> list[str]:
     flagged = [f"{PATH_NAMES[r.path]} @{r.level} ({s['other_cpu_cores']:.2f} cores)"
                for r in runs for s in [r.summary()]
@@ -658,10 +642,10 @@ def trouble_lines(results: dict) -> list[str]:
 def print_results(results: dict, runs: list[PathRun], plan: Plan, targets: list[dict]) -> None:
     print(f"\n=== relay benchmark: {plan.chunks} chunks {plan.interval_ms:g} ms apart per "
           "stream ===")
-    for line in _text_table(COLUMNS, rows(runs)):
+    for line in report.text_table(COLUMNS, rows(runs)):
         print(line)
     print("\nadded by the relay (through daphne minus direct):")
-    for line in _text_table(ADDED_COLUMNS, added_rows(runs, plan)):
+    for line in report.text_table(ADDED_COLUMNS, added_rows(runs, plan)):
         print(line)
     print()
     for target in targets:
@@ -725,9 +709,9 @@ def render_section(results: dict, runs: list[PathRun], plan: Plan, targets: list
         "connection in the pool for the next).",
         "",
     ]
-    lines += _markdown_table(COLUMNS, rows(runs))
+    lines += report.markdown_table(COLUMNS, rows(runs))
     lines += ["", "Added by the relay (through minus direct, same percentile):", ""]
-    lines += _markdown_table(ADDED_COLUMNS, added_rows(runs, plan))
+    lines += report.markdown_table(ADDED_COLUMNS, added_rows(runs, plan))
     lines += ["", "Targets:", ""]
     lines += [f"- **{_verdict(t).strip()}** {t['name']}: {t['detail']}" for t in targets]
     caveats = caveat_lines(runs)

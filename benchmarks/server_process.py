@@ -1,5 +1,5 @@
-"""Servers as child processes (the inference service, daphne, a stand-in upstream): started,
-awaited, watched for memory, stopped.
+"""Servers as child processes (the inference service, llama.cpp's server, daphne, a stand-in
+upstream): started, awaited, watched for memory, stopped.
 
 Peak memory is the kernel's own high-water mark (VmHWM), reset before each level through
 /proc/PID/clear_refs, so each level reports its own peak rather than the peak so far; when the
@@ -143,6 +143,33 @@ class ServerProcess(ChildProcess):
         """The unlabelled samples of /metrics, by name (labelled ones are summed per name)."""
         response = await client.get(f"{self.base_url}/metrics")
         return parse_metrics(response.text)
+
+
+class LlamaServerProcess(ChildProcess):
+    """llama.cpp's server on one GGUF file, with `slots` sequences decoding side by side.
+
+    Each slot gets 2,048 tokens of context, the same longest prompt + answer as our server's
+    default, and keeps its last prompt's cache for the next request that shares it (llama.cpp
+    caches prompts unless a request says `cache_prompt: false`)."""
+
+    CONTEXT_PER_SLOT = 2048
+
+    def __init__(self, binary: Path, gguf: Path, slots: int, threads: int, alias: str,
+                 port: int | None = None):
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.model_name = alias
+        super().__init__(
+            f"llama-server-{slots}",
+            [str(binary), "--model", str(gguf), "--alias", alias,
+             "--host", "127.0.0.1", "--port", str(self.port),
+             "--parallel", str(slots), "--ctx-size", str(slots * self.CONTEXT_PER_SLOT),
+             "--threads", str(threads), "--threads-batch", str(threads),
+             "--metrics", "--no-webui"],
+            dict(os.environ), f"{self.base_url}/health")
+
+    def start(self, timeout_s: float = 120.0, poll_s: float = 0.2) -> httpx.Response:
+        return super().start(timeout_s, poll_s)  # /health answers 503 until the model is loaded
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -81,7 +81,9 @@ async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
     record.sent_at = time.perf_counter()  # TTFT starts here, before the connection is made
     parser = SSEParser()
     try:
-        async with client.stream("POST", url, json=chat_body(model, request, sampling)) as response:
+        response = await _send(client, client.build_request(
+            "POST", url, json=chat_body(model, request, sampling)), record)
+        try:
             if response.status_code != 200:
                 body = (await response.aread()).decode(errors="replace")
                 record.error = f"HTTP {response.status_code}: {body[:300]}"
@@ -93,6 +95,8 @@ async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
                         record.finished_at = now
                         continue
                     _apply_event(record, json.loads(data), now)
+        finally:
+            await response.aclose()
         if record.finished_at is None and record.error is None:
             record.error = "the stream ended without [DONE]"
     except asyncio.CancelledError:
@@ -103,18 +107,34 @@ async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
     return record
 
 
+async def _send(client: httpx.AsyncClient, request: httpx.Request,
+                record: RequestRecord) -> httpx.Response:
+    """Sends again, once, on a fresh connection when the server closed a kept-alive one before
+    answering: llama.cpp's server closes a connection idle for 5 s, and on a starved machine the
+    client may take that long to send its next request. The time lost stays in the TTFT."""
+    try:
+        return await client.send(request, stream=True)
+    except httpx.RemoteProtocolError:
+        record.reconnects += 1
+        return await client.send(request, stream=True)
+
+
 def _apply_event(record: RequestRecord, event: dict, now: float) -> None:
     if "error" in event:
         record.error = str(event["error"].get("message", event["error"]))
         return
     for choice in event.get("choices") or []:
-        if choice.get("delta", {}).get("content"):
+        content = (choice.get("delta") or {}).get("content")
+        if content:
             record.arrivals.append(now)
+            record.answer += content
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
     usage = event.get("usage")
     if usage:
         record.completion_tokens = usage.get("completion_tokens", 0)
+        record.reported_prompt_tokens = usage.get("prompt_tokens")
+        record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
 
 
 def new_client(concurrency: int, timeout_s: float) -> httpx.AsyncClient:

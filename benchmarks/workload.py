@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 SHORT_PROMPT_TOKENS = (30, 60)
 LONG_PROMPT_TOKENS = (300, 400)
+# A conversation's user message, counted without the chat template's few tokens around it.
+TURN_MESSAGE_TOKENS = (190, 215)
 
 _TOPICS = [
     "rivers of Europe", "kitchen tools", "birds that live near the sea", "board games",
@@ -65,6 +67,14 @@ class BenchRequest:
 
 
 @dataclass(frozen=True)
+class Conversation:
+    """What the user says at each turn; the answers come from whichever system is measured."""
+
+    index: int
+    user_messages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class MixSpec:
     """How one request list is drawn."""
 
@@ -106,20 +116,56 @@ class Workload:
             if low <= len(self.encode(messages)) <= high:
                 return messages
 
+    def conversations(self, name: str, count: int, turns: int) -> list[Conversation]:
+        """`count` conversations of `turns` user messages of about 200 tokens each; each turn
+        brings new notes and asks for a short summary of everything so far, so that the
+        answers run to max_tokens and the history grows by a full message and answer a turn."""
+        rng = random.Random(f"{self.seed}:{name}")
+        low, high = TURN_MESSAGE_TOKENS
+        conversations = []
+        for index in range(count):
+            messages = []
+            for turn in range(turns):
+                lead = f"Here are more notes for my diary, part {turn + 1}:\n"
+                ask = ("\n\nAdd them to the earlier parts and write a short numbered summary of "
+                       "everything so far.")
+                messages.append(self._notes(rng, low, high, lambda notes: lead + notes + ask,
+                                            self.message_size))
+            conversations.append(Conversation(index, tuple(messages)))
+        return conversations
+
+    def turn_request(self, conversation: Conversation, history: list[dict[str, str]],
+                     max_tokens: int) -> BenchRequest:
+        """What a chat client sends for the turn whose user message ends `history`: the whole
+        history, resent, answers included."""
+        turn = sum(1 for message in history if message["role"] == "user") - 1
+        index = conversation.index * len(conversation.user_messages) + turn
+        return BenchRequest(index, list(history), self.encode(history), max_tokens,
+                            long_prompt=True)
+
+    def message_size(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     def _long_prompt(self, rng: random.Random) -> list[dict[str, str]]:
         low, high = LONG_PROMPT_TOKENS
         # Aim below the top so that the last sentence added cannot overshoot the range.
         target = rng.randint(low, high - 30)
         instruction = rng.choice(_LONG_INSTRUCTIONS)
+        text = self._notes(rng, target, high, lambda notes: "Notes:\n" + notes + "\n\n" + instruction,
+                           lambda text: len(self.encode([{"role": "user", "content": text}])))
+        return [{"role": "user", "content": text}]
+
+    @staticmethod
+    def _notes(rng: random.Random, target: int, high: int, render, size) -> str:
+        """render(notes), with sentences of notes added until its size is target..high."""
         sentences: list[str] = []
         while True:
             sentences.append(" ".join([rng.choice(_SUBJECTS), rng.choice(_VERBS),
                                        rng.choice(_OBJECTS), rng.choice(_ENDINGS)]))
-            text = "Notes:\n" + " ".join(sentences) + "\n\n" + instruction
-            messages = [{"role": "user", "content": text}]
-            size = len(self.encode(messages))
-            if size >= target:
-                if size > high:  # a sentence too long for the room left: start over
+            text = render(" ".join(sentences))
+            length = size(text)
+            if length >= target:
+                if length > high:  # a sentence too long for the room left: start over
                     sentences.clear()
                     continue
-                return messages
+                return text

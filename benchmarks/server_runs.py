@@ -1,0 +1,145 @@
+"""The systems measured over HTTP, one server at a time: ours and llama.cpp's.
+
+Each server is started alone, warmed up, driven with the same client on the same requests,
+and stopped before the next one starts. Ours runs once for the concurrency levels, the cancel
+check and the conversations, then once more with prefix reuse off for the conversations alone.
+llama.cpp's server fixes its number of slots at start, so it starts once per level, with as
+many slots as streams, and once for the conversations, with a slot per conversation.
+"""
+
+import asyncio
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import report
+from .cancel_check import cancel_experiment
+from .latency import LevelResult
+from .machine_load import ForeignLoad
+from .multi_turn import MultiTurnResult, run_conversations
+from .report import OURS, OURS_NO_REUSE, llama_cpp_system
+from .server_process import ChildProcess, LlamaServerProcess, ServerProcess
+from .sse_client import run_closed_loop
+
+logger = logging.getLogger(__name__)
+
+
+class ServerRuns:
+    def __init__(self, plan, parts, workload, lists, cancel_list, warm_up, conversations):
+        self.plan, self.parts, self.workload = plan, parts, workload
+        self.lists, self.cancel_list, self.warm_up = lists, cancel_list, warm_up
+        self.conversations = conversations
+
+    # --- ours ---
+    def ours(self, device_run, cache_dir: Path) -> None:
+        env = {
+            "INFERENCE_DEVICE": device_run.device,
+            # The references run fp32 too; the server's own default on a GPU would be bf16.
+            "INFERENCE_DTYPE": "float32",
+            "INFERENCE_THREADS": str(self.plan.threads),
+            "INFERENCE_CACHE_DIR": str(cache_dir),
+            "INFERENCE_MAX_RUNNING": str(max((64, *self.plan.levels))),
+        }
+        if self.parts.levels or self.conversations:
+            with self._serving(device_run, ServerProcess(env)) as server:
+                if self.parts.levels:
+                    for level in self.plan.levels:
+                        self._level(device_run, server, OURS, level)
+                    self._cancel(device_run, server)
+                    device_run.server_peak_is_per_level = server.peak_is_per_level
+                if self.conversations:
+                    self._multi_turn(device_run, server, OURS)
+        if self.conversations:
+            with self._serving(device_run, ServerProcess(env | {"INFERENCE_PREFIX_CACHE": "0"})
+                               ) as server:
+                self._multi_turn(device_run, server, OURS_NO_REUSE)
+
+    def _cancel(self, device_run, server: ServerProcess) -> None:
+        logger.info("[%s] cancel: %d streams, half cancelled mid-stream", device_run.label,
+                    len(self.cancel_list))
+        server.reset_peak()
+        with ForeignLoad([server.pid]) as load:
+            device_run.cancel = asyncio.run(cancel_experiment(server, self.cancel_list,
+                                                              self.plan.cancel_after_chunks))
+        device_run.cancel["other_cpu_cores"] = load.cores
+
+    # --- llama.cpp ---
+    def llama_cpp(self, device_run, binary: Path, gguf: Path, outtype: str) -> None:
+        system = llama_cpp_system(outtype)
+
+        def server(slots: int) -> LlamaServerProcess:
+            return LlamaServerProcess(binary, gguf, slots, self.plan.threads, alias=gguf.stem)
+
+        if self.parts.levels:
+            for level in self.plan.levels:
+                with self._serving(device_run, server(level)) as running:
+                    result = self._level(device_run, running, system, level)
+                self._compare_with_ours(device_run, result)
+        if self.conversations:
+            with self._serving(device_run, server(len(self.conversations))) as running:
+                result = self._multi_turn(device_run, running, system)
+            records = [r for turn in result.conversations for r in turn if r.ok]
+            result.extra["prompt_tokens_agree"] = _agreement(records)
+
+    def _compare_with_ours(self, device_run, result: LevelResult) -> None:
+        """Sanity of the peer: the same prompt token counts (so the same chat template and
+        vocabulary, read from the GGUF file) and, mostly, the same greedy answers as ours."""
+        result.extra["prompt_tokens_agree"] = _agreement(result.completed)
+        ours = device_run.find(OURS, result.concurrency)
+        if ours is None:
+            return
+        answers = {r.index: r.answer for r in ours.completed}
+        pairs = [(r.answer, answers[r.index]) for r in result.completed if r.index in answers]
+        result.extra["same_answer_as_ours"] = f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
+
+    # --- shared ---
+    def _serving(self, device_run, server: ChildProcess):
+        return _serving(device_run, server, self.warm_up)
+
+    def _level(self, device_run, server, system: str, level: int) -> LevelResult:
+        requests = self.lists[level]
+        server.reset_peak()
+        logger.info("[%s] %s at %d streams: %d requests", device_run.label, system, level,
+                    len(requests))
+        with ForeignLoad([server.pid]) as load:
+            result = asyncio.run(run_closed_loop(server.base_url, server.model_name, requests,
+                                                 level, system))
+        result.extra["peak_rss_bytes"] = server.peak_rss_bytes()
+        result.extra["other_cpu_cores"] = load.cores
+        logger.info("[%s] %s", device_run.label, report.level_line(result))
+        device_run.levels.append(result)
+        return result
+
+    def _multi_turn(self, device_run, server, system: str) -> MultiTurnResult:
+        logger.info("[%s] %s: %d conversations of %d turns", device_run.label, system,
+                    len(self.conversations), self.plan.turns)
+        with ForeignLoad([server.pid]) as load:
+            result = asyncio.run(run_conversations(
+                server.base_url, server.model_name, self.workload, self.conversations,
+                self.plan.turn_max_tokens, system))
+        result.extra["other_cpu_cores"] = load.cores
+        logger.info("[%s] %s", device_run.label, report.multi_turn_line(result))
+        device_run.multi_turn.append(result)
+        return result
+
+
+@contextmanager
+def _serving(device_run, server: ChildProcess, warm_up):
+    """The server started and warmed up; stopped on the way out, its log shown on a failure."""
+    logger.info("[%s] starting %s on port %d", device_run.label, server.name, server.port)
+    try:
+        server.start()
+        asyncio.run(run_closed_loop(server.base_url, server.model_name, warm_up, 2, "warm-up"))
+        yield server
+    except BaseException:
+        logger.error("%s log tail:\n%s", server.name, server.log_tail())
+        raise
+    finally:
+        server.close()
+
+
+def _agreement(records) -> str:
+    """How many of these requests the server counted as many prompt tokens as our tokenizer."""
+    reported = [r for r in records if r.reported_prompt_tokens is not None]
+    same = sum(r.reported_prompt_tokens == r.num_prompt_tokens for r in reported)
+    return f"{same}/{len(reported)}"

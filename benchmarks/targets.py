@@ -1,0 +1,135 @@
+"""The inference benchmark's targets: each a ratio between systems measured in the same run.
+
+The machine under this project changes over time (BRIEF.md section 12: the same code's
+single-stream ITL was 52 ms on one and 111 ms on another), so no target is an absolute time:
+each compares ours with a peer measured minutes apart on the same cores.
+"""
+
+from . import report
+from .report import LLAMA_CPP_F32, OURS
+
+STATIC_SHARE = 0.9
+MANAGER_FACTOR = {16: 2.0, 64: 4.0}
+ITL_RATIO = 2.0
+PEAK_RSS_BYTES = 2.5e9
+# The levels the throughput targets look at; the references always run there.
+LEVELS = (16, 64)
+LLAMA_CPP_TTFT_LEVELS = (4, 16)
+LLAMA_CPP_ITL_FACTOR = 1.1
+# A conversation's last turn may cost this much more than its first: the history grows five
+# times over, but with its cache kept only the new message needs a prefill.
+MULTI_TURN_GROWTH = 1.5
+
+
+def evaluate(run) -> list[dict]:
+    """`run` is an inference_bench.DeviceRun; a target whose systems did not run says N/A."""
+    targets = []
+    for level in LEVELS:
+        ours = run.find(OURS, level)
+        static = run.find("static-batch", level)
+        manager = run.find("hf-manager", level)
+        static_target = _at_least(f"throughput @{level}: ours >= {STATIC_SHARE} x static batch",
+                                  _tps(ours), _tps(static), STATIC_SHARE)
+        if static and static.extra.get("decode_tokens_per_s") and static_target["measured"]:
+            # The static figure counts its prefill, as ours does; its decode alone is shown too.
+            static_target["detail"] += (f" (static decode alone, prefill excluded: "
+                                        f"{static.extra['decode_tokens_per_s']:.1f} tok/s)")
+        targets.append(static_target)
+        targets.append(_at_least(
+            f"throughput @{level}: ours >= {MANAGER_FACTOR[level]:g} x transformers' manager",
+            _tps(ours), _tps(manager), MANAGER_FACTOR[level]))
+        targets.append(_at_least(f"throughput @{level}: ours >= llama.cpp F32",
+                                 _tps(ours), _tps(run.find(LLAMA_CPP_F32, level)), 1.0))
+        targets.append(_itl_spread(level, ours))
+    for level in LLAMA_CPP_TTFT_LEVELS:
+        targets.append(_at_most(f"TTFT p50 @{level}: ours <= llama.cpp F32",
+                                _p50(run.find(OURS, level), "ttft_s"),
+                                _p50(run.find(LLAMA_CPP_F32, level), "ttft_s"), 1.0))
+    targets.append(_at_most(f"ITL p50 @1: ours <= {LLAMA_CPP_ITL_FACTOR:g} x llama.cpp F32",
+                            _p50(run.find(OURS, 1), "itl_s"),
+                            _p50(run.find(LLAMA_CPP_F32, 1), "itl_s"), LLAMA_CPP_ITL_FACTOR))
+    targets += _multi_turn(run)
+    targets.append(_cancel(run.cancel))
+    ours64 = run.find(OURS, 64)
+    peak = ours64.extra.get("peak_rss_bytes") if ours64 else None
+    scope = "" if run.server_peak_is_per_level else " (peak since the server started)"
+    targets.append({
+        "name": f"memory @64: server peak RSS < {PEAK_RSS_BYTES / 1e9:g} GB",
+        "measured": peak, "threshold": PEAK_RSS_BYTES,
+        "passed": None if peak is None else peak < PEAK_RSS_BYTES,
+        "detail": "level 64 not run" if peak is None else f"{peak / 1e9:.2f} GB{scope}",
+    })
+    return targets
+
+
+def _tps(level) -> float | None:
+    return level.summary()["output_tokens_per_s"] if level else None
+
+
+def _p50(level, figure: str) -> float | None:
+    return level.summary()[figure]["p50"] if level else None
+
+
+def _multi_turn(run) -> list[dict]:
+    ours = run.find_multi_turn(OURS)
+    llama_cpp = run.find_multi_turn(LLAMA_CPP_F32)
+    turns = ours.num_turns if ours else 0
+    label = f"turn {turns}" if turns else "the last turn"
+    last = ours.ttft_p50(turns) if ours else None
+    growth = _at_most(f"multi-turn: ours TTFT p50 at {label} <= {MULTI_TURN_GROWTH:g} x at turn 1",
+                      last, ours.ttft_p50(1) if ours else None, MULTI_TURN_GROWTH)
+    peer = llama_cpp.ttft_p50(turns) if llama_cpp and llama_cpp.num_turns == turns else None
+    versus = _at_most(f"multi-turn: ours TTFT p50 at {label} <= llama.cpp F32's", last, peer, 1.0)
+    return [growth, versus]
+
+
+def _at_least(name: str, value: float | None, reference: float | None, factor: float) -> dict:
+    """Passes when value >= factor x reference (throughput in tokens/s)."""
+    if value is None or reference is None or reference <= 0:
+        return _not_measured(name, factor)
+    ratio = value / reference
+    return {"name": name, "measured": ratio, "threshold": factor, "passed": ratio >= factor,
+            "detail": f"{value:.1f} vs {reference:.1f} tok/s = {ratio:.2f}x"}
+
+
+def _at_most(name: str, value: float | None, reference: float | None, factor: float) -> dict:
+    """Passes when value <= factor x reference (a latency in seconds, shown in ms)."""
+    if value is None or reference is None or reference <= 0:
+        return _not_measured(name, factor)
+    ratio = value / reference
+    return {"name": name, "measured": ratio, "threshold": factor, "passed": ratio <= factor,
+            "detail": f"{report.ms(value)} vs {report.ms(reference)} ms = {ratio:.2f}x"}
+
+
+def _not_measured(name: str, factor: float) -> dict:
+    return {"name": name, "measured": None, "threshold": factor, "passed": None,
+            "detail": "not measured in this run"}
+
+
+def _itl_spread(level: int, ours) -> dict:
+    name = f"ITL @{level} while requests keep arriving: ours p99 <= {ITL_RATIO:g} x p50"
+    itl = ours.summary()["itl_s"] if ours else {}
+    if not itl.get("p50"):
+        return _not_measured(name, ITL_RATIO)
+    ratio = itl["p99"] / itl["p50"]
+    return {"name": name, "measured": ratio, "threshold": ITL_RATIO, "passed": ratio <= ITL_RATIO,
+            "detail": f"p50 {report.ms(itl['p50'])} ms, p99 {report.ms(itl['p99'])} ms "
+                      f"= {ratio:.2f}x"}
+
+
+def _cancel(cancel: dict) -> dict:
+    name = "cancel @16: survivors' ITL after cancelling half is no worse than before"
+    before, after = cancel.get("itl_before_s", {}), cancel.get("itl_after_s", {})
+    if not before.get("n") or not after.get("n"):
+        return {"name": name, "measured": None, "threshold": 1.0, "passed": None,
+                "detail": "a window had no gaps (streams ended too early)"}
+    ratio = after["p50"] / before["p50"]
+    dropped = cancel["server_dropped_within_s"]
+    passed = (ratio <= 1.0 and dropped is not None
+              and cancel["server_cancelled_counter_delta"] == cancel["cancelled"])
+    detail = (f"ITL p50 {report.ms(before['p50'])} -> {report.ms(after['p50'])} ms "
+              f"(p90 {report.ms(before['p90'])} -> {report.ms(after['p90'])} ms); server dropped "
+              f"{cancel['cancelled']} of {cancel['streams']} "
+              + ("never" if dropped is None else f"within {dropped * 1000:.0f} ms")
+              + f", cancelled counter +{cancel['server_cancelled_counter_delta']:g}")
+    return {"name": name, "measured": ratio, "threshold": 1.0, "passed": passed, "detail": detail}

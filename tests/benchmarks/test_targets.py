@@ -1,0 +1,64 @@
+"""The targets compare ours with llama.cpp measured in the same run, and say N/A without it."""
+
+from benchmarks import targets
+from benchmarks.inference_bench import DeviceRun
+from benchmarks.latency import LevelResult, RequestRecord
+from benchmarks.multi_turn import MultiTurnResult
+from benchmarks.report import LLAMA_CPP_F32, OURS
+
+
+def answer(ttft: float, itl: float, tokens: int = 10) -> RequestRecord:
+    arrivals = [ttft + i * itl for i in range(tokens)]
+    return RequestRecord(0, tokens, 50, sent_at=0.0, arrivals=arrivals, finished_at=arrivals[-1],
+                         completion_tokens=tokens)
+
+
+def level(system: str, streams: int, wall_s: float, ttft: float = 1.0,
+          itl: float = 0.1) -> LevelResult:
+    return LevelResult(system, streams, wall_s, [answer(ttft, itl)])
+
+
+def conversations(system: str, ttfts: list[float]) -> MultiTurnResult:
+    return MultiTurnResult(system, 10.0, [[answer(ttft, 0.1) for ttft in ttfts]] * 2)
+
+
+def verdicts(run: DeviceRun) -> dict[str, bool | None]:
+    return {t["name"]: t["passed"] for t in targets.evaluate(run)}
+
+
+def test_ours_must_match_llama_cpps_throughput_at_16_and_64_streams():
+    run = DeviceRun("cpu", "CPU", levels=[
+        level(OURS, 16, wall_s=1.0), level(LLAMA_CPP_F32, 16, wall_s=2.0),
+        level(OURS, 64, wall_s=2.0), level(LLAMA_CPP_F32, 64, wall_s=1.0),
+    ])
+
+    assert verdicts(run)["throughput @16: ours >= llama.cpp F32"] is True
+    assert verdicts(run)["throughput @64: ours >= llama.cpp F32"] is False
+
+
+def test_ttft_and_single_stream_itl_are_compared_with_llama_cpps():
+    run = DeviceRun("cpu", "CPU", levels=[
+        level(OURS, 1, 1.0, itl=0.105), level(LLAMA_CPP_F32, 1, 1.0, itl=0.1),
+        level(OURS, 4, 1.0, ttft=2.0), level(LLAMA_CPP_F32, 4, 1.0, ttft=1.0),
+    ])
+
+    assert verdicts(run)["ITL p50 @1: ours <= 1.1 x llama.cpp F32"] is True
+    assert verdicts(run)["TTFT p50 @4: ours <= llama.cpp F32"] is False
+    assert verdicts(run)["TTFT p50 @16: ours <= llama.cpp F32"] is None
+
+
+def test_the_last_turn_is_held_to_the_first_turn_and_to_llama_cpps_last_turn():
+    run = DeviceRun("cpu", "CPU", multi_turn=[conversations(OURS, [1.0, 1.2, 1.4]),
+                                              conversations(LLAMA_CPP_F32, [0.5, 0.8, 1.2])])
+
+    assert verdicts(run)["multi-turn: ours TTFT p50 at turn 3 <= 1.5 x at turn 1"] is True
+    assert verdicts(run)["multi-turn: ours TTFT p50 at turn 3 <= llama.cpp F32's"] is False
+
+
+def test_without_llama_cpp_its_targets_are_not_measured():
+    run = DeviceRun("cpu", "CPU", levels=[level(OURS, 16, 1.0)],
+                    multi_turn=[conversations(OURS, [1.0, 1.2])])
+
+    assert verdicts(run)["throughput @16: ours >= llama.cpp F32"] is None
+    assert verdicts(run)["multi-turn: ours TTFT p50 at turn 2 <= llama.cpp F32's"] is None
+    assert verdicts(run)["multi-turn: ours TTFT p50 at turn 2 <= 1.5 x at turn 1"] is True
