@@ -1,5 +1,6 @@
 """The inference service's configuration: one frozen dataclass, read from the environment once."""
 
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -32,11 +33,15 @@ class InferenceConfig:
     max_cached_tokens: int = 49152
     # Longest prompt + answer; also capped by the model's own context length.
     max_model_len: int = 2048
-    # Prompt tokens per step while other streams decode: prefill_chunk_min plus one per
-    # running stream, at most prefill_chunk. A long prompt is fed in chunks so that running
-    # streams keep their pace: a step then costs at most about twice a plain decode step.
-    prefill_chunk: int = 128
+    # Prompt tokens per step while other streams decode: as many as keep the step within
+    # prefill_stretch times a plain decode step, at least prefill_chunk_min and at most
+    # prefill_chunk (before any step was timed: prefill_chunk_min plus one per running stream).
+    # A long prompt is fed in chunks so that running streams keep their pace.
+    prefill_chunk: int = 512
     prefill_chunk_min: int = 16
+    # A step that feeds prompt tokens beside decoding streams may cost up to this many times a
+    # plain decode step, by what steps cost on this machine (learned while serving).
+    prefill_stretch: float = 2.0
     # Prompt tokens per step when nothing else is running.
     prefill_chunk_idle: int = 512
     # Cache rows per group; a group's memory is sized for its longest member.
@@ -61,6 +66,8 @@ class InferenceConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"INFERENCE_{name.upper()} must be at least 1, got {getattr(self, name)}")
+        if not 1.0 < self.prefill_stretch < math.inf:
+            raise ValueError(f"INFERENCE_PREFILL_STRETCH must be above 1, got {self.prefill_stretch}")
         if self.threads < 0:
             raise ValueError(f"INFERENCE_THREADS must be 0 (torch's default) or more, got {self.threads}")
 
@@ -81,6 +88,7 @@ class InferenceConfig:
                 max_model_len=env.integer("INFERENCE_MAX_MODEL_LEN", cls.max_model_len),
                 prefill_chunk=env.integer("INFERENCE_PREFILL_CHUNK", cls.prefill_chunk),
                 prefill_chunk_min=env.integer("INFERENCE_PREFILL_CHUNK_MIN", cls.prefill_chunk_min),
+                prefill_stretch=env.number("INFERENCE_PREFILL_STRETCH", cls.prefill_stretch),
                 prefill_chunk_idle=env.integer("INFERENCE_PREFILL_CHUNK_IDLE", cls.prefill_chunk_idle),
                 cache_group_size=env.integer("INFERENCE_CACHE_GROUP_SIZE", cls.cache_group_size),
                 prefix_cache=env.boolean("INFERENCE_PREFIX_CACHE", cls.prefix_cache),

@@ -76,7 +76,7 @@ class InferenceService:
         c = self.config
         return EngineLimits(c.max_running, c.max_cached_tokens, c.max_model_len, c.prefill_chunk,
                             c.prefill_chunk_idle, c.cache_group_size, c.prefill_chunk_min,
-                            c.prefix_cache)
+                            c.prefix_cache, c.prefill_stretch)
 
     @property
     def healthy(self) -> bool:

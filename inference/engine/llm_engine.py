@@ -9,6 +9,7 @@ Only when no sequence can step at all does `step()` raise.
 
 import copy
 import logging
+import time
 from dataclasses import dataclass
 
 from common.vocabulary import FinishReason
@@ -19,6 +20,7 @@ from .model_runner import ModelRunner
 from .sampler import sample
 from .scheduler import ScheduledChunk, Scheduler
 from .sequence import SamplingParams, Sequence
+from .step_cost import StepCost
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class EngineLimits:
     cache_group_size: int
     prefill_chunk_min: int = 16
     reuse_prefixes: bool = True
+    prefill_stretch: float = 2.0
 
 
 class LLMEngine:
@@ -77,9 +80,10 @@ class LLMEngine:
         )
         self.kv_cache = KVCache(shape, limits.max_cached_tokens, limits.max_running,
                                 limits.cache_group_size)
+        self.step_cost = StepCost()
         self.scheduler = Scheduler(self.kv_cache, limits.max_running, limits.prefill_chunk,
                                    limits.prefill_chunk_idle, limits.prefill_chunk_min,
-                                   limits.reuse_prefixes)
+                                   limits.reuse_prefixes, self.step_cost, limits.prefill_stretch)
         self.runner = ModelRunner(model, self.kv_cache)
         self.max_model_len = min(limits.max_model_len,
                                  getattr(config, "max_position_embeddings", limits.max_model_len))
@@ -116,6 +120,7 @@ class LLMEngine:
         self.num_steps += 1
         if len(chunks) == 1:
             return self._run_alone(chunks[0])
+        started = time.perf_counter()
         try:
             logits = self.runner.run(chunks)
         except Exception:
@@ -124,7 +129,9 @@ class LLMEngine:
             logger.exception("a step of %d sequences failed; retrying them one at a time", len(chunks))
             return [output for chunk in chunks for output in self._run_alone(chunk)]
         self.num_failures_in_a_row = 0
-        return self._sample(chunks, logits)
+        outputs = self._sample(chunks, logits)  # waits for the device: the step is done
+        self.step_cost.observe(sum(len(chunk.token_ids) for chunk in chunks), time.perf_counter() - started)
+        return outputs
 
     def _run_alone(self, chunk: ScheduledChunk) -> list[RequestOutput]:
         try:

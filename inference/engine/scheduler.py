@@ -17,6 +17,7 @@ from common.vocabulary import FinishReason
 from .kv_cache import CacheSlot, KVCache
 from .prefix_cache import PrefixCache, PrefixMatch
 from .sequence import Sequence, SequenceStatus
+from .step_cost import StepCost
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,11 @@ class ScheduledChunk:
 
 class Scheduler:
     def __init__(self, kv_cache: KVCache, max_running: int, prefill_chunk: int,
-                 prefill_chunk_idle: int, prefill_chunk_min: int = 16, reuse_prefixes: bool = True):
+                 prefill_chunk_idle: int, prefill_chunk_min: int = 16, reuse_prefixes: bool = True,
+                 step_cost: StepCost | None = None, prefill_stretch: float = 2.0):
         self.kv_cache = kv_cache
+        self.step_cost = step_cost
+        self.prefill_stretch = prefill_stretch
         self.prefixes = PrefixCache() if reuse_prefixes else None
         self.max_running = max_running
         self.prefill_chunk = prefill_chunk
@@ -72,15 +76,7 @@ class Scheduler:
         decoding = sorted((s for s in self.running if not s.is_prefilling),
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
-        if decoding:
-            # A step's cost is a fixed part plus a part per token: feeding about one prompt
-            # token per stream, plus a fixed allowance, keeps a step with a prompt chunk within
-            # about twice a plain decode step. Streams still in their prompt count too: when
-            # prompts queue up fewer streams decode, and a budget that shrank with them would
-            # feed the queued prompts slower still.
-            budget = min(self.prefill_chunk, self.prefill_chunk_min + len(self.running))
-        else:
-            budget = self.prefill_chunk_idle
+        budget = self._prompt_budget(len(decoding)) if decoding else self.prefill_chunk_idle
         for sequence in self.running:
             if budget == 0:
                 break
@@ -91,6 +87,21 @@ class Scheduler:
                 budget -= len(tokens)
                 self.num_prefilled_tokens += len(tokens)
         return chunks
+
+    def _prompt_budget(self, num_decoding: int) -> int:
+        """Prompt tokens to feed beside `num_decoding` decode tokens this step.
+
+        As many as keep the step within `prefill_stretch` times a plain decode step, by what
+        steps cost on this machine (step_cost.py): a prompt's first token comes soon without
+        any stream's pace dropping below half. Until steps of different sizes were seen, a
+        fixed allowance plus one token per running stream approximates it on a small CPU.
+        """
+        learned = None
+        if self.step_cost is not None:
+            learned = self.step_cost.tokens_within(num_decoding, self.prefill_stretch)
+        if learned is None:
+            learned = self.prefill_chunk_min + len(self.running)
+        return max(self.prefill_chunk_min, min(self.prefill_chunk, learned))
 
     def finish(self, sequence: Sequence) -> None:
         """Takes a finished sequence out of the batch; its cache row is kept or freed."""

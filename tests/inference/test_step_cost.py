@@ -1,0 +1,52 @@
+"""The engine learns what a step costs here, and sizes the prompt share of a step from it."""
+
+from inference.engine import SamplingParams
+from inference.engine.step_cost import StepCost
+from tests.inference import models
+
+
+def learned(points) -> StepCost:
+    cost = StepCost()
+    for tokens, seconds in points:
+        cost.observe(tokens, seconds)
+    return cost
+
+
+def test_a_fixed_part_and_a_part_per_token_are_recovered_from_steps_of_different_sizes():
+    cost = learned([(tokens, 0.040 + 0.0025 * tokens) for tokens in [1, 20, 4, 60, 16, 1, 33] * 5])
+
+    fixed, per_token = cost.fit()
+
+    assert abs(fixed - 0.040) < 1e-9 and abs(per_token - 0.0025) < 1e-9
+    # A step of 4 tokens costs 0.05 s; 20 more keep it within twice that.
+    assert cost.tokens_within(4, stretch=2.0) == 20
+
+
+def test_steps_all_of_one_size_teach_nothing():
+    assert learned([(16, 0.1)] * 50).fit() is None
+    assert learned([]).tokens_within(16, stretch=2.0) is None
+
+
+def test_recent_steps_outweigh_old_ones_when_the_machine_changes():
+    slow = [(tokens, 0.100 + 0.005 * tokens) for tokens in [1, 40] * 50]
+    fast = [(tokens, 0.010 + 0.001 * tokens) for tokens in [1, 40] * 200]
+
+    fixed, per_token = learned(slow + fast).fit()
+
+    assert abs(fixed - 0.010) < 1e-4 and abs(per_token - 0.001) < 1e-5
+
+
+def test_the_scheduler_feeds_as_many_prompt_tokens_as_the_learned_costs_allow():
+    engine = models.engine(models.tiny_model(), prefill_chunk=512, prefill_chunk_min=8)
+    engine.add_request("running", [5] * 4, SamplingParams(max_tokens=50))
+    while not engine.step():
+        pass  # its prompt first: now it decodes
+    engine.step_cost.__init__()  # forget the real steps: this machine's costs are set below
+    for tokens in [1, 30] * 20:
+        engine.step_cost.observe(tokens, 0.050 + 0.001 * tokens)
+    engine.add_request("newcomer", list(range(3, 403)), SamplingParams(max_tokens=2))
+
+    chunks = engine.scheduler.schedule()
+
+    fed = sum(len(c.token_ids) for c in chunks if c.sequence.request_id == "newcomer")
+    assert fed == 51  # (0.050 + 0.001 * 1) / 0.001: twice a one-token step
