@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
+from common import env
+
 from . import report
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -197,7 +199,7 @@ def _installable(folder: Path) -> list[Path]:
 
 
 def run(args) -> int:
-    chosen = os.environ.get("GPU_CHECK_DEVICE", "cuda")
+    chosen = env.string("GPU_CHECK_DEVICE", "cuda")
     if chosen not in PLANS:
         raise SystemExit(f"GPU_CHECK_DEVICE must be one of {sorted(PLANS)}, got {chosen!r}")
     plan = PLANS[chosen]
@@ -211,19 +213,19 @@ def run(args) -> int:
     if isinstance(site, str):
         print(site)
         return 0
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CHATAPP_TEST_DEVICE": plan.device}
+    child_env = {**os.environ, "HF_HUB_OFFLINE": "1", "CHATAPP_TEST_DEVICE": plan.device}
     if site is None:
         print("no wheels carried or staged: this interpreter's own packages run the check")
     else:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), child_env.get("PYTHONPATH")]))
         print(f"wheels installed in {site}")
-    work = Path(os.environ.get("OUT") or REPO_ROOT / "var" / "gpu-check")
+    work = Path(env.string("OUT") or REPO_ROOT / "var" / "gpu-check")
     work.mkdir(parents=True, exist_ok=True)
-    tests = _run_tests(plan, env, work / "pytest-cuda.xml", deadline)
+    tests = _run_tests(plan, child_env, work / "pytest-cuda.xml", deadline)
     results_path = work / "gpu-check.json"
     bench = [*own, "bench", plan.device, "--json", str(results_path), "--deadline", str(deadline)]
     try:
-        status = subprocess.run(bench, cwd=REPO_ROOT, env=env,
+        status = subprocess.run(bench, cwd=REPO_ROOT, env=child_env,
                                 timeout=max(deadline + 60 - time.time(), 60)).returncode
     except subprocess.TimeoutExpired:
         status = "killed at the deadline"
@@ -242,12 +244,12 @@ def run(args) -> int:
     return 0 if tests.get("failed", 1) == tests.get("errors", 0) == status == 0 else 1
 
 
-def _run_tests(plan: Plan, env: dict, junit: Path, deadline: float) -> dict:
+def _run_tests(plan: Plan, child_env: dict, junit: Path, deadline: float) -> dict:
     command = [sys.executable, "-m", "pytest", *plan.test_args, "-q", f"--junitxml={junit}"]
     print("$ CHATAPP_TEST_DEVICE=%s %s" % (plan.device, shlex.join(command[2:])), flush=True)
     started = time.time()
     try:
-        subprocess.run(command, cwd=REPO_ROOT, env=env,
+        subprocess.run(command, cwd=REPO_ROOT, env=child_env,
                        timeout=min(plan.tests_timeout_s, deadline - started))
     except subprocess.TimeoutExpired:
         return {"command": shlex.join(command[2:]), "error": "timed out", "failed": 1}
@@ -289,7 +291,7 @@ def bench(args) -> int:
     short, long = plan.max_tokens
     lists = {level: workload.requests(f"level-{level}", MixSpec(count, short, long))
              for level, count in zip(plan.levels, plan.requests)}
-    server_env = {**{k: os.environ.get(k, v) for k, v in plan.server_env.items()},
+    server_env = {**{k: env.string(k, v) for k, v in plan.server_env.items()},
                   "INFERENCE_DEVICE": plan.device, "INFERENCE_CACHE_DIR": str(cache_dir)}
     every = [r.num_prompt_tokens for requests in lists.values() for r in requests]
     results = {"started": time.time(), "plan": asdict(plan), "server_env": server_env,
@@ -389,7 +391,7 @@ def device(args) -> int:
 # --- the section ---
 def render_section(results: dict) -> str:
     m, tests, plan = results.get("machine", {}), results.get("tests", {}), results.get("plan", {})
-    env = results.get("server_env", {})
+    server_env = results.get("server_env", {})
     lines = ["## Inference server on a GPU (`make gpu-check`)", ""]
     if plan.get("device") == "cpu":
         lines += ["**Dry run on the CPU (GPU_CHECK_DEVICE=cpu): tiny counts, not figures.**", ""]
@@ -412,7 +414,7 @@ def render_section(results: dict) -> str:
     lines += [f"- failing: `{name}`" for name in tests.get("failing", [])]
     prompts = results.get("prompt_tokens", ["?", "?"])
     lines += [
-        "", "Server: " + " ".join(f"`{k}={v}`" for k, v in sorted(env.items())
+        "", "Server: " + " ".join(f"`{k}={v}`" for k, v in sorted(server_env.items())
                                   if k != "INFERENCE_CACHE_DIR") + ". Workload: the inference "
         f"benchmark's mix (seed 1234), prompts of {prompts[0]}-{prompts[1]} tokens, max_tokens "
         f"{' or '.join(map(str, plan.get('max_tokens', [])))}, greedy, a new request as soon as "
