@@ -1,7 +1,8 @@
 """The coordination layer: many asyncio streams over one engine stepped by one thread.
 
-Each request has its own `asyncio.Queue`, fed from the step thread with
-`call_soon_threadsafe`. New and aborted requests are handed to the step thread through
+Each request has its own `asyncio.Queue`, fed from the step thread: all outputs of a step
+reach an event loop in one `call_soon_threadsafe`, so a step wakes each loop once however many
+streams it advanced. New and aborted requests are handed to the step thread through
 thread-safe inboxes and applied at the top of each step, so only that thread touches the
 engine. The thread sleeps on an event when there is nothing to do (no polling). A stream whose
 consumer goes away (cancelled, closed) aborts its request in `finally`, which frees its cache
@@ -43,8 +44,19 @@ class _Stream:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue
 
-    def put(self, item) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+def _deliver(items: list[tuple[_Stream, object]]) -> None:
+    """Puts each item on its stream's queue, with one wake-up per event loop for all of them."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
+    for stream, item in items:
+        by_loop.setdefault(stream.loop, []).append((stream.queue, item))
+    for loop, batch in by_loop.items():
+        loop.call_soon_threadsafe(_put_all, batch)
+
+
+def _put_all(batch: list[tuple[asyncio.Queue, object]]) -> None:
+    for queue, item in batch:
+        queue.put_nowait(item)
 
 
 class AsyncEngine:
@@ -128,35 +140,40 @@ class AsyncEngine:
                 if not self.engine.has_work():
                     self._wake.wait()
                     continue
+                delivered = []
                 for output in self.engine.step():
+                    # A stream may close on its event loop at any moment: look it up once.
                     stream = self._streams.get(output.request_id)
                     if stream is not None:
-                        stream.put(output if output.error is None else RequestFailed(output.error))
+                        delivered.append((stream, output if output.error is None else RequestFailed(output.error)))
+                _deliver(delivered)
         except BaseException as error:  # the loop must never die silently
             logger.exception("engine step loop failed")
             self.error = error
         finally:
             self.engine.abort_all()
             failure = EngineUnavailable(self._unavailable_reason())
-            for stream in list(self._streams.values()):
-                stream.put(failure)
+            _deliver([(stream, failure) for stream in list(self._streams.values())])
 
     def _take_inbox(self) -> None:
+        refused: list[tuple[_Stream, object]] = []
         while self._aborted:
             request_id = self._aborted.popleft()
             if self.engine.abort_request(request_id):
                 self._on_abort(request_id)
         while self._new:
             request_id, prompt_token_ids, params = self._new.popleft()
-            if request_id not in self._streams:
+            stream = self._streams.get(request_id)
+            if stream is None:
                 continue  # its client left before it reached the engine
             try:
                 self.engine.add_request(request_id, prompt_token_ids, params)
             except ValueError as error:  # it does not fit: said as the engine says it
-                self._streams[request_id].put(error)
+                refused.append((stream, error))
             except Exception as error:  # only this request is at fault
                 logger.exception("adding request %s failed", request_id)
-                self._streams[request_id].put(RequestFailed(f"{type(error).__name__}: {error}"))
+                refused.append((stream, RequestFailed(f"{type(error).__name__}: {error}")))
+        _deliver(refused)
 
 
 class RequestStream:

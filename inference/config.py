@@ -8,6 +8,8 @@ from common import env
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+# Short names people type; the configuration holds torch's own name.
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
 
 def _default_cache_dir() -> Path:
@@ -58,8 +60,10 @@ class InferenceConfig:
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise ValueError(f"INFERENCE_DEVICE must be one of {DEVICES}, got {self.device!r}")
+        object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))
         if self.dtype not in DTYPES:
-            raise ValueError(f"INFERENCE_DTYPE must be one of {DTYPES}, got {self.dtype!r}")
+            raise ValueError(f"INFERENCE_DTYPE must be one of {DTYPES} (or {tuple(DTYPE_ALIASES)}), "
+                             f"got {self.dtype!r}")
         positive = ["port", "max_running", "max_waiting", "max_cached_tokens", "max_model_len",
                     "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens",
                     "max_body_bytes"]

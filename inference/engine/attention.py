@@ -2,9 +2,15 @@
 
 The layout of a step (which cache row each token writes to, which rows decode together, which
 prompt chunks attend alone) is worked out once per step and is the same for every layer. Decode
-tokens of one cache group attend in one batched call over a plain slice of the group's tensors;
-prompt chunks attend one sequence at a time. `attend` serves both forwards: transformers' own,
-through the attention interface registered here, and the fused Llama forward.
+tokens of one cache group write their keys and values in one indexed store and attend in one
+call over a plain slice of the group's tensors; prompt chunks write a plain slice of their row
+and attend one sequence at a time. `attend` serves both forwards: transformers' own, through
+the attention interface registered here, and the fused Llama forward.
+
+A decode token has one query per head, and the query heads that share a key/value head see the
+same keys under the same mask: they go to attention as that key/value head's queries, side by
+side, so that no key or value is repeated per query head (torch's GQA path costs several times
+more per call for a single query, see BENCHMARKS.md).
 """
 
 from dataclasses import dataclass, field
@@ -19,23 +25,17 @@ ATTENTION_NAME = "chatapp_cache_rows"
 
 
 @dataclass
-class GroupWrite:
-    group: int
-    tokens: torch.Tensor  # indices into the step's tokens
-    # Where each (token, kv head) lands in the group's layer viewed as [rows*heads*capacity, dim].
-    places: torch.Tensor
-
-
-@dataclass
 class GroupDecode:
     group: int
     first_token: int  # the group's decode tokens are side by side in the step
     count: int
+    rows: torch.Tensor  # each token's cache row, for its write
+    positions: torch.Tensor  # each token's position, where its key and value go
     first_row: int  # attention runs over the rows first_row .. first_row + span
     span: int
-    rows: torch.Tensor | None  # offsets within the span when they are not simply 0..count-1
+    offsets: torch.Tensor | None  # the tokens' rows within the span when not simply 0..count-1
     length: int  # keys to attend over: the longest sequence in this step's rows
-    mask: torch.Tensor | None  # [span, 1, 1, length]; None when every row sees every key
+    mask: torch.Tensor | None  # additive, [span, 1, 1, length]; None when every row sees every key
 
 
 @dataclass
@@ -44,8 +44,8 @@ class PromptChunk:
     row: int
     first_token: int
     count: int
-    end: int  # keys to attend over
-    mask: torch.Tensor | None  # None: plainly causal (the chunk starts the sequence)
+    end: int  # keys to attend over; the chunk's own keys are the last `count` of them
+    mask: torch.Tensor | None  # additive; None: plainly causal (the chunk starts the sequence)
 
 
 @dataclass
@@ -53,7 +53,6 @@ class StepLayout:
     """Where each token of the step reads and writes; the same for every layer."""
 
     cache: KVCache
-    writes: list[GroupWrite] = field(default_factory=list)
     decodes: list[GroupDecode] = field(default_factory=list)
     prompts: list[PromptChunk] = field(default_factory=list)
 
@@ -72,30 +71,33 @@ def attend(step: StepLayout, layer: int, queries: torch.Tensor, new_keys: torch.
            new_values: torch.Tensor, scaling: float | None) -> torch.Tensor:
     """Caches the step's keys and values, then attends; tensors are [T, heads, dim]."""
     cache = step.cache
-    dim = queries.shape[-1]
-    for write in step.writes:
-        keys, values = cache.layer(write.group, layer)
-        keys.view(-1, dim).index_copy_(0, write.places, new_keys.index_select(0, write.tokens).reshape(-1, dim))
-        values.view(-1, dim).index_copy_(0, write.places, new_values.index_select(0, write.tokens).reshape(-1, dim))
-
+    count, heads, dim = queries.shape
+    kv_heads = new_keys.shape[1]
     output = torch.empty_like(queries)
     for decode in step.decodes:
         keys, values = cache.layer(decode.group, layer)
         tokens = slice(decode.first_token, decode.first_token + decode.count)
+        # [rows, capacity, kv_heads, dim]: (row, position) picks one token's heads.
+        keys.transpose(1, 2).index_put_((decode.rows, decode.positions), new_keys[tokens])
+        values.transpose(1, 2).index_put_((decode.rows, decode.positions), new_values[tokens])
         rows = slice(decode.first_row, decode.first_row + decode.span)
-        if decode.rows is None:
-            grouped = queries[tokens].unsqueeze(2)
-        else:
-            grouped = queries.new_zeros(decode.span, queries.shape[1], 1, dim)
-            grouped.view(decode.span, -1).index_copy_(0, decode.rows, queries[tokens].reshape(decode.count, -1))
+        grouped = queries[tokens].view(decode.count, kv_heads, heads // kv_heads, dim)
+        if decode.offsets is not None:
+            spread = queries.new_zeros(decode.span, kv_heads, heads // kv_heads, dim)
+            grouped = spread.index_copy_(0, decode.offsets, grouped)
         attended = F.scaled_dot_product_attention(
             grouped, keys[rows, :, : decode.length], values[rows, :, : decode.length],
-            attn_mask=decode.mask, scale=scaling, enable_gqa=True,
-        )[:, :, 0]
-        output[tokens] = attended if decode.rows is None else attended.index_select(0, decode.rows)
+            attn_mask=decode.mask, scale=scaling,
+        )
+        if decode.offsets is not None:
+            attended = attended.index_select(0, decode.offsets)
+        output[tokens] = attended.reshape(decode.count, heads, dim)
     for chunk in step.prompts:
         keys, values = cache.layer(chunk.group, layer)
         span = slice(chunk.first_token, chunk.first_token + chunk.count)
+        places = slice(chunk.end - chunk.count, chunk.end)
+        keys[chunk.row, :, places] = new_keys[span].transpose(0, 1)
+        values[chunk.row, :, places] = new_values[span].transpose(0, 1)
         attended = F.scaled_dot_product_attention(
             queries[span].transpose(0, 1).unsqueeze(0),
             keys[chunk.row : chunk.row + 1, :, : chunk.end],

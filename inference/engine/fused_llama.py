@@ -4,9 +4,13 @@ transformers' Llama runs three query/key/value projections, two MLP input projec
 six-operation RMSNorm and a concatenating rotary embedding per layer: on a CPU the per-operation
 overhead of those small matrices is a large part of a decode step. Here the projections are
 fused (one matrix each for query+key+value and gate+up), the norm is torch's own, and rotary
-runs once over queries and keys together. The fused matrices take the original weights' place
-(the model's modules keep views into them), so memory does not grow. Attention is the runner's
-own over the same step layout.
+reads precomputed tables and runs once over queries and keys together. Attention is the
+runner's own over the same step layout.
+
+Every matrix is stored transposed, [in, out], and multiplied as `x @ w`: for the few rows of a
+decode step the CPU's matrix library reads that layout much faster than the [out, in] one
+`F.linear` takes (see BENCHMARKS.md). The transposed matrices take the original weights' place
+(the model's modules keep views into them, the tied embedding included), so memory does not grow.
 
 Only plain Llama checkpoints qualify (no biases, SiLU); any other model keeps transformers'
 forward through the runner's attention interface.
@@ -20,14 +24,18 @@ from torch import nn
 
 from .attention import StepLayout, attend
 
+# Rotary embeddings whose angles depend on the position alone, not on the sequence's length:
+# their tables can be computed once.
+STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
+
 
 @dataclass
 class _Layer:
     attention_norm: torch.Tensor
-    qkv: torch.Tensor  # [heads + 2 * kv_heads, ...] rows: queries, then keys, then values
+    qkv: torch.Tensor  # [hidden, (heads + 2 * kv_heads) * head_dim]: queries, keys, values
     output: torch.Tensor
     mlp_norm: torch.Tensor
-    gate_up: torch.Tensor  # gate rows, then up rows
+    gate_up: torch.Tensor  # [hidden, 2 * intermediate]: gate columns, then up columns
     down: torch.Tensor
 
 
@@ -47,45 +55,68 @@ class FusedLlama:
             raise ValueError(f"{type(model).__name__} is not a plain Llama model")
         base = model.model
         config = model.config
-        self.embedding = base.embed_tokens.weight
+        tied = model.lm_head.weight is base.embed_tokens.weight
+        self.lm_head = _share(model.lm_head)
+        if tied:
+            base.embed_tokens.weight = model.lm_head.weight
+        else:
+            _share(base.embed_tokens)
+        self.embedding = base.embed_tokens.weight  # a view when tied: rows of the transposed head
         self.rotary = base.rotary_emb
         self.norm = base.norm.weight
         self.eps = config.rms_norm_eps
-        self.lm_head = model.lm_head.weight
         first = base.layers[0].self_attn
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = first.head_dim
         self.scaling = first.scaling
         self.layers = [self._fuse(layer) for layer in base.layers]
+        self.tables = None
+        if getattr(self.rotary, "rope_type", None) in STATIC_ROPE_TYPES:
+            every = torch.arange(config.max_position_embeddings, device=self.norm.device)
+            self.tables = self._angles(every)
 
     @staticmethod
     def _fuse(layer) -> _Layer:
         attention, mlp = layer.self_attn, layer.mlp
         qkv = _share(attention.q_proj, attention.k_proj, attention.v_proj)
         gate_up = _share(mlp.gate_proj, mlp.up_proj)
-        return _Layer(layer.input_layernorm.weight, qkv, attention.o_proj.weight,
-                      layer.post_attention_layernorm.weight, gate_up, mlp.down_proj.weight)
+        return _Layer(layer.input_layernorm.weight, qkv, _share(attention.o_proj),
+                      layer.post_attention_layernorm.weight, gate_up, _share(mlp.down_proj))
+
+    def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [T, 1, dim] of each position, sin negated over the first half of the dims.
+
+        rotate_half(x) * sin equals halves_swapped(x) * that signed sin, exactly (a negation
+        rounds nothing), and costs no concatenation.
+        """
+        cos, sin = self.rotary(self.norm, positions[None])
+        half = self.head_dim // 2
+        sin = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
+        return cos[0, :, None], sin[:, None]
 
     def __call__(self, token_ids: torch.Tensor, positions: torch.Tensor, sampled_at: torch.Tensor,
                  step: StepLayout) -> torch.Tensor:
         """token_ids, positions: [T]; returns the logits of the tokens at `sampled_at`."""
         count = token_ids.shape[0]
         hidden = F.embedding(token_ids, self.embedding)
-        cos, sin = self.rotary(hidden, positions[None])
-        cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, dim]: the same for every head
+        if self.tables is not None:
+            cos, sin = (table.index_select(0, positions) for table in self.tables)
+        else:
+            cos, sin = self._angles(positions)
         rotated_heads = self.heads + self.kv_heads
+        half = self.head_dim // 2
         for index, layer in enumerate(self.layers):
-            qkv = F.linear(self._norm(hidden, layer.attention_norm), layer.qkv)
-            qkv = qkv.view(count, rotated_heads + self.kv_heads, self.head_dim)
+            qkv = (self._norm(hidden, layer.attention_norm) @ layer.qkv).view(count, -1, self.head_dim)
             rotated = qkv[:, :rotated_heads]
-            rotated = rotated * cos + _rotate_half(rotated) * sin
+            swapped = rotated.unflatten(-1, (2, half)).flip(-2).flatten(-2)
+            rotated = (rotated * cos).add_(swapped.mul_(sin))
             attended = attend(step, index, rotated[:, : self.heads], rotated[:, self.heads :],
                               qkv[:, rotated_heads:], self.scaling)
-            hidden = hidden + F.linear(attended.reshape(count, -1), layer.output)
-            gate, up = F.linear(self._norm(hidden, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
-        return F.linear(self._norm(hidden.index_select(0, sampled_at), self.norm), self.lm_head)
+            hidden = hidden + attended.view(count, -1) @ layer.output
+            gate, up = (self._norm(hidden, layer.mlp_norm) @ layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + (F.silu(gate).mul_(up)) @ layer.down
+        return self._norm(hidden.index_select(0, sampled_at), self.norm) @ self.lm_head
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if hidden.dtype == torch.float32:
@@ -96,17 +127,16 @@ class FusedLlama:
         return weight * wide.to(hidden.dtype)
 
 
-def _share(*projections: nn.Linear) -> torch.Tensor:
-    """One matrix of the projections' rows; each projection's weight becomes a view into it."""
-    fused = torch.cat([projection.weight.detach() for projection in projections])
+def _share(*projections: nn.Module) -> torch.Tensor:
+    """One [in, out] matrix of the projections' weights transposed side by side.
+
+    Each projection's weight becomes a view into it (a transposed one, as transformers' own
+    forward takes it), so the model holds one copy.
+    """
+    shared = torch.cat([projection.weight.detach() for projection in projections]).t().contiguous()
     first = 0
     for projection in projections:
         rows = projection.weight.shape[0]
-        projection.weight = nn.Parameter(fused[first : first + rows], requires_grad=False)
+        projection.weight = nn.Parameter(shared[:, first : first + rows].t(), requires_grad=False)
         first += rows
-    return fused
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return shared

@@ -11,7 +11,7 @@ transformers' attention interface (Mistral, Qwen, Gemma, ...) runs its own forwa
 import torch
 
 from . import fused_llama
-from .attention import ATTENTION_NAME, GroupDecode, GroupWrite, PromptChunk, StepLayout
+from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
 from .kv_cache import KVCache
 from .scheduler import ScheduledChunk
 
@@ -49,15 +49,11 @@ class ModelRunner:
 
     def _layout(self, chunks: list[ScheduledChunk]) -> StepLayout:
         layout = StepLayout(self.kv_cache)
-        writes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, position)
         decodes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, length)
         first = 0
         for chunk in chunks:
             slot = chunk.sequence.slot
             count = len(chunk.token_ids)
-            writes.setdefault(slot.group, []).extend(
-                (first + i, slot.row, chunk.start + i) for i in range(count)
-            )
             if not chunk.sequence.is_prefilling:
                 decodes.setdefault(slot.group, []).append((first, slot.row, chunk.end))
             else:
@@ -66,18 +62,9 @@ class ModelRunner:
                     None if chunk.start == 0 else self._chunk_mask(chunk.start, count),
                 ))
             first += count
-        for group, entries in writes.items():
-            layout.writes.append(self._write(group, entries))
         for group, entries in decodes.items():
             layout.decodes.append(self._decode(group, entries))
         return layout
-
-    def _write(self, group: int, entries: list[tuple[int, int, int]]) -> GroupWrite:
-        keys, _ = self.kv_cache.layer(group, 0)
-        _, heads, capacity, _ = keys.shape
-        tokens, rows, positions = (torch.tensor(column) for column in zip(*entries))
-        places = (rows[:, None] * heads + torch.arange(heads)[None, :]) * capacity + positions[:, None]
-        return GroupWrite(group, tokens.to(self.device), places.flatten().to(self.device))
 
     def _decode(self, group: int, entries: list[tuple[int, int, int]]) -> GroupDecode:
         """Decode tokens of one group; the scheduler put them side by side, in row order."""
@@ -93,13 +80,19 @@ class ModelRunner:
         if span != len(rows) or min(lengths) != length:
             limits = torch.ones(span, dtype=torch.long)  # rows not decoding see one key: no NaN
             limits[[row - first_row for row in rows]] = torch.tensor(lengths)
-            mask = (torch.arange(length)[None, :] < limits[:, None]).view(span, 1, 1, length)
-            mask = mask.to(self.device)
-        return GroupDecode(group, tokens[0], len(tokens), first_row, span, offsets, length, mask)
+            mask = self._additive(torch.arange(length)[None, :] < limits[:, None]).view(span, 1, 1, length)
+        rows_and_positions = torch.tensor([rows, [end - 1 for end in lengths]], device=self.device)
+        return GroupDecode(group, tokens[0], len(tokens), rows_and_positions[0], rows_and_positions[1],
+                           first_row, span, offsets, length, mask)
 
     def _chunk_mask(self, start: int, count: int) -> torch.Tensor:
         """Chunk token i (at position start + i) sees every key up to and including its own."""
         keys = torch.arange(start + count)[None, :]
         queries = torch.arange(start, start + count)[:, None]
-        return (keys <= queries).to(self.device)
+        return self._additive(keys <= queries)
 
+    def _additive(self, visible: torch.Tensor) -> torch.Tensor:
+        """A mask attention adds to its scores, built once per step rather than once per layer."""
+        dtype = self.kv_cache.shape.dtype
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
+        return mask.to(self.device)

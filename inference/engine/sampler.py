@@ -13,17 +13,36 @@ from .sequence import Sequence
 NUCLEUS_SHORTLISTS = (64, 1024)
 
 
+# torch's argmax reduces a row with scalar code; maxima of blocks this long vectorise.
+ARGMAX_BLOCK = 1024
+
+
 def sample(logits: torch.Tensor, sequences: list[Sequence]) -> list[int]:
     """logits: [len(sequences), vocab]; returns one token id per sequence."""
-    logits = logits.float().cpu()
-    chosen = logits.argmax(dim=-1).tolist()
-    for index, sequence in enumerate(sequences):
-        params = sequence.params
-        if params.greedy:
-            continue
-        probabilities = torch.softmax(logits[index] / params.temperature, dim=-1)
-        chosen[index] = _draw(probabilities, params.top_p, sequence.generator)
+    chosen = greedy(logits).tolist()
+    drawing = [index for index, sequence in enumerate(sequences) if not sequence.params.greedy]
+    if drawing:
+        wide = logits[drawing].float().cpu()
+        for row, index in enumerate(drawing):
+            params = sequences[index].params
+            probabilities = torch.softmax(wide[row] / params.temperature, dim=-1)
+            chosen[index] = _draw(probabilities, params.top_p, sequences[index].generator)
     return chosen
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax, the first of equal maxima as in transformers' greedy search.
+
+    The block holding a row's maximum is the first whose own maximum equals it (NaN counts as the
+    maximum, as in argmax); only that block is then searched.
+    """
+    rows, vocab = logits.shape
+    if vocab % ARGMAX_BLOCK:
+        return logits.argmax(dim=-1)
+    blocks = logits.view(rows, vocab // ARGMAX_BLOCK, ARGMAX_BLOCK)
+    best = blocks.amax(dim=-1).argmax(dim=-1)
+    within = blocks[torch.arange(rows, device=logits.device), best].argmax(dim=-1)
+    return best * ARGMAX_BLOCK + within
 
 
 def _draw(probabilities: torch.Tensor, top_p: float, generator: torch.Generator) -> int:

@@ -21,6 +21,13 @@ def test_the_environment_sets_the_knobs_and_command_line_flags_win(monkeypatch):
     assert (config.port, config.max_running, config.device, config.host) == (9200, 16, "cpu", "127.0.0.1")
 
 
+def test_short_dtype_names_stand_for_torchs_own(monkeypatch):
+    monkeypatch.setenv("INFERENCE_DTYPE", "bf16")
+
+    assert InferenceConfig.from_env().dtype == "bfloat16"
+    assert InferenceConfig(dtype="fp32").dtype == "float32"
+
+
 @pytest.mark.parametrize("variable, value", [
     ("INFERENCE_PORT", "eighty"),
     ("INFERENCE_DEVICE", "tpu"),

@@ -3,7 +3,7 @@
 import torch
 
 from inference.engine.detokenizer import IncrementalDetokenizer
-from inference.engine.sampler import sample
+from inference.engine.sampler import ARGMAX_BLOCK, greedy, sample
 from inference.engine.sequence import SamplingParams, Sequence
 
 
@@ -44,3 +44,15 @@ def test_a_flat_distribution_still_honours_top_p_beyond_the_shortlist():
     draws = {sample(logits, [sequence(temperature=1.0, top_p=0.9, seed=s)])[0] for s in range(300)}
 
     assert len(draws) > 100
+
+
+def test_greedy_picks_the_first_of_equal_maxima_anywhere_in_a_large_vocabulary():
+    torch.manual_seed(2)
+    logits = torch.randn(5, 4 * ARGMAX_BLOCK)
+    logits[1, [7, 3 * ARGMAX_BLOCK + 5]] = 50.0  # a tie across blocks: the first wins
+    logits[2, [ARGMAX_BLOCK + 3, ARGMAX_BLOCK + 9]] = 50.0  # a tie inside a block
+    logits[3, -1] = 50.0  # the very last token
+    logits[4, [9, 2 * ARGMAX_BLOCK]] = float("nan")  # NaN counts as the maximum, as in argmax
+
+    assert greedy(logits).tolist() == logits.argmax(dim=-1).tolist()
+    assert greedy(logits).tolist()[1:4] == [7, ARGMAX_BLOCK + 3, 4 * ARGMAX_BLOCK - 1]
