@@ -63,7 +63,7 @@ class FusedLlama:
             _share(base.embed_tokens)
         self.embedding = base.embed_tokens.weight  # a view when tied: rows of the transposed head
         self.rotary = base.rotary_emb
-        self.norm = base.norm.weight
+        self.norm = _own(base.norm)
         self.eps = config.rms_norm_eps
         first = base.layers[0].self_attn
         self.heads = config.num_attention_heads
@@ -81,8 +81,8 @@ class FusedLlama:
         attention, mlp = layer.self_attn, layer.mlp
         qkv = _share(attention.q_proj, attention.k_proj, attention.v_proj)
         gate_up = _share(mlp.gate_proj, mlp.up_proj)
-        return _Layer(layer.input_layernorm.weight, qkv, _share(attention.o_proj),
-                      layer.post_attention_layernorm.weight, gate_up, _share(mlp.down_proj))
+        return _Layer(_own(layer.input_layernorm), qkv, _share(attention.o_proj),
+                      _own(layer.post_attention_layernorm), gate_up, _share(mlp.down_proj))
 
     def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [T, 1, dim] of each position, sin negated over the first half of the dims.
@@ -127,16 +127,29 @@ class FusedLlama:
         return weight * wide.to(hidden.dtype)
 
 
+def _own(module: nn.Module) -> torch.Tensor:
+    """The module's weight, copied into memory of the process's own.
+
+    A tensor loaded from a safetensors file keeps the whole file mapped, and every page of it
+    read so far counts in the process's memory: once the matrices are copied, the norms are the
+    last tensors that would hold it.
+    """
+    module.weight = nn.Parameter(module.weight.detach().clone(), requires_grad=False)
+    return module.weight
+
+
 def _share(*projections: nn.Module) -> torch.Tensor:
     """One [in, out] matrix of the projections' weights transposed side by side.
 
     Each projection's weight becomes a view into it (a transposed one, as transformers' own
     forward takes it), so the model holds one copy.
     """
-    shared = torch.cat([projection.weight.detach() for projection in projections]).t().contiguous()
+    weights = [projection.weight.detach() for projection in projections]
+    shared = weights[0].new_empty(weights[0].shape[1], sum(weight.shape[0] for weight in weights))
     first = 0
-    for projection in projections:
-        rows = projection.weight.shape[0]
+    for projection, weight in zip(projections, weights):
+        rows = weight.shape[0]
+        shared[:, first : first + rows].copy_(weight.t())
         projection.weight = nn.Parameter(shared[:, first : first + rows].t(), requires_grad=False)
         first += rows
     return shared
