@@ -48,7 +48,7 @@ def test_every_logit_of_packed_prompt_chunks_and_decodes_equals_transformers_for
     assert len(fed) == 4 * 6
 
 
-def test_fusing_the_projections_keeps_one_copy_of_each_weight():
+def test_fusing_the_projections_keeps_one_copy_of_each_weight_the_tied_embedding_included():
     model = models.tiny_model("llama")
     before = sum(parameter.numel() for parameter in model.parameters())
 
@@ -59,4 +59,7 @@ def test_fusing_the_projections_keeps_one_copy_of_each_weight():
     assert attention.v_proj.weight.untyped_storage().data_ptr() == fused.layers[0].qkv.untyped_storage().data_ptr()
     mlp = model.model.layers[1].mlp
     assert mlp.up_proj.weight.untyped_storage().data_ptr() == fused.layers[1].gate_up.untyped_storage().data_ptr()
+    # The output matrix is stored once, transposed, and the tied embedding reads its rows from it.
+    assert model.model.embed_tokens.weight.untyped_storage().data_ptr() == fused.lm_head.untyped_storage().data_ptr()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
     assert sum(parameter.numel() for parameter in model.parameters()) == before
