@@ -9,8 +9,8 @@ the attention interface registered here, and the fused Llama forward.
 
 A decode token has one query per head, and the query heads that share a key/value head see the
 same keys under the same mask: they go to attention as that key/value head's queries, side by
-side, so that no key or value is repeated per query head (torch's GQA path costs several times
-more per call for a single query, see BENCHMARKS.md).
+side, so that no key or value is repeated per query head (torch's GQA path costs about 20 us
+more per call, 10 ms of a step at 64 streams, see BENCHMARKS.md).
 """
 
 from dataclasses import dataclass, field
