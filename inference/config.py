@@ -8,6 +8,7 @@ from common import env
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+MATRICES = ("auto", "plain", "packed")
 # Short names people type; the configuration holds torch's own name.
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
@@ -28,6 +29,9 @@ class InferenceConfig:
     dtype: str = "auto"
     # torch threads; 0 keeps torch's default (one per core).
     threads: int = 0
+    # How the weight matrices are multiplied: "plain" (torch's product, oneMKL on a CPU),
+    # "packed" (oneDNN's layout, CPU only), "auto" (both timed at load, the faster kept).
+    matrices: str = "auto"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
     max_waiting: int = 256
@@ -41,9 +45,12 @@ class InferenceConfig:
     # A long prompt is fed in chunks so that running streams keep their pace.
     prefill_chunk: int = 512
     prefill_chunk_min: int = 16
-    # A step that feeds prompt tokens beside decoding streams may cost up to this many times a
-    # plain decode step, by what steps cost on this machine (learned while serving).
-    prefill_stretch: float = 2.0
+    # A step that feeds prompt tokens beside prefill_stretch_streams or more decoding streams
+    # may cost up to this many times a plain decode step, by what steps cost on this machine
+    # (learned while serving); beside fewer streams the stretch grows so that the stall summed
+    # over them stays the same.
+    prefill_stretch: float = 1.7
+    prefill_stretch_streams: int = 16
     # Prompt tokens per step when nothing else is running.
     prefill_chunk_idle: int = 512
     # Cache rows per group; a group's memory is sized for its longest member.
@@ -51,6 +58,9 @@ class InferenceConfig:
     # Keep finished sequences' cache rows so that a prompt starting with the same tokens (the
     # next turn of a conversation, a shared system prompt) is fed only the rest.
     prefix_cache: bool = True
+    # Tokens that kept rows may hold between them (about 45 KB each for the default model in
+    # fp32): they stay resident until a request needs the memory or this budget is passed.
+    prefix_cache_tokens: int = 8192
     default_max_tokens: int = 512
     # Request bodies beyond this many bytes are refused with 413 before they are read whole:
     # a prompt that fits max_model_len is far smaller, and encoding a huge one costs seconds.
@@ -64,9 +74,11 @@ class InferenceConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"INFERENCE_DTYPE must be one of {DTYPES} (or {tuple(DTYPE_ALIASES)}), "
                              f"got {self.dtype!r}")
+        if self.matrices not in MATRICES:
+            raise ValueError(f"INFERENCE_MATRICES must be one of {MATRICES}, got {self.matrices!r}")
         positive = ["port", "max_running", "max_waiting", "max_cached_tokens", "max_model_len",
                     "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens",
-                    "max_body_bytes"]
+                    "max_body_bytes", "prefix_cache_tokens", "prefill_stretch_streams"]
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"INFERENCE_{name.upper()} must be at least 1, got {getattr(self, name)}")
@@ -86,6 +98,7 @@ class InferenceConfig:
                 device=env.string("INFERENCE_DEVICE", cls.device),
                 dtype=env.string("INFERENCE_DTYPE", cls.dtype),
                 threads=env.integer("INFERENCE_THREADS", cls.threads),
+                matrices=env.string("INFERENCE_MATRICES", cls.matrices),
                 max_running=env.integer("INFERENCE_MAX_RUNNING", cls.max_running),
                 max_waiting=env.integer("INFERENCE_MAX_WAITING", cls.max_waiting),
                 max_cached_tokens=env.integer("INFERENCE_MAX_CACHED_TOKENS", cls.max_cached_tokens),
@@ -93,9 +106,12 @@ class InferenceConfig:
                 prefill_chunk=env.integer("INFERENCE_PREFILL_CHUNK", cls.prefill_chunk),
                 prefill_chunk_min=env.integer("INFERENCE_PREFILL_CHUNK_MIN", cls.prefill_chunk_min),
                 prefill_stretch=env.number("INFERENCE_PREFILL_STRETCH", cls.prefill_stretch),
+                prefill_stretch_streams=env.integer("INFERENCE_PREFILL_STRETCH_STREAMS",
+                                                    cls.prefill_stretch_streams),
                 prefill_chunk_idle=env.integer("INFERENCE_PREFILL_CHUNK_IDLE", cls.prefill_chunk_idle),
                 cache_group_size=env.integer("INFERENCE_CACHE_GROUP_SIZE", cls.cache_group_size),
                 prefix_cache=env.boolean("INFERENCE_PREFIX_CACHE", cls.prefix_cache),
+                prefix_cache_tokens=env.integer("INFERENCE_PREFIX_CACHE_TOKENS", cls.prefix_cache_tokens),
                 default_max_tokens=env.integer("INFERENCE_DEFAULT_MAX_TOKENS", cls.default_max_tokens),
                 max_body_bytes=env.integer("INFERENCE_MAX_BODY_BYTES", cls.max_body_bytes),
                 cache_dir=Path(env.string("INFERENCE_CACHE_DIR") or _default_cache_dir()),

@@ -36,6 +36,9 @@ class Metrics:
                                     registry=r)
         self.kept_prefixes = Gauge("inference_prefix_cache_kept_rows",
                                    "Finished sequences' cache rows kept for reuse.", registry=r)
+        self.kept_tokens = Gauge("inference_prefix_cache_kept_tokens",
+                                 "Tokens whose keys and values kept rows hold (bounded by "
+                                 "INFERENCE_PREFIX_CACHE_TOKENS).", registry=r)
 
     def watch(self, engine) -> None:
         """Gauges and the prefix counters read the engine's state when scraped."""
@@ -45,6 +48,7 @@ class Metrics:
         self.cache_bytes.set_function(lambda: engine.kv_cache.num_allocated_bytes)
         self.reusable_bytes.set_function(lambda: engine.kv_cache.num_reusable_bytes)
         self.kept_prefixes.set_function(lambda: engine.kv_cache.num_kept_rows)
+        self.kept_tokens.set_function(lambda: engine.kv_cache.num_kept_tokens)
         self.registry.register(_PrefixCounters(engine.scheduler))
 
     def render(self) -> bytes:

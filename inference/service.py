@@ -9,6 +9,7 @@ from .async_engine import AsyncEngine
 from .config import InferenceConfig
 from .engine import LLMEngine, SamplingParams
 from .engine.llm_engine import EngineLimits
+from .engine.matrices import MatrixLayout
 from .metrics import Metrics
 from .protocol import ChatRequest, ProtocolError
 
@@ -74,9 +75,13 @@ class InferenceService:
 
     def limits(self) -> EngineLimits:
         c = self.config
-        return EngineLimits(c.max_running, c.max_cached_tokens, c.max_model_len, c.prefill_chunk,
-                            c.prefill_chunk_idle, c.cache_group_size, c.prefill_chunk_min,
-                            c.prefix_cache, c.prefill_stretch)
+        return EngineLimits(
+            max_running=c.max_running, max_cached_tokens=c.max_cached_tokens,
+            max_model_len=c.max_model_len, prefill_chunk=c.prefill_chunk,
+            prefill_chunk_idle=c.prefill_chunk_idle, cache_group_size=c.cache_group_size,
+            prefill_chunk_min=c.prefill_chunk_min, reuse_prefixes=c.prefix_cache,
+            prefill_stretch=c.prefill_stretch, prefill_stretch_streams=c.prefill_stretch_streams,
+            max_kept_tokens=c.prefix_cache_tokens, matrices=MatrixLayout(c.matrices))
 
     @property
     def healthy(self) -> bool:

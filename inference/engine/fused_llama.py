@@ -7,13 +7,13 @@ fused (one matrix each for query+key+value and gate+up), the norm is torch's own
 reads precomputed tables and runs once over queries and keys together. Attention is the
 runner's own over the same step layout.
 
-Every matrix is stored transposed, [in, out], and multiplied as `x @ w`. What that buys shows in
-the output matrix: stored so, it saves about 3.5 ms of a 24 ms step at one stream and costs about
-as much at 16, where oneMKL prefers the [out, in] layout of `F.linear`; the layer matrices are
-alike either way within the noise of a whole step (see BENCHMARKS.md). Single-stream latency is
-the tighter target, so the layout serves it. The transposed matrices take the original
-weights' place (the model's modules keep views into them, the tied embedding included), so
-memory does not grow.
+Every matrix is stored transposed, [in, out], and multiplied as `x @ w`, or, where oneDNN's
+packed layout reads weights faster on this CPU, packed once at load (matrices.py measures
+which). Stored transposed, the output matrix saves about 3.5 ms of a 24 ms step at one stream
+on an Intel Xeon and costs about as much at 16 (see BENCHMARKS.md). The transposed matrices
+take the original weights' place (the model's modules keep views into them, the tied
+embedding included), and packed ones replace them, so memory does not grow (but for a tied
+output matrix, whose plain copy the embedding still reads).
 
 Only plain Llama checkpoints qualify (no biases, SiLU); any other model keeps transformers'
 forward through the runner's attention interface.
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import StepLayout, attend
+from .matrices import MatrixLayout, build
 
 # Rotary embeddings whose angles depend on the position alone, not on the sequence's length:
 # their tables can be computed once.
@@ -34,12 +35,15 @@ STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
 
 @dataclass
 class _Layer:
+    # Matrices (matrices.py) are called with rows of their input width.
     attention_norm: torch.Tensor
-    qkv: torch.Tensor  # [hidden, (heads + 2 * kv_heads) * head_dim]: queries, keys, values
-    output: torch.Tensor
+    qkv: object  # [hidden, (heads + 2 * kv_heads) * head_dim]: queries, keys, values
+    output: object
     mlp_norm: torch.Tensor
-    gate_up: torch.Tensor  # [hidden, 2 * intermediate]: gate columns, then up columns
-    down: torch.Tensor
+    gate_up: object  # [hidden, 2 * intermediate]: gate columns, then up columns
+    down: object
+
+    MATRICES = ("qkv", "output", "gate_up", "down")
 
 
 def supports(model) -> bool:
@@ -53,7 +57,7 @@ def supports(model) -> bool:
 
 
 class FusedLlama:
-    def __init__(self, model):
+    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO):
         if not supports(model):
             raise ValueError(f"{type(model).__name__} is not a plain Llama model")
         base = model.model
@@ -74,6 +78,7 @@ class FusedLlama:
         self.head_dim = first.head_dim
         self.scaling = first.scaling
         self.layers = [self._fuse(layer) for layer in base.layers]
+        self.layout = self._build_matrices(model, layout, tied)
         self.tables = None
         if getattr(self.rotary, "rope_type", None) in STATIC_ROPE_TYPES:
             every = torch.arange(config.max_position_embeddings, device=self.norm.device)
@@ -86,6 +91,24 @@ class FusedLlama:
         gate_up = _share(mlp.gate_proj, mlp.up_proj)
         return _Layer(_own(layer.input_layernorm), qkv, _share(attention.o_proj),
                       _own(layer.post_attention_layernorm), gate_up, _share(mlp.down_proj))
+
+    def _build_matrices(self, model, layout: MatrixLayout, tied: bool) -> MatrixLayout:
+        """Every matrix in the layout this machine multiplies fastest; packed ones replace the plain."""
+        weights = [getattr(layer, name) for layer in self.layers for name in _Layer.MATRICES]
+        chosen, matrices = build(layout, [*weights, self.lm_head])
+        for layer in self.layers:
+            for name in _Layer.MATRICES:
+                setattr(layer, name, matrices.pop(0))
+        self.lm_head = matrices.pop(0)
+        if chosen is MatrixLayout.PACKED:
+            projections = [module for layer in model.model.layers
+                           for module in (*layer.self_attn.children(), *layer.mlp.children())
+                           if isinstance(module, nn.Linear)]
+            if not tied:
+                projections.append(model.lm_head)
+            for module in projections:  # their plain weights would be a second copy
+                module.weight = nn.Parameter(module.weight.to("meta"), requires_grad=False)
+        return chosen
 
     def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [T, 1, dim] of each position, sin negated over the first half of the dims.
@@ -110,16 +133,16 @@ class FusedLlama:
         rotated_heads = self.heads + self.kv_heads
         half = self.head_dim // 2
         for index, layer in enumerate(self.layers):
-            qkv = (self._norm(hidden, layer.attention_norm) @ layer.qkv).view(count, -1, self.head_dim)
+            qkv = layer.qkv(self._norm(hidden, layer.attention_norm)).view(count, -1, self.head_dim)
             rotated = qkv[:, :rotated_heads]
             swapped = rotated.unflatten(-1, (2, half)).flip(-2).flatten(-2)
             rotated = (rotated * cos).add_(swapped.mul_(sin))
             attended = attend(step, index, rotated[:, : self.heads], rotated[:, self.heads :],
                               qkv[:, rotated_heads:], self.scaling)
-            hidden = hidden + attended.view(count, -1) @ layer.output
-            gate, up = (self._norm(hidden, layer.mlp_norm) @ layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + (F.silu(gate).mul_(up)) @ layer.down
-        return self._norm(hidden.index_select(0, sampled_at), self.norm) @ self.lm_head
+            hidden = hidden + layer.output(attended.view(count, -1))
+            gate, up = layer.gate_up(self._norm(hidden, layer.mlp_norm)).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate).mul_(up))
+        return self.lm_head(self._norm(hidden.index_select(0, sampled_at), self.norm))
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if hidden.dtype == torch.float32:

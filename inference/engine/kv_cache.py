@@ -15,7 +15,9 @@ hands it to a new sequence as it is, `copy_prefix` copies its first tokens into 
 On the CPU a group's tensors come from an anonymous private mapping: the kernel hands it out
 zero-filled and a page becomes resident only when a token is written to it, so a new group
 costs nothing up front (zeroing 100 MB took about 25 ms of a step here) and the process holds
-the tokens really written, not every reservation's worst case.
+the tokens really written, not every reservation's worst case. A row that is freed or dropped
+gives its pages back at once (`madvise(MADV_DONTNEED)`: they read as zeros again), so a group
+that stays because other rows live in it holds only its live and kept rows' tokens.
 """
 
 import math
@@ -51,14 +53,14 @@ class CacheShape:
 class _Group:
     def __init__(self, shape: CacheShape, rows: int, capacity: int):
         size = (shape.num_layers, rows, shape.num_kv_heads, capacity, shape.head_dim)
-        self.keys = _zeros(size, shape.dtype, shape.device)
-        self.values = _zeros(size, shape.dtype, shape.device)
+        self.keys = _Zeros(size, shape.dtype, shape.device)
+        self.values = _Zeros(size, shape.dtype, shape.device)
         self.reserved: list[int] = [0] * rows  # 0 marks a row no running sequence holds
-        self.kept: set[int] = set()
+        self.kept: dict[int, int] = {}  # kept row -> tokens its keys and values stand for
 
     @property
     def capacity(self) -> int:
-        return self.keys.shape[3]
+        return self.keys.tensor.shape[3]
 
     @property
     def free_rows(self) -> list[int]:
@@ -69,11 +71,20 @@ class _Group:
         return len(self.free_rows) == len(self.reserved)
 
     def grow(self, capacity: int) -> None:
+        """A larger capacity for every row; only rows in use are copied (a free row stays unwritten)."""
+        in_use = [row for row, reserved in enumerate(self.reserved) if reserved or row in self.kept]
         for name in ("keys", "values"):
             old = getattr(self, name)
-            new = _zeros((*old.shape[:3], capacity, old.shape[4]), old.dtype, old.device)
-            new[:, :, :, : old.shape[3]] = old
+            new = _Zeros((*old.tensor.shape[:3], capacity, old.tensor.shape[4]), old.tensor.dtype,
+                         old.tensor.device)
+            for row in in_use:
+                new.tensor[:, row, :, : old.tensor.shape[3]] = old.tensor[:, row]
             setattr(self, name, new)
+
+    def discard(self, row: int) -> None:
+        """Gives a row's memory back; it reads as zeros again."""
+        self.keys.discard(row)
+        self.values.discard(row)
 
 
 class KVCache:
@@ -115,18 +126,18 @@ class KVCache:
 
     def free(self, slot: CacheSlot) -> None:
         self._unreserve(slot)
-        self._release_group_if_empty(slot.group)
+        self._release(slot)
 
     # --- kept rows ---
-    def keep(self, slot: CacheSlot) -> None:
-        """A running sequence's row stays as it is, for a later request to reuse."""
+    def keep(self, slot: CacheSlot, num_tokens: int) -> None:
+        """A running sequence's row stays as it is, its first `num_tokens` for a later request to reuse."""
         self._unreserve(slot)
-        self.groups[slot.group].kept.add(slot.row)
+        self.groups[slot.group].kept[slot.row] = num_tokens
 
     def drop(self, slot: CacheSlot) -> None:
         """A kept row becomes free."""
-        self.groups[slot.group].kept.discard(slot.row)
-        self._release_group_if_empty(slot.group)
+        del self.groups[slot.group].kept[slot.row]
+        self._release(slot)
 
     def can_adopt(self, slot: CacheSlot, num_tokens: int) -> bool:
         return self.groups[slot.group].capacity >= _blocks(num_tokens)
@@ -136,7 +147,7 @@ class KVCache:
         if not self.can_adopt(slot, num_tokens):
             raise RuntimeError("the kept row is too short for this sequence; check can_adopt first")
         group = self.groups[slot.group]
-        group.kept.remove(slot.row)
+        del group.kept[slot.row]
         group.reserved[slot.row] = _blocks(num_tokens)
         self.num_reserved_tokens += group.reserved[slot.row]
 
@@ -144,17 +155,21 @@ class KVCache:
         """The first `num_tokens` keys and values of every layer, from one row into another."""
         origin, destination = self.groups[source.group], self.groups[target.group]
         for name in ("keys", "values"):
-            into = getattr(destination, name)[:, target.row, :, :num_tokens]
-            into.copy_(getattr(origin, name)[:, source.row, :, :num_tokens])
+            into = getattr(destination, name).tensor[:, target.row, :, :num_tokens]
+            into.copy_(getattr(origin, name).tensor[:, source.row, :, :num_tokens])
 
     def _unreserve(self, slot: CacheSlot) -> None:
         group = self.groups[slot.group]
         self.num_reserved_tokens -= group.reserved[slot.row]
         group.reserved[slot.row] = 0
 
-    def _release_group_if_empty(self, index: int) -> None:
-        if self.groups[index].is_empty:
-            self.groups[index] = None
+    def _release(self, slot: CacheSlot) -> None:
+        """A row that nobody holds any more gives its memory back, its group too when empty."""
+        group = self.groups[slot.group]
+        if group.is_empty:
+            self.groups[slot.group] = None
+        else:
+            group.discard(slot.row)
 
     def _placement(self, needed: int) -> int | None:
         """The group for a sequence of `needed` tokens, in order of preference, within budget.
@@ -187,7 +202,7 @@ class KVCache:
     def layer(self, group: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of one layer of one group: [rows, kv_heads, capacity, head_dim]."""
         cached = self.groups[group]
-        return cached.keys[layer], cached.values[layer]
+        return cached.keys.tensor[layer], cached.values.tensor[layer]
 
     # --- accounting ---
     @property
@@ -209,6 +224,11 @@ class KVCache:
         return sum(len(g.kept) for g in self.groups if g is not None)
 
     @property
+    def num_kept_tokens(self) -> int:
+        """Tokens whose keys and values kept rows hold: what they keep resident."""
+        return sum(sum(g.kept.values()) for g in self.groups if g is not None)
+
+    @property
     def num_reusable_bytes(self) -> int:
         """Memory held only by kept rows: given back as soon as a reservation needs it."""
         tokens = sum(len(g.reserved) * g.capacity for g in self.groups
@@ -224,10 +244,34 @@ def _blocks(num_tokens: int) -> int:
     return -(-num_tokens // BLOCK_TOKENS) * BLOCK_TOKENS
 
 
-def _zeros(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    if device.type != "cpu":
-        return torch.zeros(size, dtype=dtype, device=device)
-    count = math.prod(size)
-    # Private, so that reading a page never written maps the kernel's zero page, not memory.
-    mapping = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return torch.frombuffer(mapping, dtype=dtype, count=count).view(size)  # keeps the mapping
+class _Zeros:
+    """A zero-filled tensor whose rows (dimension 1) can give their memory back one at a time.
+
+    On the CPU it lives in an anonymous private mapping: pages become resident when written,
+    and `discard` returns a row's pages to the kernel, after which they read as zeros again.
+    Elsewhere it is an ordinary tensor, and `discard` leaves the stale values in place: nobody
+    reads past the tokens a row's owner wrote.
+    """
+
+    def __init__(self, size: tuple[int, ...], dtype: torch.dtype, device: torch.device):
+        self._mapping = None
+        if device.type != "cpu":
+            self.tensor = torch.zeros(size, dtype=dtype, device=device)
+            return
+        count = math.prod(size)
+        # Private, so that reading a page never written maps the kernel's zero page, not memory.
+        self._mapping = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.tensor = torch.frombuffer(self._mapping, dtype=dtype, count=count).view(size)
+
+    def discard(self, row: int) -> None:
+        if self._mapping is None:
+            return
+        layers, rows = self.tensor.shape[:2]
+        row_bytes = self.tensor[0, 0].numel() * self.tensor.element_size()
+        for layer in range(layers):
+            start = (layer * rows + row) * row_bytes
+            # Whole pages inside the row only: a page shared with a neighbour stays.
+            first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+            last = (start + row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+            if last > first:
+                self._mapping.madvise(mmap.MADV_DONTNEED, first, last - first)

@@ -16,6 +16,7 @@ from common.vocabulary import FinishReason
 
 from .detokenizer import IncrementalDetokenizer
 from .kv_cache import CacheShape, KVCache
+from .matrices import MatrixLayout
 from .model_runner import ModelRunner
 from .sampler import sample
 from .scheduler import ScheduledChunk, Scheduler
@@ -60,6 +61,12 @@ class EngineLimits:
     prefill_chunk_min: int = 16
     reuse_prefixes: bool = True
     prefill_stretch: float = 2.0
+    # Decoding streams from which on prefill_stretch holds; with fewer it grows (scheduler.py).
+    prefill_stretch_streams: int = 1
+    # Tokens kept rows may hold between them (None: up to the cache budget).
+    max_kept_tokens: int | None = None
+    # How the fused forward multiplies by its weights (matrices.py): measured at load by default.
+    matrices: MatrixLayout = MatrixLayout.AUTO
 
 
 class LLMEngine:
@@ -83,8 +90,9 @@ class LLMEngine:
         self.step_cost = StepCost()
         self.scheduler = Scheduler(self.kv_cache, limits.max_running, limits.prefill_chunk,
                                    limits.prefill_chunk_idle, limits.prefill_chunk_min,
-                                   limits.reuse_prefixes, self.step_cost, limits.prefill_stretch)
-        self.runner = ModelRunner(model, self.kv_cache)
+                                   limits.reuse_prefixes, self.step_cost, limits.prefill_stretch,
+                                   limits.max_kept_tokens, limits.prefill_stretch_streams)
+        self.runner = ModelRunner(model, self.kv_cache, limits.matrices)
         self.max_model_len = min(limits.max_model_len,
                                  getattr(config, "max_position_embeddings", limits.max_model_len))
         self.eos_token_ids = end_of_turn_ids(model, tokenizer)

@@ -13,16 +13,17 @@ import torch
 from . import fused_llama
 from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
 from .kv_cache import KVCache
+from .matrices import MatrixLayout
 from .scheduler import ScheduledChunk
 
 
 class ModelRunner:
-    def __init__(self, model, kv_cache: KVCache):
+    def __init__(self, model, kv_cache: KVCache, matrices: MatrixLayout = MatrixLayout.AUTO):
         self.model = model
         self.kv_cache = kv_cache
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
-        self.fused = fused_llama.FusedLlama(model) if fused_llama.supports(model) else None
+        self.fused = fused_llama.FusedLlama(model, matrices) if fused_llama.supports(model) else None
 
     @torch.inference_mode()
     def run(self, chunks: list[ScheduledChunk]) -> torch.Tensor:

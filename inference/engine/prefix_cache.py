@@ -7,7 +7,8 @@ feed only its new tokens. Keys and values depend only on the model and the token
 (never on sampling), and one engine serves one model, so a row holding the same tokens holds
 the same keys and values.
 
-Kept rows leave in least-recently-used order whenever a reservation needs their memory.
+Kept rows leave in least-recently-used order whenever a reservation needs their memory, and
+whenever they would hold more tokens than their own budget (the scheduler keeps both).
 """
 
 from collections import OrderedDict
@@ -48,6 +49,14 @@ class PrefixCache:
     def oldest(self, sparing: CacheSlot | None = None) -> CacheSlot | None:
         """The least recently used kept row other than `sparing`, or None."""
         return next((slot for slot in self._kept if slot != sparing), None)
+
+    def kept_slots(self) -> list[CacheSlot]:
+        """Kept rows, least recently used first."""
+        return list(self._kept)
+
+    def kept_token_ids(self) -> list[list[int]]:
+        """The tokens each kept row stands for, least recently used first."""
+        return list(self._kept.values())
 
     def clear(self) -> list[CacheSlot]:
         slots = list(self._kept)

@@ -39,11 +39,16 @@ class ScheduledChunk:
 class Scheduler:
     def __init__(self, kv_cache: KVCache, max_running: int, prefill_chunk: int,
                  prefill_chunk_idle: int, prefill_chunk_min: int = 16, reuse_prefixes: bool = True,
-                 step_cost: StepCost | None = None, prefill_stretch: float = 2.0):
+                 step_cost: StepCost | None = None, prefill_stretch: float = 2.0,
+                 max_kept_tokens: int | None = None, prefill_stretch_streams: int = 1):
         self.kv_cache = kv_cache
         self.step_cost = step_cost
         self.prefill_stretch = prefill_stretch
+        self.prefill_stretch_streams = prefill_stretch_streams
         self.prefixes = PrefixCache() if reuse_prefixes else None
+        # Kept rows' own budget: their pages stay resident until dropped, so without it an idle
+        # server would hold its whole cache budget in memory. None: only the cache budget.
+        self.max_kept_tokens = max_kept_tokens
         self.max_running = max_running
         self.prefill_chunk = prefill_chunk
         self.prefill_chunk_idle = prefill_chunk_idle
@@ -91,14 +96,20 @@ class Scheduler:
     def _prompt_budget(self, num_decoding: int) -> int:
         """Prompt tokens to feed beside `num_decoding` decode tokens this step.
 
-        As many as keep the step within `prefill_stretch` times a plain decode step, by what
-        steps cost on this machine (step_cost.py): a prompt's first token comes soon without
-        any stream's pace dropping below half. Until steps of different sizes were seen, a
-        fixed allowance plus one token per running stream approximates it on a small CPU.
+        As many as keep the step within a stretch of a plain decode step, by what steps cost on
+        this machine (step_cost.py). A prompt costs each decoding stream the same delay however
+        it is cut, so the cut is only for smoothness, and a stall is worth less when it holds up
+        fewer people: the stretch is `prefill_stretch` among `prefill_stretch_streams` or more
+        decoding streams, and grows as they get fewer so that the stall summed over them stays
+        the same (stretch 1.7 among 16 streams is 3.8 among 4). Until steps of different sizes
+        were seen, a fixed allowance plus one token per running stream approximates it on a
+        small CPU.
         """
         learned = None
         if self.step_cost is not None:
-            learned = self.step_cost.tokens_within(num_decoding, self.prefill_stretch)
+            share = max(1.0, self.prefill_stretch_streams / num_decoding)
+            stretch = 1.0 + (self.prefill_stretch - 1.0) * share
+            learned = self.step_cost.tokens_within(num_decoding, stretch)
         if learned is None:
             learned = self.prefill_chunk_min + len(self.running)
         return max(self.prefill_chunk_min, min(self.prefill_chunk, learned))
@@ -208,8 +219,12 @@ class Scheduler:
             return
         if (self.prefixes is not None and sequence.num_cached_tokens > 0
                 and sequence.finish_reason is not FinishReason.ERROR):
-            self.kv_cache.keep(sequence.slot)
-            self.prefixes.keep(sequence.slot, sequence.cached_token_ids)
+            token_ids = sequence.cached_token_ids
+            self.kv_cache.keep(sequence.slot, len(token_ids))
+            self.prefixes.keep(sequence.slot, token_ids)
+            while (self.max_kept_tokens is not None
+                   and self.kv_cache.num_kept_tokens > self.max_kept_tokens):
+                self._drop_oldest(None)
         else:
             self.kv_cache.free(sequence.slot)
         sequence.slot = None

@@ -19,6 +19,10 @@ MIN_SPREAD_TOKENS = 4.0
 class StepCost:
     def __init__(self, decay: float = DECAY):
         self.decay = decay
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets every step seen."""
         self._weight = self._tokens = self._seconds = self._tokens_sq = self._tokens_seconds = 0.0
 
     def observe(self, num_tokens: int, seconds: float) -> None:

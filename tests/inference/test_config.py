@@ -39,3 +39,21 @@ def test_a_bad_value_is_refused_naming_the_variable(monkeypatch, variable, value
 
     with pytest.raises(ValueError, match=variable):
         InferenceConfig.from_env()
+
+
+def test_every_engine_knob_reaches_the_engine_under_its_own_name():
+    from inference.engine.matrices import MatrixLayout
+    from inference.service import InferenceService
+
+    config = InferenceConfig(max_running=11, max_cached_tokens=12345, max_model_len=1000,
+                             prefill_chunk=300, prefill_chunk_idle=400, cache_group_size=3,
+                             prefill_chunk_min=7, prefix_cache=False, prefill_stretch=1.3,
+                             prefill_stretch_streams=5, prefix_cache_tokens=999, matrices="plain")
+
+    limits = InferenceService(config).limits()
+
+    assert (limits.max_running, limits.max_cached_tokens, limits.max_model_len) == (11, 12345, 1000)
+    assert (limits.prefill_chunk, limits.prefill_chunk_idle, limits.prefill_chunk_min) == (300, 400, 7)
+    assert (limits.cache_group_size, limits.reuse_prefixes, limits.max_kept_tokens) == (3, False, 999)
+    assert (limits.prefill_stretch, limits.prefill_stretch_streams) == (1.3, 5)
+    assert limits.matrices is MatrixLayout.PLAIN

@@ -93,6 +93,7 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_service_url):
     assert metric(text, "inference_running_sequences") == 0
     assert metric(text, "inference_kv_cache_bytes") == metric(text, "inference_kv_cache_reusable_bytes")
     assert metric(text, "inference_prefix_cache_kept_rows") >= 1
+    assert metric(text, "inference_prefix_cache_kept_tokens") >= 4
     assert metric(text, "inference_prompt_tokens_prefilled_total") >= 1
 
 

@@ -114,7 +114,7 @@ def test_a_kept_row_keeps_its_keys_until_dropped_and_copies_them_into_another_ro
     keys, values = kv.layer(kept.group, 1)
     keys[kept.row, :, :10] = 1.5
     values[kept.row, :, :10] = -2.5
-    kv.keep(kept)
+    kv.keep(kept, num_tokens=10)
 
     copy = kv.allocate(500)  # too long for the kept row's group: a group of its own
     kv.copy_prefix(kept, copy, 10)
@@ -132,9 +132,64 @@ def test_an_adopted_row_is_reserved_again_with_its_cached_keys_in_place():
     kv = cache()
     slot = kv.allocate(100)
     kv.layer(slot.group, 0)[0][slot.row, :, :5] = 3.0
-    kv.keep(slot)
+    kv.keep(slot, num_tokens=5)
 
     kv.adopt(slot, 120)
 
     assert kv.num_kept_rows == 0 and kv.num_used_rows == 1 and kv.num_reserved_tokens == 128
     assert bool((kv.layer(slot.group, 0)[0][slot.row, :, :5] == 3.0).all())
+
+
+def test_a_row_freed_in_a_group_that_stays_gives_its_pages_back_and_reads_as_zeros():
+    kv = _big_rows_cache()
+    stays, leaves = kv.allocate(16384), kv.allocate(16384)  # one group, 64 MiB a row
+    for slot in (stays, leaves):
+        for layer in range(4):
+            for tensor in kv.layer(slot.group, layer):
+                tensor[slot.row] = 1.0
+    written = _resident_bytes()
+
+    kv.free(leaves)
+
+    assert kv.groups[stays.group] is not None
+    assert written - _resident_bytes() > 48 * 2**20
+    keys, values = kv.layer(leaves.group, 3)
+    assert float(keys[leaves.row].abs().max()) == 0.0 == float(values[leaves.row].abs().max())
+    assert float(kv.layer(stays.group, 3)[0][stays.row].min()) == 1.0
+
+
+def test_a_dropped_kept_row_gives_its_pages_back_and_a_count_of_kept_tokens_is_kept():
+    kv = _big_rows_cache()
+    stays, kept = kv.allocate(16384), kv.allocate(16384)
+    for layer in range(4):
+        for tensor in kv.layer(kept.group, layer):
+            tensor[kept.row] = 1.0
+    kv.keep(kept, num_tokens=16000)
+    assert kv.num_kept_tokens == 16000
+    written = _resident_bytes()
+
+    kv.drop(kept)
+
+    assert kv.num_kept_tokens == 0 and kv.groups[stays.group] is not None
+    assert written - _resident_bytes() > 48 * 2**20
+
+
+def test_growing_a_group_copies_only_the_rows_in_use():
+    kv = _big_rows_cache()
+    slot = kv.allocate(8192)  # a group of 4 rows x 8192 tokens, 64 MiB a row
+    kv.layer(slot.group, 0)[0][slot.row, :, :64] = 2.0
+    before = _resident_bytes()
+
+    # A new group of 4 x 16384 would exceed the budget: the group grows and takes it as its
+    # second row. The one row in use is copied (64 MiB); the three free rows hold nothing.
+    second = kv.allocate(16384)
+
+    assert second.group == slot.group and kv.groups[slot.group].capacity == 16384
+    assert float(kv.layer(slot.group, 0)[0][slot.row, :, :64].min()) == 2.0
+    assert _resident_bytes() - before < 100 * 2**20  # not 4 x 64 MiB
+
+
+def _big_rows_cache(max_tokens=4 * 16384) -> KVCache:
+    shape = CacheShape(num_layers=4, num_kv_heads=4, head_dim=64, dtype=torch.float32,
+                       device=torch.device("cpu"))
+    return KVCache(shape, max_tokens=max_tokens, max_rows=4, group_size=4)

@@ -11,6 +11,8 @@ import torch
 
 from inference.engine import SamplingParams
 from inference.engine.fused_llama import FusedLlama
+from inference.engine import matrices
+from inference.engine.matrices import MatrixLayout
 from tests.inference import models
 
 
@@ -52,14 +54,51 @@ def test_fusing_the_projections_keeps_one_copy_of_each_weight_the_tied_embedding
     model = models.tiny_model("llama")
     before = sum(parameter.numel() for parameter in model.parameters())
 
-    fused = FusedLlama(model)
+    fused = FusedLlama(model, MatrixLayout.PLAIN)
 
     attention = model.model.layers[0].self_attn
-    assert attention.q_proj.weight.data_ptr() == fused.layers[0].qkv.data_ptr()
-    assert attention.v_proj.weight.untyped_storage().data_ptr() == fused.layers[0].qkv.untyped_storage().data_ptr()
+    qkv = fused.layers[0].qkv.weight
+    assert attention.q_proj.weight.data_ptr() == qkv.data_ptr()
+    assert attention.v_proj.weight.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
     mlp = model.model.layers[1].mlp
-    assert mlp.up_proj.weight.untyped_storage().data_ptr() == fused.layers[1].gate_up.untyped_storage().data_ptr()
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == fused.layers[1].gate_up.weight.untyped_storage().data_ptr()
     # The output matrix is stored once, transposed, and the tied embedding reads its rows from it.
-    assert model.model.embed_tokens.weight.untyped_storage().data_ptr() == fused.lm_head.untyped_storage().data_ptr()
+    assert model.model.embed_tokens.weight.untyped_storage().data_ptr() == fused.lm_head.weight.untyped_storage().data_ptr()
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert sum(parameter.numel() for parameter in model.parameters()) == before
+
+
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
+    model = models.tiny_model("llama").float()
+    reference = models.copy_of(model)
+    tokens = torch.tensor([5, 17, 300, 4000, 9, 12])
+    expected = reference(tokens[None]).logits[0].detach()
+    engine = models.engine(model, matrices=MatrixLayout.PACKED, prefill_chunk_idle=64)
+    fed = []
+    run = engine.runner.run
+    engine.runner.run = lambda chunks: fed.append(run(chunks)) or fed[-1]
+    engine.add_request("a", tokens.tolist(), SamplingParams(max_tokens=1))
+    while engine.has_work():
+        engine.step()
+
+    assert engine.runner.fused.layout is MatrixLayout.PACKED
+    torch.testing.assert_close(fed[0][0], expected[-1], rtol=1e-4, atol=1e-4)
+    layer = model.model.layers[0]
+    assert layer.self_attn.q_proj.weight.is_meta and layer.mlp.down_proj.weight.is_meta
+    assert not model.model.embed_tokens.weight.is_meta  # the tied embedding still reads its rows
+
+
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+@pytest.mark.parametrize("faster", [MatrixLayout.PLAIN, MatrixLayout.PACKED])
+def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, faster):
+    def timed_pass(built, inputs):  # this machine's speeds, as the test sets them
+        return 0.001 if isinstance(built[0], matrices.PackedMatrix) == (faster is MatrixLayout.PACKED) else 0.002
+
+    monkeypatch.setattr(matrices, "_pass", timed_pass)
+
+    chosen, built = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
+
+    assert chosen is faster
+    kind = matrices.PackedMatrix if faster is MatrixLayout.PACKED else matrices.PlainMatrix
+    assert len(built) == 2 and all(isinstance(matrix, kind) for matrix in built)

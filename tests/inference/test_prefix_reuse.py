@@ -63,7 +63,7 @@ def test_the_next_turn_takes_over_the_finished_turns_cache_row_when_it_fits():
     first = list(range(3, 103))
     engine.add_request("first", first, SamplingParams(max_tokens=20))
     answer = [o.token_id for o in drain(engine)["first"]]
-    kept_slot = next(iter(engine.scheduler.prefixes._kept))
+    kept_slot = engine.scheduler.prefixes.kept_slots()[0]
 
     engine.add_request("second", first + answer + [7, 8, 9], SamplingParams(max_tokens=4))
     engine.scheduler.schedule()
@@ -149,9 +149,21 @@ def test_a_running_request_takes_memory_from_kept_rows_oldest_first():
     engine.add_request("big", list(range(3, 4 * BLOCK_TOKENS + 1)), SamplingParams(max_tokens=2))
     engine.scheduler.schedule()
 
-    kept = [tokens[0] for tokens in engine.scheduler.prefixes._kept.values()]
+    kept = [tokens[0] for tokens in engine.scheduler.prefixes.kept_token_ids()]
     assert [s.request_id for s in engine.scheduler.running] == ["big"]
     assert kept == [ord("m"), ord("n")]  # the oldest gave its two blocks up, no more
+
+
+def test_kept_rows_hold_no_more_tokens_than_their_own_budget_the_oldest_leaving_first():
+    engine = models.engine(models.tiny_model(), max_kept_tokens=250)
+    for name in ["oldest", "middle", "newest"]:
+        engine.add_request(name, [ord(name[0])] * 98, SamplingParams(max_tokens=3))
+        drain(engine)
+
+    kept = engine.scheduler.prefixes.kept_token_ids()
+
+    assert [tokens[0] for tokens in kept] == [ord("m"), ord("n")]  # 2 x 100 cached tokens
+    assert engine.kv_cache.num_kept_tokens == 200 == sum(len(tokens) for tokens in kept)
 
 
 def test_a_failed_requests_row_is_never_kept():

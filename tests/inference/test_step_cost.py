@@ -36,17 +36,36 @@ def test_recent_steps_outweigh_old_ones_when_the_machine_changes():
     assert abs(fixed - 0.010) < 1e-4 and abs(per_token - 0.001) < 1e-5
 
 
-def test_the_scheduler_feeds_as_many_prompt_tokens_as_the_learned_costs_allow():
-    engine = models.engine(models.tiny_model(), prefill_chunk=512, prefill_chunk_min=8)
-    engine.add_request("running", [5] * 4, SamplingParams(max_tokens=50))
-    while not engine.step():
-        pass  # its prompt first: now it decodes
-    engine.step_cost.__init__()  # forget the real steps: this machine's costs are set below
+def newcomer_tokens_fed_beside(num_decoding: int, **limits) -> int:
+    """Prompt tokens a newcomer gets in its first step beside `num_decoding` decoding streams,
+    on a machine where a step costs 50 ms plus 1 ms a token."""
+    engine = models.engine(models.tiny_model(), prefill_chunk=512, prefill_chunk_min=8, **limits)
+    for number in range(num_decoding):
+        engine.add_request(f"running-{number}", [5] * 4, SamplingParams(max_tokens=50))
+    while engine.scheduler.waiting or any(s.is_prefilling for s in engine.scheduler.running):
+        engine.step()  # their prompts first: now they all decode
+    engine.step_cost.reset()  # forget the real steps: this machine's costs are set below
     for tokens in [1, 30] * 20:
         engine.step_cost.observe(tokens, 0.050 + 0.001 * tokens)
     engine.add_request("newcomer", list(range(3, 403)), SamplingParams(max_tokens=2))
 
     chunks = engine.scheduler.schedule()
 
-    fed = sum(len(c.token_ids) for c in chunks if c.sequence.request_id == "newcomer")
+    return sum(len(c.token_ids) for c in chunks if c.sequence.request_id == "newcomer")
+
+
+def test_the_scheduler_feeds_as_many_prompt_tokens_as_the_learned_costs_allow():
+    fed = newcomer_tokens_fed_beside(1, prefill_stretch=2.0, prefill_stretch_streams=1)
+
     assert fed == 51  # (0.050 + 0.001 * 1) / 0.001: twice a one-token step
+
+
+def test_with_fewer_streams_decoding_a_step_may_stretch_further_for_a_prompt():
+    # Stretch 1.5 among 4 or more streams: a stall of half a step each, two steps in all.
+    many = newcomer_tokens_fed_beside(4, prefill_stretch=1.5, prefill_stretch_streams=4)
+    two = newcomer_tokens_fed_beside(2, prefill_stretch=1.5, prefill_stretch_streams=4)
+    one = newcomer_tokens_fed_beside(1, prefill_stretch=1.5, prefill_stretch_streams=4)
+
+    assert many == 27  # 0.5 x (0.050 + 0.004) / 0.001
+    assert two == 52  # 1.0 x (0.050 + 0.002) / 0.001: the same stall summed over two streams
+    assert one == 102  # 2.0 x (0.050 + 0.001) / 0.001
