@@ -5,7 +5,7 @@ matrix library reads weights. Which library reads them fastest depends on the CP
 factor of two or more: on an AMD EPYC (AVX-512) oneDNN's packed matrices read 25-35 GB/s at
 1-16 rows where torch's product (oneMKL) reads 6-20; on an Intel Xeon oneMKL was as fast or
 faster for the layers' matrices at one row. So the choice is measured where the model loads
-(`choose`), on the model's own matrices, unless INFERENCE_MATRICES names one.
+(`build`), on the model's own matrices, unless INFERENCE_MATRICES names one.
 
 Either way the weights exist once: a packed model drops its plain matrices, and the modules'
 layer weights go with them (the engine owns the model; its transformers forward is not used).
