@@ -60,6 +60,10 @@ class FusedLlama:
     def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO):
         if not supports(model):
             raise ValueError(f"{type(model).__name__} is not a plain Llama model")
+        if any(parameter.is_meta for parameter in model.parameters()):
+            # A packing engine released them (matrices.py): its packed copies are its own.
+            raise ValueError("this model's weights were released by the engine that packed them; "
+                             "load the model again for another engine")
         base = model.model
         config = model.config
         tied = model.lm_head.weight is base.embed_tokens.weight

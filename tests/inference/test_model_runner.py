@@ -87,6 +87,8 @@ def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
     layer = model.model.layers[0]
     assert layer.self_attn.q_proj.weight.is_meta and layer.mlp.down_proj.weight.is_meta
     assert not model.model.embed_tokens.weight.is_meta  # the tied embedding still reads its rows
+    with pytest.raises(ValueError, match="released by the engine that packed them"):
+        models.engine(model)  # a second engine on the same model would read nothing
 
 
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
