@@ -185,6 +185,7 @@ class RequestStream:
         self._queue = queue
         self._done = False  # the engine holds nothing more of this request
         self._closed = False
+        self._held_error: BaseException | None = None  # met by `ready`, raised by `__anext__`
 
     def __aiter__(self) -> "RequestStream":
         return self
@@ -192,7 +193,28 @@ class RequestStream:
     async def __anext__(self) -> RequestOutput:
         if self._done:
             raise StopAsyncIteration
-        item = await self._queue.get()
+        if self._held_error is not None:
+            item, self._held_error = self._held_error, None
+        else:
+            item = await self._queue.get()
+        return self._take(item)
+
+    def ready(self) -> list[RequestOutput]:
+        """The outputs queued already, without waiting, up to the finished one.
+
+        An error queued behind them stops the list; the next `__anext__` raises it, so that
+        the outputs before it are handled first, as they would be one by one.
+        """
+        outputs = []
+        while not self._done and self._held_error is None and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if isinstance(item, BaseException):
+                self._held_error = item
+            else:
+                outputs.append(self._take(item))
+        return outputs
+
+    def _take(self, item) -> RequestOutput:
         if isinstance(item, BaseException):
             self._done = True  # the loop dropped it already
             raise item

@@ -89,7 +89,7 @@ async def chat_completions(request: Request) -> Response:
     shape = CompletionShape(f"chatcmpl-{request_id}", service.model_name)
     headers = {"X-Request-Id": request_id}
     if chat.stream:
-        events = _events(stream, shape, chat, RequestClock(service.metrics), service)
+        events = completion_events(stream, shape, chat, RequestClock(service.metrics), service)
         return EventStreamResponse(events, on_close=stream.close, headers=headers)
     return await _whole(request, stream, shape, RequestClock(service.metrics), service, headers)
 
@@ -108,24 +108,37 @@ async def _body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatRequest,
-                  clock: RequestClock, service: InferenceService):
+async def completion_events(stream: RequestStream, shape: CompletionShape, chat: ChatRequest,
+                            clock: RequestClock, service: InferenceService):
+    """The SSE body of a streamed completion.
+
+    It sends what is ready and never waits: outputs that queued while it was busy (the client
+    or this process falling behind the engine) go out as one content chunk with their texts
+    joined in order, and a lone output goes at once. The first text always goes alone, at once,
+    so the time to first token is never traded away. Keeping up, it sends one event per token.
+    """
     yield sse(shape.chunk({"role": "assistant"}))
+    text_sent = False
     try:
         async for output in _with_heartbeats(stream):
             if output is _HEARTBEAT:
                 yield SSE_HEARTBEAT
                 continue
-            clock.token(output.queue_wait_s)
-            if output.text:
-                yield sse(shape.chunk({"content": output.text}))
-            if output.finished:
-                reason = output.finish_reason.value
+            outputs = [output, *stream.ready()] if text_sent else [output]
+            for each in outputs:
+                clock.token(each.queue_wait_s)
+            text = "".join(each.text for each in outputs)
+            if text:
+                text_sent = True
+                yield sse(shape.chunk({"content": text}))
+            last = outputs[-1]  # only the last can be the finished one
+            if last.finished:
+                reason = last.finish_reason.value
                 service.metrics.requests.labels(reason).inc()
                 yield sse(shape.chunk({}, reason))
                 if chat.include_usage:
-                    yield sse(shape.usage_chunk(output.num_prompt_tokens, output.num_output_tokens,
-                                                     output.num_reused_tokens))
+                    yield sse(shape.usage_chunk(last.num_prompt_tokens, last.num_output_tokens,
+                                                last.num_reused_tokens))
     except STREAM_ERRORS as error:
         service.metrics.requests.labels("error").inc()
         yield sse(error_body(str(error), "server_error", "engine_error"))
@@ -133,21 +146,24 @@ async def _events(stream: RequestStream, shape: CompletionShape, chat: ChatReque
 
 
 async def _with_heartbeats(stream: RequestStream):
-    """The stream's outputs, with a heartbeat marker whenever it is quiet for a while."""
-    pending = asyncio.ensure_future(anext(stream, None))
-    try:
-        while True:
-            done, _ = await asyncio.wait({pending}, timeout=HEARTBEAT_INTERVAL_S)
-            if not done:
-                yield _HEARTBEAT
-                continue
-            output = pending.result()
-            if output is None:
-                return
-            yield output
-            pending = asyncio.ensure_future(anext(stream, None))
-    finally:
-        pending.cancel()
+    """The stream's outputs, with a heartbeat marker whenever it is quiet for a while.
+
+    Each wait costs a timer, not a task: cancelling a queue's `get` loses no item, and a
+    departed client's cancellation passes through the timeout untouched.
+    """
+    while True:
+        quiet = asyncio.timeout(HEARTBEAT_INTERVAL_S)
+        try:
+            async with quiet:
+                output = await anext(stream, None)
+        except TimeoutError:
+            if not quiet.expired():
+                raise
+            yield _HEARTBEAT
+            continue
+        if output is None:
+            return
+        yield output
 
 
 async def _whole(request: Request, stream: RequestStream, shape: CompletionShape,
