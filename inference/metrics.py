@@ -63,16 +63,18 @@ class RequestClock:
         self.started = time.monotonic()
         self.last_token_at: float | None = None
 
-    def token(self, queue_wait_s: float | None) -> None:
+    def tokens(self, outputs) -> None:
+        """Times engine outputs sent together, each its own token: after the first, at no gap."""
         now = time.monotonic()
-        if self.last_token_at is None:
-            self.metrics.ttft.observe(now - self.started)
-        else:
-            self.metrics.itl.observe(now - self.last_token_at)
-        if queue_wait_s is not None:
-            self.metrics.queue_wait.observe(queue_wait_s)
-        self.last_token_at = now
-        self.metrics.generated_tokens.inc()
+        for output in outputs:
+            if self.last_token_at is None:
+                self.metrics.ttft.observe(now - self.started)
+            else:
+                self.metrics.itl.observe(now - self.last_token_at)
+            if output.queue_wait_s is not None:
+                self.metrics.queue_wait.observe(output.queue_wait_s)
+            self.last_token_at = now
+        self.metrics.generated_tokens.inc(len(outputs))
 
 
 class _PrefixCounters:

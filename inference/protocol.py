@@ -197,6 +197,10 @@ def _stop(stop) -> tuple[str, ...]:
 
 
 # --- responses ---
+_SLOT = "\x00"  # a text no id or model name holds (HTTP headers and our config carry no NUL)
+_SLOT_JSON = json.dumps(_SLOT).encode()
+
+
 class CompletionShape:
     """Builds the JSON objects of one completion, streamed or whole."""
 
@@ -204,6 +208,12 @@ class CompletionShape:
         self.id = completion_id
         self.model = model
         self.created = int(time.time())
+        # Content chunks differ only in their text: the rest of the event is encoded once.
+        self._content_head, self._content_tail = sse(self.chunk({"content": _SLOT})).split(_SLOT_JSON)
+
+    def content_event(self, text: str) -> bytes:
+        """`sse(self.chunk({"content": text}))`, byte for byte, at a fraction of the cost."""
+        return self._content_head + json.dumps(text, ensure_ascii=False).encode() + self._content_tail
 
     def _envelope(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}

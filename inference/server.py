@@ -125,12 +125,11 @@ async def completion_events(stream: RequestStream, shape: CompletionShape, chat:
                 yield SSE_HEARTBEAT
                 continue
             outputs = [output, *stream.ready()] if text_sent else [output]
-            for each in outputs:
-                clock.token(each.queue_wait_s)
+            clock.tokens(outputs)
             text = "".join(each.text for each in outputs)
             if text:
                 text_sent = True
-                yield sse(shape.chunk({"content": text}))
+                yield shape.content_event(text)
             last = outputs[-1]  # only the last can be the finished one
             if last.finished:
                 reason = last.finish_reason.value
@@ -171,7 +170,7 @@ async def _whole(request: Request, stream: RequestStream, shape: CompletionShape
     async def collect():
         parts, last = [], None
         async for output in stream:
-            clock.token(output.queue_wait_s)
+            clock.tokens((output,))
             parts.append(output.text)
             last = output
         return "".join(parts), last

@@ -15,7 +15,7 @@ from inference.async_engine import AsyncEngine, RequestFailed, RequestStream
 from inference.config import InferenceConfig
 from inference.engine import SamplingParams
 from inference.metrics import RequestClock
-from inference.protocol import SSE_HEARTBEAT, CompletionShape, parse_chat_request
+from inference.protocol import SSE_HEARTBEAT, CompletionShape, parse_chat_request, sse
 from inference.service import InferenceService
 from tests.inference import models
 from tests.inference.serving import chat, metric, sse_events
@@ -144,3 +144,10 @@ async def test_a_quiet_stream_sends_heartbeats_until_its_next_output(engine, out
     assert await writer.next() == SSE_HEARTBEAT
     writer.hand(outputs[0])
     assert content(await writer.next()) == outputs[0].text
+
+
+@pytest.mark.parametrize("text", ["plain", 'a "quote", a \\ and a\nnewline', "héllo 世界 🙂", "\x00", ""])
+def test_a_content_event_is_byte_for_byte_the_chunk_the_shape_builds(text):
+    shape = CompletionShape("chatcmpl-r", "m")
+
+    assert shape.content_event(text) == sse(shape.chunk({"content": text}))
