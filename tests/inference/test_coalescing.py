@@ -6,6 +6,7 @@ so that which outputs are waiting when it looks is decided here rather than by t
 """
 
 import asyncio
+import asyncio
 import json
 
 import pytest
@@ -151,3 +152,24 @@ def test_a_content_event_is_byte_for_byte_the_chunk_the_shape_builds(text):
     shape = CompletionShape("chatcmpl-r", "m")
 
     assert shape.content_event(text) == sse(shape.chunk({"content": text}))
+
+
+async def test_the_writer_starts_no_task_per_output(engine, outputs):
+    loop = asyncio.get_running_loop()
+    started = []
+
+    def counting_factory(loop, coroutine, **kwargs):
+        started.append(coroutine)
+        return asyncio.Task(coroutine, loop=loop, **kwargs)
+
+    writer = Writer(engine)
+    await writer.next()
+    loop.set_task_factory(counting_factory)
+    try:
+        for output in outputs:
+            writer.hand(output)
+            await writer.next()
+    finally:
+        loop.set_task_factory(None)
+
+    assert started == []
