@@ -34,7 +34,7 @@ class UpstreamBacklog:
         self._ended = False
         self._error: Exception | None = None
         self._on_ready = on_ready
-        self._reader = asyncio.create_task(self._read(chunks))
+        self.reading = asyncio.create_task(self._read(chunks))  # ends when the upstream does
 
     @property
     def ended(self) -> bool:
@@ -61,8 +61,8 @@ class UpstreamBacklog:
 
     async def aclose(self) -> None:
         """Stops reading; the upstream itself is closed by its owner."""
-        self._reader.cancel()
-        await asyncio.wait({self._reader})
+        self.reading.cancel()
+        await asyncio.wait({self.reading})
 
     def _status(self, release: bool) -> tuple[FinishReason | None, dict | None]:
         """The end's finish reason and usage, handed over once the text before them is."""
