@@ -143,9 +143,9 @@ class Relay:
     async def _listen_for_stop(self) -> None:
         """A Stop may come from any process: it arrives over the channel layer.
 
-        Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's receive may
-        time out and is simply asked again. If the layer fails, the failure is logged and is no
-        Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
+        Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's
+        receive may time out and is simply asked again. If the layer fails, the failure is logged
+        and is no Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
         """
         try:
             await self._channel_says_stop()

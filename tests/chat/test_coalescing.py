@@ -21,7 +21,8 @@ def deltas(events) -> list[str]:
 
 
 async def generation_of(conversation) -> Generation:
-    return await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    found = Generation.objects.select_related("message")
+    return await sync_to_async(found.get)(conversation=conversation)
 
 
 async def test_a_backlog_of_upstream_chunks_leaves_as_one_delta_with_their_text_in_order(
