@@ -292,8 +292,8 @@ def _check(record: RequestRecord, texts: list[str], chunks: int, end: str) -> No
         return
     if record.finished_at is None:
         record.error = f"no {end}"
-    elif len(record.arrivals) != chunks:
-        record.error = f"{len(record.arrivals)} chunks, expected {chunks}"
+    elif not 0 < len(record.arrivals) <= chunks:  # a relay that falls behind merges chunks
+        record.error = f"{len(record.arrivals)} events, expected 1 to {chunks}"
     elif "".join(texts) != _expected_text(chunks):
         record.error = "the text differs from the upstream's"
 

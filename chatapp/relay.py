@@ -1,10 +1,17 @@
-"""The relay: one answer, from the inference service to the browser, event by event.
+"""The relay: one answer, from the inference service to the browser.
 
-Every upstream content chunk becomes one `delta` event the moment it arrives: nothing is
-coalesced and nothing waits for the database (the partial text is saved at most once per
-interval, in the background). The relay ends in exactly one final write, whatever ends it:
-the upstream finishing or failing, the browser leaving (Django cancels us), a Stop from any
-process (the channel layer), or the time limit. That write is shielded from cancellation.
+It sends what is ready and never waits: the upstream's chunks are read ahead into a backlog
+(chatapp/upstream_backlog.py), and everything waiting there leaves as one `delta` event, so a
+relay that keeps up sends one event per chunk and one that falls behind sends fewer, larger
+ones. The first delta always goes alone. Nothing waits for the database either (the partial
+text is saved at most once per interval, in the background). The relay ends in exactly one
+final write, whatever ends it: the upstream finishing or failing, the browser leaving (Django
+cancels us), a Stop from any process (the channel layer), or the time limit. That write is
+shielded from cancellation.
+
+The audit counts upstream chunks, not events (`num_chunks`, the token count when the upstream
+sends no usage); the mean inter-token latency is the time from the first delta to the last
+over the chunks after the first, and the longest is the longest wait between two deltas.
 """
 
 import asyncio
@@ -25,10 +32,11 @@ from common.vocabulary import CancelledBy, GenerationStatus
 from . import selectors, services, sse
 from .database_threads import on_database_thread
 from .inference_client import UpstreamBroken, UpstreamStream
+from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)
 
-_HEARTBEAT, _STOP, _TIMEOUT, _END = (object() for _ in range(4))
+_HEARTBEAT, _STOP, _TIMEOUT = (object() for _ in range(3))
 
 
 def stop_group(generation_id: int) -> str:
@@ -43,8 +51,12 @@ class Relay:
         self.started = started  # monotonic time the request arrived
         self.outcome = services.Outcome()
         self._sent: list[str] = []
+        self._first_delta_at: float | None = None
         self._last_delta_at: float | None = None
-        self._gaps: list[float] = []
+        self._longest_gap = 0.0
+        self._stop_asked = False
+        self._wake = asyncio.Event()  # set by the backlog when something is ready, and by a Stop
+        self._backlog: UpstreamBacklog | None = None
         self._last_save = started
         self._saving: asyncio.Task | None = None
         self._first_delta_sent = asyncio.Event()
@@ -65,8 +77,8 @@ class Relay:
                         break
                     else:
                         if item.text:
-                            yield sse.event("delta", {"text": item.text})
-                            self._sent_delta(item.text)  # reached only once the event went out
+                            yield sse.delta(item.text)
+                            self._sent_delta(item.text, item.chunks)  # once the event went out
                         self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason
                         self.outcome.usage = item.usage or self.outcome.usage
         except UpstreamBroken as error:
@@ -87,43 +99,53 @@ class Relay:
         })
 
     async def _upstream_items(self):
-        """Upstream chunks, interleaved with heartbeats, a Stop, or the time limit."""
-        stop = asyncio.Event()
+        """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.
+
+        Nothing per chunk but taking it: the backlog's reader and the Stop helpers wake this
+        loop through one event, which is waited for only when nothing is ready.
+        """
         helpers = [asyncio.create_task(work) for work in (
-            self._listen_for_stop(stop), self._read_early_stop(stop), self._keep_alive(stop))]
-        chunks = self.upstream.chunks()
+            self._listen_for_stop(), self._read_early_stop(), self._keep_alive())]
+        self._backlog = backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
         deadline = self.started + settings.CHAT_GENERATION_TIMEOUT_SECONDS
-        next_chunk = asyncio.ensure_future(anext(chunks, _END))
-        stopped = asyncio.ensure_future(stop.wait())
+        first = True
         try:
             while True:
-                wait = min(settings.CHAT_HEARTBEAT_SECONDS, deadline - time.monotonic())
-                done, _ = await asyncio.wait({next_chunk, stopped}, timeout=max(wait, 0),
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if stopped in done:
+                if self._stop_asked:
                     yield _STOP
                     return
-                if next_chunk in done:
-                    chunk = next_chunk.result()
-                    if chunk is _END:
-                        return
-                    yield chunk
-                    next_chunk = asyncio.ensure_future(anext(chunks, _END))
-                elif time.monotonic() >= deadline:
+                if time.monotonic() >= deadline:
                     yield _TIMEOUT
                     return
-                else:
-                    yield _HEARTBEAT
+                taken = backlog.take(alone=first)
+                if taken is not None:
+                    first = first and not taken.text
+                    yield taken
+                    continue
+                if backlog.ended:
+                    return
+                self._wake.clear()
+                try:
+                    async with asyncio.timeout(min(settings.CHAT_HEARTBEAT_SECONDS,
+                                                   max(deadline - time.monotonic(), 0))):
+                        await self._wake.wait()
+                except TimeoutError:
+                    if time.monotonic() < deadline:
+                        yield _HEARTBEAT
         finally:
-            for task in (next_chunk, stopped, *helpers):
+            for task in helpers:
                 task.cancel()
 
-    async def _listen_for_stop(self, stop: asyncio.Event) -> None:
+    def _ask_stop(self) -> None:
+        self._stop_asked = True
+        self._wake.set()
+
+    async def _listen_for_stop(self) -> None:
         """A Stop may come from any process: it arrives over the channel layer.
 
-        Only a stop message sets `stop`. A quiet channel is no Stop: the layer's receive may
-        time out and is simply asked again. If the layer fails, the failure is logged and is no
-        Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
+        Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's
+        receive may time out and is simply asked again. If the layer fails, the failure is logged
+        and is no Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
         """
         try:
             await self._channel_says_stop()
@@ -131,7 +153,7 @@ class Relay:
             logger.exception("the stop listener of generation %s failed; its heartbeat reads the row",
                              self.generation.pk)
             return
-        stop.set()
+        self._ask_stop()
 
     async def _channel_says_stop(self) -> None:
         layer = get_channel_layer()
@@ -149,17 +171,17 @@ class Relay:
         finally:  # also when cancelled while joining: a member left behind lingers for a day
             await asyncio.shield(layer.group_discard(group, channel))
 
-    async def _read_early_stop(self, stop: asyncio.Event) -> None:
+    async def _read_early_stop(self) -> None:
         """A Stop that came before we listened was sent to nobody; its row remembers it. The
         row is read once the first delta is out, so that the read does not delay it."""
         await self._first_delta_sent.wait()
         try:
             if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
-                stop.set()
+                self._ask_stop()
         except Exception:  # the heartbeat reads the row again within a beat
             logger.exception("reading the early Stop of generation %s failed", self.generation.pk)
 
-    async def _keep_alive(self, stop: asyncio.Event) -> None:
+    async def _keep_alive(self) -> None:
         """Proves the relay alive on its own timer, so a slow answer is never reaped as dead.
 
         The same write tells whether the row still says `streaming`: a Stop recorded there (its
@@ -174,20 +196,21 @@ class Relay:
                 logger.exception("the heartbeat of generation %s failed", self.generation.pk)
                 continue
             if not streaming:
-                stop.set()
+                self._ask_stop()
                 return
 
-    def _sent_delta(self, text: str) -> None:
+    def _sent_delta(self, text: str, chunks: int) -> None:
         now = time.monotonic()
         if self._last_delta_at is None:
             self._first_delta_sent.set()
+            self._first_delta_at = now
             self.outcome.first_token_at = timezone.now()
             self.outcome.ttft_ms = (now - self.started) * 1000
         else:
-            self._gaps.append((now - self._last_delta_at) * 1000)
+            self._longest_gap = max(self._longest_gap, now - self._last_delta_at)
         self._last_delta_at = now
         self._sent.append(text)
-        self.outcome.num_chunks += 1
+        self.outcome.num_chunks += chunks
         if now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS and self._saving is None:
             self._last_save = now
             self._saving = asyncio.create_task(self._save_partial("".join(self._sent)))
@@ -205,9 +228,10 @@ class Relay:
     async def _finish(self):
         """Closes the upstream (the engine frees the sequence) and writes the final rows."""
         self.outcome.text = "".join(self._sent)
-        if self._gaps:
-            self.outcome.itl_mean_ms = sum(self._gaps) / len(self._gaps)
-            self.outcome.itl_max_ms = max(self._gaps)
+        if self.outcome.num_chunks > 1:
+            streamed = self._last_delta_at - self._first_delta_at
+            self.outcome.itl_mean_ms = streamed / (self.outcome.num_chunks - 1) * 1000
+            self.outcome.itl_max_ms = self._longest_gap * 1000
         work = asyncio.ensure_future(self._close_and_save())
         try:
             return await asyncio.shield(work)
@@ -216,6 +240,8 @@ class Relay:
             raise
 
     async def _close_and_save(self):
+        if self._backlog is not None:
+            await self._backlog.aclose()
         await self.upstream.aclose()
         if self._saving is not None:
             await asyncio.wait({self._saving})  # a late partial save must not land after the final one

@@ -5,14 +5,20 @@ import json
 from chatapp.sse import SSEParser
 
 
-async def read_events(response) -> list[tuple[str, dict | None]]:
-    """(event name, payload) for every event; heartbeat comments appear as ("ping", None)."""
+async def read_events(response, gate=None) -> list[tuple[str, dict | None]]:
+    """(event name, payload) for every event; heartbeat comments appear as ("ping", None).
+
+    With the stand-in's `gate`, each delta read lets the upstream send its next chunk.
+    """
     parser = SSEParser()
     events = []
     async for chunk in response.streaming_content:
         if chunk.startswith(b":"):
             events.append(("ping", None))
-        events.extend((e.event, json.loads(e.data)) for e in parser.feed(chunk))
+        for event in parser.feed(chunk):
+            events.append((event.event, json.loads(event.data)))
+            if gate is not None and event.event == "delta":
+                gate.release()
     return events
 
 

@@ -1,5 +1,7 @@
 """The relay from the inference service to the browser, against a stand-in upstream."""
 
+import threading
+
 import pytest
 
 from chatapp.models import Generation, Message
@@ -23,9 +25,10 @@ def rows(conversation):
 
 async def test_an_answer_streams_start_then_one_delta_per_upstream_chunk_then_done(api, conversation, upstream):
     upstream.script.chunks = ["Hel", "lo", " ", "wor", "ld", "!", " 👋", " 你好"]
+    upstream.script.gate = threading.Semaphore(0)  # each chunk is sent once the last was read
 
     response = await send(api, conversation)
-    events = await read_events(response)
+    events = await read_events(response, gate=upstream.script.gate)
 
     assert response.status_code == 200
     assert response["Content-Type"] == "text/event-stream"

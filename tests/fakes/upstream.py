@@ -24,6 +24,11 @@ class Script:
     error_after: int | None = None  # send an OpenAI error event after this many chunks
     send_done: bool = True
     tgi_style: bool = False  # role on every delta, stop_sequence, extra fields
+    # The whole answer (up to a stall) in one write: a backlog that arrives in one network read.
+    one_write: bool = False
+    # Each content chunk after the first waits for a release of this (by the test, once it has
+    # read the previous delta): a relay that keeps up, proven without timing.
+    gate: threading.Semaphore | None = None
 
 
 class FakeUpstream:
@@ -70,10 +75,18 @@ class FakeUpstream:
         self.hung_up.set()
 
     async def _stream(self, script: Script, send):
+        held: list[bytes] = []  # what a one-write answer has not yet sent
+
         async def data(payload) -> None:
             text = payload if isinstance(payload, str) else json.dumps(payload)
-            await send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(),
-                        "more_body": True})
+            held.append(f"data: {text}\n\n".encode())
+            if not script.one_write:
+                await flush()
+
+        async def flush() -> None:
+            body = b"".join(held)
+            held.clear()
+            await send({"type": "http.response.body", "body": body, "more_body": True})
 
         def chunk(delta: dict, finish=None) -> dict:
             if script.tgi_style:
@@ -89,9 +102,13 @@ class FakeUpstream:
             await asyncio.sleep(script.first_delay_s)
         for index, text in enumerate(script.chunks):
             if index == script.crash_after:
+                await flush()
                 return  # no end of body: the connection just drops
             if index == script.stall_after:
+                await flush()
                 await asyncio.Event().wait()
+            if index and script.gate is not None:
+                await asyncio.to_thread(script.gate.acquire, timeout=10)  # a failed test frees it
             if index == script.garbage_after:
                 await data("{this is not json")
             if index == script.error_after:
@@ -110,4 +127,5 @@ class FakeUpstream:
                                   "total_tokens": 11 + len(script.chunks)}})
             if script.send_done:
                 await data("[DONE]")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        body = b"".join(held)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
