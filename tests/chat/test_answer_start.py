@@ -9,7 +9,7 @@ import threading
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from chatapp.models import Conversation, Generation, Message
 from tests import factories
@@ -152,10 +152,16 @@ async def test_an_upstream_refusal_during_the_write_leaves_a_failed_row(api, use
 
 
 # --- races and departures during the start ---
+def another_answer_said(conversation):
+    factories.message(conversation, role="assistant", content="meanwhile")
+
+
+@pytest.mark.parametrize("rival, code", [(busy, "conversation_busy"),
+                                         (another_answer_said, "conversation_changed")])
 async def test_a_start_that_loses_the_race_for_its_conversation_closes_its_upstream_and_stores_nothing(
-        api, user, conversation, upstream):
+        api, user, conversation, upstream, rival, code):
     upstream.script.stall_after = 0
-    with user_row_locked(user, before_commit=lambda: busy(conversation)) as release:
+    with user_row_locked(user, before_commit=lambda: rival(conversation)) as release:
         sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
                                              {"content": "hi"}))
         await upstream_requested(upstream)
@@ -163,9 +169,32 @@ async def test_a_start_that_loses_the_race_for_its_conversation_closes_its_upstr
         response = await sending
     hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
 
-    assert response.status_code == 409 and response.json()["error"]["code"] == "conversation_busy"
+    assert response.status_code == 409 and response.json()["error"]["code"] == code
     assert hung_up
-    assert await sync_to_async(rows)() == (1, 1, 0)  # the rival's answer alone
+    assert await sync_to_async(rows)() == (1, 1, 0)  # the rival's message alone
+
+
+async def test_a_start_whose_write_fails_closes_its_upstream_and_raises(api, user, conversation, upstream):
+    upstream.script.stall_after = 0
+    taken = []  # the request id, taken by a rival row before our write makes its own
+
+    def take_the_request_id():
+        elsewhere = factories.conversation(owner=user)
+        factories.generation(factories.message(elsewhere, role="assistant"), status="completed",
+                             request_id=taken[0])
+
+    with user_row_locked(user, before_commit=take_the_request_id) as release:
+        sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
+                                             {"content": "hi"}))
+        await upstream_requested(upstream)
+        taken.append(upstream.requests[0][1]["x-request-id"])
+        release.set()
+        with pytest.raises(IntegrityError):  # a 500 in production
+            await sending
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    assert hung_up
+    assert await sync_to_async(rows)() == (2, 1, 1)  # the rival's rows alone
 
 
 async def test_of_two_sends_at_once_to_one_conversation_one_streams_and_the_other_gets_409(
