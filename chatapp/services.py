@@ -12,7 +12,7 @@ from django.utils import timezone
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
 
 from . import selectors
-from .errors import ApiError
+from .errors import ApiError, not_found
 from .models import Conversation, Generation, Message
 
 logger = logging.getLogger(__name__)
@@ -125,10 +125,13 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPl
     history = _check_limits(user, conversation)
     if message.role != Message.Role.USER:
         raise ApiError(409, "not_a_user_message", "only your own messages can be edited")
-    kept = 1 + [m.pk for m in history].index(message.pk)
-    edited = history[kept - 1]
+    position = next((i for i, m in enumerate(history) if m.pk == message.pk), None)
+    if position is None:
+        raise not_found("message")  # deleted since it was looked up
+    edited = history[position]
     edited.content = content
-    return _plan(user, conversation, history, history[:kept], edited=edited, dropped=history[kept:])
+    return _plan(user, conversation, history, history[: position + 1], edited=edited,
+                 dropped=history[position + 1:])
 
 
 def answer_regenerate(*, user, conversation: Conversation) -> AnswerPlan:
@@ -142,7 +145,7 @@ def answer_regenerate(*, user, conversation: Conversation) -> AnswerPlan:
 def answer_continue(*, user, message: Message) -> AnswerPlan:
     conversation = message.conversation
     history = _check_limits(user, conversation)
-    if message.status != MessageStatus.TRUNCATED or history[-1].pk != message.pk:
+    if message.status != MessageStatus.TRUNCATED or not history or history[-1].pk != message.pk:
         raise ApiError(409, "not_truncated",
                        "only the last answer, cut short at its length limit, can be continued")
     return _plan(user, conversation, history, history, continued=history[-1])
