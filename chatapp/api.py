@@ -5,23 +5,19 @@ scoped to its owner. Errors before any stream starts are `{"error": {"code", "me
 the right status; after the first byte they travel as stream events (see chatapp/relay.py).
 """
 
-import asyncio
 import functools
 import logging
 import time
 
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from common.vocabulary import CancelledBy
-
-from . import login_limit, request_input, selectors, services
+from . import answer_start, login_limit, request_input, selectors, services
 from .database_threads import on_database_thread
 from .errors import ApiError
-from .inference_client import UpstreamRefused, UpstreamStream
+from .inference_client import UpstreamRefused
 from .relay import Relay, stop_group
 
 logger = logging.getLogger(__name__)
@@ -45,14 +41,14 @@ def endpoint(*methods: str, login_required: bool = True):
     return decorate
 
 
-def answer_endpoint(start_answer):
-    """A POST whose answer streams: `start_answer(request, user, **url_kwargs)` validates and
-    writes the rows on a database thread, and the user is looked up in that same call (each
-    hand-off to a thread costs time in front of the first token)."""
+def answer_endpoint(plan_answer):
+    """A POST whose answer streams: `plan_answer(request, user, **url_kwargs)` decides every
+    refusal and what to ask the model from one read on a database thread, and the user is
+    looked up in that same call (each hand-off to a thread costs time in front of the first token)."""
 
-    @functools.wraps(start_answer)
+    @functools.wraps(plan_answer)
     async def streamed(request, *args, **kwargs):
-        return await stream_answer(lambda: start_answer(request, user_of(request), *args, **kwargs))
+        return await stream_answer(lambda: plan_answer(request, user_of(request), *args, **kwargs))
 
     return _json_errors(("POST",), streamed)
 
@@ -193,29 +189,29 @@ def _messages_of(conversation) -> list[dict]:
     return [message_json(m) for m in conversation.messages.prefetch_related("generations")]
 
 
-# The answer views run on a database thread, whole (see answer_endpoint).
+# The answer views run on a database thread, whole (see answer_endpoint): they only read.
 @answer_endpoint
-def send_message(request, user, conversation_id: int) -> services.AnswerStart:
+def send_message(request, user, conversation_id: int) -> services.AnswerPlan:
     content = body_of(request).get("content")
     found = selectors.conversation_get(user=user, conversation_id=conversation_id)
     return services.message_send(user=user, conversation=found, content=services.validate_content(content))
 
 
 @answer_endpoint
-def regenerate(request, user, conversation_id: int) -> services.AnswerStart:
+def regenerate(request, user, conversation_id: int) -> services.AnswerPlan:
     found = selectors.conversation_get(user=user, conversation_id=conversation_id)
     return services.answer_regenerate(user=user, conversation=found)
 
 
 @answer_endpoint
-def edit(request, user, message_id: int) -> services.AnswerStart:
+def edit(request, user, message_id: int) -> services.AnswerPlan:
     content = body_of(request).get("content")
     found = selectors.message_get(user=user, message_id=message_id)
     return services.message_edit_and_resend(user=user, message=found, content=services.validate_content(content))
 
 
 @answer_endpoint
-def continue_answer(request, user, message_id: int) -> services.AnswerStart:
+def continue_answer(request, user, message_id: int) -> services.AnswerPlan:
     found = selectors.message_get(user=user, message_id=message_id)
     return services.answer_continue(user=user, message=found)
 
@@ -248,26 +244,15 @@ async def stop(request, user, generation_id: int):
 
 
 # --- streaming ---
-async def stream_answer(start_answer) -> StreamingHttpResponse | JsonResponse:
-    """Writes the rows, opens the upstream, and only then starts our stream."""
+async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
+    """Decides every refusal first, then opens the upstream and writes the rows at once, and
+    only once both are done starts our stream (see chatapp/answer_start.py)."""
     started = time.monotonic()
-    start = await on_database_thread(start_answer)()
-    payload = {"model": settings.CHAT_MODEL, "messages": start.prompt, "stream": True,
-               "stream_options": {"include_usage": True}, **start.sampling}
-    if start.continue_final_message:
-        payload["continue_final_message"] = True
-    finish = on_database_thread(services.generation_finish)
+    plan = await on_database_thread(plan_answer)()
     try:
-        upstream = await UpstreamStream.open(payload, str(start.generation.request_id))
+        start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:
-        await finish(generation_id=start.generation.pk, outcome=services.Outcome(
-            error_code=refusal.code, error_message=refusal.message))
         return error_response(refusal.status, refusal.code, refusal.message)
-    except asyncio.CancelledError:
-        # The browser left while we were connecting.
-        await asyncio.shield(finish(generation_id=start.generation.pk, outcome=services.Outcome(
-            cancelled_by=CancelledBy.CLIENT_GONE)))
-        raise
     response = StreamingHttpResponse(Relay(start, upstream, started).events(),
                                      content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

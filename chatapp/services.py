@@ -1,6 +1,7 @@
 """Writes: every change of a conversation, message or audit row goes through here."""
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -11,7 +12,7 @@ from django.utils import timezone
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
 
 from . import selectors
-from .errors import ApiError
+from .errors import ApiError, not_found
 from .models import Conversation, Generation, Message
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,28 @@ def _title(title: str) -> str:
 
 
 # --- starting an answer ---
+# A start is decided by one read (a plan: every refusal is raised there, before anything goes
+# upstream), then written while the upstream request is already on its way (answer_write).
+@dataclass
+class AnswerPlan:
+    """What one read decided: the upstream request, and the rows the write will store."""
+
+    user: object
+    conversation: Conversation
+    seen: list[tuple[int, str]]  # (pk, status) of the messages read: the write finds them so or refuses
+    prompt: list[dict]
+    sampling: dict
+    request_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    question: Message | None = None  # a new user message, not yet saved (send)
+    edited: Message | None = None  # a user message holding its new text (edit)
+    dropped: list[Message] = field(default_factory=list)  # messages that go (regenerate, edit)
+    continued: Message | None = None  # a truncated answer written on at its end (continue)
+
+    @property
+    def continue_final_message(self) -> bool:
+        return self.continued is not None
+
+
 @dataclass
 class AnswerStart:
     """What the relay needs: the rows written before the first byte and the upstream request."""
@@ -70,11 +93,7 @@ def validate_content(content) -> str:
 
 
 def _check_limits(user, conversation: Conversation) -> list[Message]:
-    """Raises 429 or 409 when no answer may start; else the conversation's messages, read under the lock."""
-    if connection.features.has_select_for_update:
-        # Locking the user row makes the per-user stream count race-free across processes.
-        # (SQLite has no row locks: every transaction of ours there takes the file's write lock.)
-        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+    """Raises 429 or 409 when no answer may start; else the conversation's messages."""
     if selectors.streams_open(user=user) >= settings.CHAT_MAX_STREAMS_PER_USER:
         raise ApiError(429, "too_many_streams",
                        f"at most {settings.CHAT_MAX_STREAMS_PER_USER} answers may stream at once")
@@ -84,68 +103,84 @@ def _check_limits(user, conversation: Conversation) -> list[Message]:
     return history
 
 
-def _begin_answer(user, conversation: Conversation, history: list[Message],
-                  answer: Message | None = None) -> AnswerStart:
-    """Writes the streaming answer and its audit row; `answer` is a truncated one to continue.
-
-    `history` is the conversation's messages as they are now, `answer` included.
-    """
-    prompt = selectors.prompt_messages(conversation=conversation, history=history)
-    continuing = answer is not None
-    if answer is None:
-        answer = Message.objects.create(conversation=conversation, role=Message.Role.ASSISTANT,
-                                        status=MessageStatus.STREAMING)
-    else:
-        answer.status = MessageStatus.STREAMING
-        answer.save(update_fields=["status"])
-    generation = Generation.objects.create(
-        user=user, conversation=conversation, message=answer, model=settings.CHAT_MODEL,
-        sampling=_sampling(), prompt_messages=len(prompt),
-    )
-    conversation.save(update_fields=["title", "updated_at"])  # newest first in the list
-    return AnswerStart(answer, generation, prompt, continuing, _sampling())
+def _plan(user, conversation: Conversation, history: list[Message], said: list[Message],
+          **rows) -> AnswerPlan:
+    """`history` is the conversation as read; `said` is what the model is to see of it."""
+    return AnswerPlan(user, conversation, [(m.pk, m.status) for m in history],
+                      selectors.prompt_messages(conversation=conversation, history=said), _sampling(),
+                      **rows)
 
 
-@transaction.atomic
-def message_send(*, user, conversation: Conversation, content: str) -> AnswerStart:
+def message_send(*, user, conversation: Conversation, content: str) -> AnswerPlan:
     history = _check_limits(user, conversation)
-    history.append(Message.objects.create(conversation=conversation, role=Message.Role.USER, content=content))
+    question = Message(conversation=conversation, role=Message.Role.USER, content=content)
     if not conversation.title:
         conversation.title = content.strip().splitlines()[0][:80]
-    return _begin_answer(user, conversation, history)
+    return _plan(user, conversation, history, [*history, question], question=question)
 
 
-@transaction.atomic
-def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerStart:
+def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPlan:
     """The edited message takes its new text; every later message of the conversation goes."""
     conversation = message.conversation
-    _check_limits(user, conversation)
+    history = _check_limits(user, conversation)
     if message.role != Message.Role.USER:
         raise ApiError(409, "not_a_user_message", "only your own messages can be edited")
-    conversation.messages.filter(created_at__gt=message.created_at).delete()
-    conversation.messages.filter(created_at=message.created_at, pk__gt=message.pk).delete()
-    message.content = content
-    message.save(update_fields=["content"])
-    return _begin_answer(user, conversation, list(conversation.messages.all()))
+    position = next((i for i, m in enumerate(history) if m.pk == message.pk), None)
+    if position is None:
+        raise not_found("message")  # deleted since it was looked up
+    edited = history[position]
+    edited.content = content
+    return _plan(user, conversation, history, history[: position + 1], edited=edited,
+                 dropped=history[position + 1:])
 
 
-@transaction.atomic
-def answer_regenerate(*, user, conversation: Conversation) -> AnswerStart:
+def answer_regenerate(*, user, conversation: Conversation) -> AnswerPlan:
     history = _check_limits(user, conversation)
     if not history or history[-1].role != Message.Role.ASSISTANT:
         raise ApiError(409, "nothing_to_regenerate", "the conversation does not end with an answer")
-    history.pop().delete()  # its audit rows stay, with the text the user saw
-    return _begin_answer(user, conversation, history)
+    # The old answer's audit rows stay, with the text the user saw.
+    return _plan(user, conversation, history, history[:-1], dropped=history[-1:])
+
+
+def answer_continue(*, user, message: Message) -> AnswerPlan:
+    conversation = message.conversation
+    history = _check_limits(user, conversation)
+    if message.status != MessageStatus.TRUNCATED or not history or history[-1].pk != message.pk:
+        raise ApiError(409, "not_truncated",
+                       "only the last answer, cut short at its length limit, can be continued")
+    return _plan(user, conversation, history, history, continued=history[-1])
 
 
 @transaction.atomic
-def answer_continue(*, user, message: Message) -> AnswerStart:
-    conversation = message.conversation
-    history = _check_limits(user, conversation)
-    if message.status != MessageStatus.TRUNCATED or history[-1].pk != message.pk:
-        raise ApiError(409, "not_truncated",
-                       "only the last answer, cut short at its length limit, can be continued")
-    return _begin_answer(user, conversation, history, answer=message)
+def answer_write(*, plan: AnswerPlan) -> AnswerStart:
+    """Writes the plan's rows: the streaming answer, its audit row, and the messages it changes.
+
+    The checks are made again under the user's row lock, which makes them race-free across
+    processes: of two starts in one conversation, the second to lock finds the first streaming
+    (409). A conversation that changed since the plan's read is refused too: the prompt already
+    sent upstream would no longer match it.
+    """
+    if connection.features.has_select_for_update:
+        # (SQLite has no row locks: every transaction of ours there takes the file's write lock.)
+        get_user_model().objects.select_for_update().filter(pk=plan.user.pk).exists()
+    history = _check_limits(plan.user, plan.conversation)
+    if [(m.pk, m.status) for m in history] != plan.seen:
+        raise ApiError(409, "conversation_changed",
+                       "the conversation changed while the answer was starting; try again")
+    Message.objects.filter(pk__in=[m.pk for m in plan.dropped]).delete()
+    if plan.edited is not None:
+        plan.edited.save(update_fields=["content"])
+    if plan.question is not None:
+        plan.question.save()
+    answer = plan.continued or Message(conversation=plan.conversation, role=Message.Role.ASSISTANT)
+    answer.status = MessageStatus.STREAMING
+    answer.save(update_fields=["status"] if plan.continued else None)
+    generation = Generation.objects.create(
+        request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
+        model=settings.CHAT_MODEL, sampling=plan.sampling, prompt_messages=len(plan.prompt),
+    )
+    plan.conversation.save(update_fields=["title", "updated_at"])  # newest first in the list
+    return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message, plan.sampling)
 
 
 # --- ending an answer ---

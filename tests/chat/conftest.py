@@ -22,6 +22,7 @@ def upstream(fake_upstream_server, settings):
     fake.requests.clear()
     fake.clients.clear()
     fake.hung_up.clear()
+    fake.requested.clear()
     settings.INFERENCE_URL = url
     return fake
 

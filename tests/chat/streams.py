@@ -74,8 +74,12 @@ class Browser:
         self.status: int | None = None
 
     async def post(self, body: dict) -> None:
-        await self.app.send_input({"type": "http.request", "body": json.dumps(body).encode()})
+        await self.send(body)
         self.status = (await self.app.receive_output(timeout=10))["status"]
+
+    async def send(self, body: dict) -> None:
+        """The request, without waiting for the answer to start."""
+        await self.app.send_input({"type": "http.request", "body": json.dumps(body).encode()})
 
     async def read_until(self, deltas: int) -> None:
         while len([name for name, _ in self.events if name == "delta"]) < deltas:

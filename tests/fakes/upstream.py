@@ -37,6 +37,7 @@ class FakeUpstream:
         self.requests: list[tuple[dict, dict]] = []  # (body, headers)
         self.clients: list[tuple[str, int]] = []  # each request's peer: one port per connection
         self.hung_up = threading.Event()
+        self.requested = threading.Event()  # a request came in (a test waits for it, from any thread)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -53,6 +54,7 @@ class FakeUpstream:
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         self.requests.append((json.loads(body or b"{}"), headers))
         self.clients.append(tuple(scope["client"]))
+        self.requested.set()
         script = self.script
         if script.status != 200:
             payload = json.dumps({"error": {"message": "upstream says no", "type": "server_error",

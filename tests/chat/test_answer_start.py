@@ -1,0 +1,232 @@
+"""The start of an answer: refusals decided before anything goes upstream, then the upstream
+request and the rows' write at the same time, and the first byte only once both are done."""
+
+import asyncio
+import contextlib
+import json
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, connections, transaction
+
+from chatapp.models import Conversation, Generation, Message
+from tests import factories
+from tests.chat.streams import Browser, read_events, text_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def post(client, url, body=None):
+    return await client.post(url, json.dumps(body or {}), content_type="application/json")
+
+
+def rows() -> tuple[int, int, int]:
+    return Conversation.objects.count(), Message.objects.count(), Generation.objects.count()
+
+
+@contextlib.contextmanager
+def user_row_locked(user, before_commit=lambda: None):
+    """Holds the user's row lock from another connection, as a rival start's write does.
+
+    Yields an event: once set, `before_commit` runs in that transaction and the lock goes.
+    """
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+                locked.set()
+                release.wait(30)
+                before_commit()
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    locked.wait(10)
+    try:
+        yield release
+    finally:
+        release.set()
+        holder.join(10)
+
+
+async def upstream_requested(upstream) -> bool:
+    return await asyncio.to_thread(upstream.requested.wait, 10)
+
+
+# --- refusals: decided from one read, before anything goes upstream ---
+def busy(conversation):
+    factories.message(conversation, role="assistant", status="streaming")
+
+
+def at_the_stream_limit(conversation):
+    factories.generation(factories.message(factories.conversation(owner=conversation.owner),
+                                           role="assistant", status="streaming"))
+
+
+def one_answer(conversation):
+    factories.message(conversation, content="hi")
+    return factories.message(conversation, role="assistant", content="Hello.")
+
+
+REFUSALS = {
+    "unknown_conversation": (lambda c: None, "/api/conversations/999999/messages", {"content": "hi"},
+                             404, "not_found"),
+    "empty_message": (lambda c: None, "/api/conversations/{c}/messages", {"content": " "},
+                      400, "empty_message"),
+    "context_too_long": (lambda c: None, "/api/conversations/{c}/messages", {"content": "blah " * 1500},
+                         400, "context_too_long"),
+    "conversation_busy": (busy, "/api/conversations/{c}/messages", {"content": "hi"},
+                          409, "conversation_busy"),
+    "too_many_streams": (at_the_stream_limit, "/api/conversations/{c}/messages", {"content": "hi"},
+                         429, "too_many_streams"),
+    "nothing_to_regenerate": (lambda c: None, "/api/conversations/{c}/regenerate", {},
+                              409, "nothing_to_regenerate"),
+    "not_truncated": (one_answer, "/api/messages/{m}/continue", {}, 409, "not_truncated"),
+    "not_a_user_message": (one_answer, "/api/messages/{m}/edit", {"content": "hi"},
+                           409, "not_a_user_message"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+async def test_a_refused_start_sends_nothing_upstream_and_stores_nothing(
+        api, conversation, upstream, settings, case):
+    settings.CHAT_MAX_STREAMS_PER_USER = 1
+    settings.CHAT_CONTEXT_TOKENS, settings.CHAT_MAX_TOKENS = 1000, 100
+    prepare, url, body, status, code = REFUSALS[case]
+    made = await sync_to_async(prepare)(conversation)
+    before = await sync_to_async(rows)()
+
+    response = await post(api, url.format(c=conversation.pk, m=getattr(made, "pk", 0)), body)
+
+    assert (response.status_code, response.json()["error"]["code"]) == (status, code)
+    assert upstream.requests == []
+    assert await sync_to_async(rows)() == before
+
+
+# --- the overlap ---
+async def test_the_upstream_is_asked_while_the_rows_are_written_and_the_stream_waits_for_both(
+        api, user, conversation, upstream):
+    with user_row_locked(user) as release:
+        sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
+                                             {"content": "hi"}))
+        asked_before_the_write = await upstream_requested(upstream)
+        generations_then = await sync_to_async(Generation.objects.count)()
+        release.set()
+        response = await sending
+
+    events = await read_events(response)
+    assert asked_before_the_write and generations_then == 0
+    assert response.status_code == 200 and text_of(events) == "Hello, world!"
+
+
+async def test_the_rows_are_committed_when_the_first_event_arrives(api, conversation, upstream):
+    response = await post(api, f"/api/conversations/{conversation.pk}/messages", {"content": "hi"})
+
+    first = await anext(response.streaming_content)
+    answer = await sync_to_async(Message.objects.get)(conversation=conversation, role="assistant")
+    generation = await sync_to_async(Generation.objects.get)(message=answer)
+    await read_events(response)
+    assert first.startswith(b"event: start")
+    assert answer.status == "streaming" and generation.status == "streaming"
+    assert str(generation.request_id) == upstream.requests[0][1]["x-request-id"]
+
+
+async def test_an_upstream_refusal_during_the_write_leaves_a_failed_row(api, user, conversation, upstream):
+    upstream.script.status = 500
+    with user_row_locked(user) as release:
+        sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
+                                             {"content": "hi"}))
+        await upstream_requested(upstream)
+        release.set()
+        response = await sending
+
+    answer = await sync_to_async(Message.objects.get)(conversation=conversation, role="assistant")
+    generation = await sync_to_async(Generation.objects.get)(message=answer)
+    assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_error"
+    assert answer.status == "failed" and generation.error_code == "upstream_error"
+
+
+# --- races and departures during the start ---
+def another_answer_said(conversation):
+    factories.message(conversation, role="assistant", content="meanwhile")
+
+
+@pytest.mark.parametrize("rival, code", [(busy, "conversation_busy"),
+                                         (another_answer_said, "conversation_changed")])
+async def test_a_start_that_loses_the_race_for_its_conversation_closes_its_upstream_and_stores_nothing(
+        api, user, conversation, upstream, rival, code):
+    upstream.script.stall_after = 0
+    with user_row_locked(user, before_commit=lambda: rival(conversation)) as release:
+        sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
+                                             {"content": "hi"}))
+        await upstream_requested(upstream)
+        release.set()
+        response = await sending
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    assert response.status_code == 409 and response.json()["error"]["code"] == code
+    assert hung_up
+    assert await sync_to_async(rows)() == (1, 1, 0)  # the rival's message alone
+
+
+async def test_a_start_whose_write_fails_closes_its_upstream_and_raises(api, user, conversation, upstream):
+    upstream.script.stall_after = 0
+    taken = []  # the request id, taken by a rival row before our write makes its own
+
+    def take_the_request_id():
+        elsewhere = factories.conversation(owner=user)
+        factories.generation(factories.message(elsewhere, role="assistant"), status="completed",
+                             request_id=taken[0])
+
+    with user_row_locked(user, before_commit=take_the_request_id) as release:
+        sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
+                                             {"content": "hi"}))
+        await upstream_requested(upstream)
+        taken.append(upstream.requests[0][1]["x-request-id"])
+        release.set()
+        with pytest.raises(IntegrityError):  # a 500 in production
+            await sending
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    assert hung_up
+    assert await sync_to_async(rows)() == (2, 1, 1)  # the rival's rows alone
+
+
+async def test_of_two_sends_at_once_to_one_conversation_one_streams_and_the_other_gets_409(
+        api, conversation, upstream):
+    url = f"/api/conversations/{conversation.pk}/messages"
+
+    first, second = await asyncio.gather(post(api, url, {"content": "a"}), post(api, url, {"content": "b"}))
+    streamed = first if first.status_code == 200 else second
+    events = await read_events(streamed)
+
+    statuses = sorted([first.status_code, second.status_code])
+    messages = await sync_to_async(list)(Message.objects.filter(conversation=conversation))
+    assert statuses == [200, 409]
+    assert text_of(events) == "Hello, world!"
+    assert [(m.role, m.status) for m in messages] == [("user", "completed"), ("assistant", "completed")]
+    assert await sync_to_async(Generation.objects.count)() == 1
+
+
+async def test_a_browser_that_leaves_during_the_start_closes_the_upstream_and_ends_the_row(
+        api, user, conversation, upstream):
+    upstream.script.stall_after = 0
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    with user_row_locked(user) as release:
+        await browser.send({"content": "hi"})
+        await upstream_requested(upstream)
+        await browser.app.send_input({"type": "http.disconnect"})
+        hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+        release.set()
+        await browser.app.wait(timeout=10)
+
+    answer = await sync_to_async(Message.objects.get)(conversation=conversation, role="assistant")
+    generation = await sync_to_async(Generation.objects.get)(message=answer)
+    assert hung_up
+    assert answer.status == "stopped"
+    assert generation.finish_reason == "cancelled" and generation.cancelled_by == "client_gone"
