@@ -240,3 +240,33 @@ def test_the_django_secret_key_comes_from_the_shell_and_debug_stays_off(compose)
         variables = read_env_file(path)
         assert "DJANGO_SECRET_KEY" not in variables, f"{path.name} holds the secret key"
         assert variables.get("DJANGO_DEBUG", "0") in {"0", "false", "no", "off", ""}, path.name
+
+
+def nginx_variables(compose: dict) -> dict[str, str]:
+    variables = {}
+    for path in env_files(services(compose)[PUBLIC_SERVICE]):
+        variables.update(read_env_file(ROOT / path))
+    return variables
+
+
+def test_every_placeholder_of_the_nginx_template_is_set_for_the_nginx_image(compose):
+    # The image's envsubst leaves an unset ${NAME} in place, and nginx then refuses the file.
+    placeholders = set(re.findall(r"\$\{(CHATAPP_\w+)\}", (ROOT / "nginx" / "chatapp.conf.template").read_text()))
+    assert placeholders - set(nginx_variables(compose)) == set()
+
+
+def test_nginx_reaches_every_replica_of_web_and_follows_scaling(compose):
+    variables = nginx_variables(compose)
+    exposed = {str(port) for port in services(compose)["web"]["expose"]}
+    upstream = re.findall(r"server\s+([\w.-]+):(\d+)([^;]*);", variables["CHATAPP_UPSTREAM_SERVERS"])
+    image_version = services(compose)[PUBLIC_SERVICE]["image"].split(":")[1]
+    assert [(host, port) for host, port, _ in upstream] == [("web", port) for port in exposed]
+    assert all("resolve" in options.split() for _, _, options in upstream)
+    assert variables["CHATAPP_RESOLVER"].startswith("resolver 127.0.0.11 ")  # Docker's DNS
+    # `resolve` in an upstream came to open-source nginx in 1.27.3.
+    assert tuple(map(int, image_version.split("."))) >= (1, 27, 3)
+
+
+def test_web_can_be_scaled_no_fixed_name_and_no_published_port(compose):
+    web = services(compose)["web"]
+    assert "container_name" not in web and not web.get("ports")
