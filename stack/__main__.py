@@ -1,7 +1,7 @@
 """`make run`: prepares the database and starts every process of the local stack.
 
 Starts what exists: the inference service (once `inference/` has one), CHATAPP_WEB_PROCESSES
-daphne processes (stack/web.py: one without Redis or nginx), a Celery worker when REDIS_URL is
+daphne processes (stack/web.py: one without Redis, PostgreSQL or nginx), a Celery worker when REDIS_URL is
 set (else the `reap_streams` command runs its periodic task), and nginx in front of the daphne
 processes when nginx is installed. One supervisor (stack/supervisor.py) owns them all: it starts a
 crashed child again while the others keep serving; Ctrl-C or SIGTERM stops every child.
@@ -33,6 +33,7 @@ def main() -> int:
         daphne_port = public_port
     asked = env.integer("CHATAPP_WEB_PROCESSES", web.default_count(), minimum=1)
     web_processes = web.plan(asked, first_port=daphne_port, with_redis=bool(env.string("REDIS_URL")),
+                             on_sqlite=(env.string("DATABASE_URL") or "sqlite:").startswith("sqlite:"),
                              with_nginx=nginx_binary is not None)
     if web_processes.why_one:
         print(f"chatapp: {web_processes.why_one}", flush=True)

@@ -5,9 +5,12 @@ import os
 import signal
 import socket
 import sys
+import uuid
+from urllib.parse import urlsplit
 
 import httpx
 import psutil
+import psycopg
 import pytest
 
 from tests import servers
@@ -18,13 +21,34 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def stack_env(tmp_path, public_port: int, daphne_port: int) -> dict[str, str]:
-    """`make run` on SQLite with two web processes asked."""
+ON_REDIS = bool(os.environ.get("REDIS_URL"))
+ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
+# `make run` starts several web processes only on Redis and PostgreSQL (stack/web.py).
+SEVERAL_WEB_PROCESSES = ON_REDIS and ON_POSTGRES
+
+
+@pytest.fixture
+def stack_database(tmp_path):
+    """A database of the stack's own: on the test run's PostgreSQL server when it has one."""
+    if not ON_POSTGRES:
+        yield f"sqlite:///{tmp_path / 'stack.sqlite3'}"
+        return
+    name = f"stack_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as server:
+        server.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield urlsplit(os.environ["DATABASE_URL"])._replace(path=f"/{name}").geturl()
+        finally:
+            server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str, str]:
+    """`make run` with two web processes asked."""
     inference_port = servers.free_port()
     return {
         "INFERENCE_PORT": str(inference_port),
         "INFERENCE_URL": f"http://127.0.0.1:{inference_port}",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'stack.sqlite3'}",
+        "DATABASE_URL": database_url,
         "CHATAPP_PORT": str(public_port),
         "CHATAPP_DAPHNE_PORT": str(daphne_port),
         "CHATAPP_WEB_PROCESSES": "2",
@@ -34,10 +58,9 @@ def stack_env(tmp_path, public_port: int, daphne_port: int) -> dict[str, str]:
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_sigterm(
-        nginx_binary, tmp_path, stop_signal):
+        nginx_binary, stack_database, stop_signal):
     public_port, daphne_port = servers.free_port(), servers.free_port()
-    env = stack_env(tmp_path, public_port, daphne_port)
-    on_redis = bool(os.environ.get("REDIS_URL"))
+    env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
     with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base}/healthz",
@@ -47,7 +70,7 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_s
         stylesheet = httpx.get(f"{base}/static/admin/css/base.css")
         front_page = httpx.get(f"{base}/")
         assert listening(daphne_port)
-        if on_redis:  # nginx answered through whichever came up first
+        if SEVERAL_WEB_PROCESSES:  # nginx answered through whichever came up first
             servers.wait_until(lambda: listening(daphne_port + 1), 60, "the second web process")
         else:
             assert not listening(daphne_port + 1)
@@ -63,11 +86,13 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_s
     assert front_page.status_code == 200 and "<html" in front_page.text
     assert "Created admin account 'admin'" in output
     assert "nginx started" in output
-    if on_redis:
+    if SEVERAL_WEB_PROCESSES:
         assert "web-1 started" in output and "web-2 started" in output
-        assert "worker started" in output and "worker stopped" in output
     else:  # two asked, one started: the log says why
-        assert "web started" in output and "without REDIS_URL" in output
+        assert "web started" in output and "2 web processes asked, starting one" in output
+    if ON_REDIS:
+        assert "worker started" in output and "worker stopped" in output
+    else:
         assert "reaper started" in output and "reaper stopped" in output
     assert status == 0, output
     assert not listening(public_port)
@@ -87,10 +112,10 @@ def daphne_pid(stack, port: int) -> int | None:
     return None
 
 
-@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="several web processes need Redis")
-def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(nginx_binary, tmp_path):
+@pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
+def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(nginx_binary, stack_database):
     public_port, daphne_port = servers.free_port(), servers.free_port()
-    env = stack_env(tmp_path, public_port, daphne_port)
+    env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
     with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base}/healthz",
