@@ -69,6 +69,8 @@ class StackUnderTest:
             "REDIS_URL": config.redis_url,
             "CHATAPP_PORT": str(self.public_port),
             "CHATAPP_DAPHNE_PORT": str(self.daphne_port),
+            # One web process: killing "the" web process must cut the answer under test.
+            "CHATAPP_WEB_PROCESSES": "1",
             "INFERENCE_PORT": str(self.inference_port),
             "INFERENCE_URL": self.inference_url,
             **config.settings,

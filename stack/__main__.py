@@ -1,8 +1,9 @@
 """`make run`: prepares the database and starts every process of the local stack.
 
-Starts what exists: the inference service (once `inference/` has one), daphne, a Celery
-worker when REDIS_URL is set (else the `reap_streams` command runs its periodic task), and nginx
-in front when nginx is installed. One supervisor (stack/supervisor.py) owns them all: it starts a
+Starts what exists: the inference service (once `inference/` has one), CHATAPP_WEB_PROCESSES
+daphne processes (stack/web.py: one without Redis, PostgreSQL or nginx), a Celery worker when REDIS_URL is
+set (else the `reap_streams` command runs its periodic task), and nginx in front of the daphne
+processes when nginx is installed. One supervisor (stack/supervisor.py) owns them all: it starts a
 crashed child again while the others keep serving; Ctrl-C or SIGTERM stops every child.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from dotenv import load_dotenv
 
 from common import env
-from stack import nginx
+from stack import nginx, web
 from stack.supervisor import Supervisor
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -30,12 +31,18 @@ def main() -> int:
     nginx_binary = nginx.installed()
     if nginx_binary is None:
         daphne_port = public_port
+    asked = env.integer("CHATAPP_WEB_PROCESSES", web.default_count(), minimum=1)
+    web_processes = web.plan(asked, first_port=daphne_port, with_redis=bool(env.string("REDIS_URL")),
+                             on_sqlite=(env.string("DATABASE_URL") or "sqlite:").startswith("sqlite:"),
+                             with_nginx=nginx_binary is not None)
+    if web_processes.why_one:
+        print(f"chatapp: {web_processes.why_one}", flush=True)
 
     for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"]):
         subprocess.run([sys.executable, "manage.py", *step], cwd=REPO_DIR, check=True)
 
     supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
-    for name, command in _processes(public_port, daphne_port, nginx_binary is not None):
+    for name, command in _processes(public_port, web_processes, nginx_binary is not None):
         supervisor.add(name, command)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: supervisor.stop())
@@ -43,12 +50,13 @@ def main() -> int:
     return supervisor.run()
 
 
-def _processes(public_port: int, daphne_port: int, with_nginx: bool):
+def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):
     python = sys.executable
     if (REPO_DIR / "inference" / "__main__.py").exists():
         yield "inference", [python, "-m", "inference"]
-    yield "web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(daphne_port),
-                  "chatapp.asgi:application"]
+    # Each its own child of the supervisor: one that crashes restarts while the others serve.
+    for name, port in zip(web_processes.names(), web_processes.ports):
+        yield name, [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"]
     if env.string("REDIS_URL"):
         # One local worker also runs the periodic schedule (beat), e.g. ending interrupted streams.
         yield "worker", [python, "-m", "celery", "-A", "chatapp", "worker", "--beat",
@@ -58,7 +66,8 @@ def _processes(public_port: int, daphne_port: int, with_nginx: bool):
         # Without a broker nothing runs the schedule: this ends the streams a dead daphne left open.
         yield "reaper", [python, "manage.py", "reap_streams"]
     if with_nginx:
-        site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstream=f"127.0.0.1:{daphne_port}")
+        site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}",
+                               upstreams=tuple(f"127.0.0.1:{port}" for port in web_processes.ports))
         yield "nginx", nginx.command(nginx.render(site, REPO_DIR / "var" / "nginx"))
 
 

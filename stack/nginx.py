@@ -14,7 +14,7 @@ _TEMP_FOLDERS = ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"]
 @dataclass(frozen=True)
 class NginxSite:
     listen: str  # what follows `listen`: "8000" or "127.0.0.1:8000"
-    upstream: str  # daphne's "host:port"
+    upstreams: tuple[str, ...]  # each daphne process's "host:port"
     frontend_root: Path = REPO_DIR / "frontend"
     static_root: Path = REPO_DIR / "var" / "static"
 
@@ -36,7 +36,8 @@ def render(site: NginxSite, directory: Path, site_template: str | None = None) -
         (directory / name).mkdir(parents=True, exist_ok=True)
     values = {
         "CHATAPP_LISTEN": site.listen,
-        "CHATAPP_UPSTREAM": site.upstream,
+        "CHATAPP_UPSTREAM_SERVERS": "\n    ".join(f"server {address};" for address in site.upstreams),
+        "CHATAPP_RESOLVER": "",  # Docker's: the replicas of `web` change while nginx runs
         "CHATAPP_FRONTEND_ROOT": str(site.frontend_root),
         "CHATAPP_STATIC_ROOT": str(site.static_root),
         "CHATAPP_NGINX_DIR": str(directory),

@@ -41,7 +41,7 @@ def nginx_in_front(nginx_binary, probe_app_port, tmp_path):
 
         def start(site_template: str | None = None) -> int:
             port = servers.free_port()
-            site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstream=f"127.0.0.1:{probe_app_port}")
+            site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstreams=(f"127.0.0.1:{probe_app_port}",))
             config = nginx.render(site, tmp_path / f"nginx-{port}", site_template)
             stack.enter_context(servers.running(
                 nginx.command(config), ready_url=f"http://127.0.0.1:{port}/healthz",

@@ -164,7 +164,7 @@ def nginx_and_daphne(env: dict[str, str], tmp_dir: Path) -> Iterator[str]:
     daphne_port, public_port = free_port(), free_port()
     daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(daphne_port),
               "chatapp.asgi:application"]
-    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstream=f"127.0.0.1:{daphne_port}")
+    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=(f"127.0.0.1:{daphne_port}",))
     config = nginx.render(site, tmp_dir / "nginx")
     with running(daphne, env=env, ready_url=f"http://127.0.0.1:{daphne_port}/healthz"), \
             running(nginx.command(config), ready_url=f"http://127.0.0.1:{public_port}/healthz"):

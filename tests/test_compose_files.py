@@ -19,7 +19,10 @@ GPU_FILE = ROOT / "docker-compose.gpu.yml"
 ENV_DIR = ROOT / "docker" / "env"
 PUBLIC_SERVICE = "nginx"
 NGINX_TEMPLATE_TARGET = "/etc/nginx/templates/chatapp.conf.template"
-DJANGO_SERVICES = ("web", "worker", "beat")
+DJANGO_SERVICES = ("migrate", "web", "worker", "beat")
+# Jobs that run once and end (migrations): no restart, no health; what needs them waits for
+# them to complete.
+ONE_SHOT_JOBS = {"migrate"}
 
 
 def load(path: Path) -> dict:
@@ -99,7 +102,7 @@ RESTARTING_POLICIES = {"unless-stopped", "always"}
 
 def services_that_stay_down(compose: dict) -> list[str]:
     return [name for name, service in services(compose).items()
-            if service.get("restart") not in RESTARTING_POLICIES]
+            if name not in ONE_SHOT_JOBS and service.get("restart") not in RESTARTING_POLICIES]
 
 
 def check_schema(*paths: Path) -> subprocess.CompletedProcess:
@@ -139,22 +142,23 @@ def test_the_restart_check_reports_a_service_without_a_restart_policy():
     assert services_that_stay_down(compose) == ["worker", "beat"]
 
 
-def test_every_depends_on_waits_for_a_healthy_service(compose):
+def test_every_depends_on_waits_for_a_healthy_service_or_a_completed_job(compose):
     loose = [
         f"{name} -> {dependency}"
         for name, service in services(compose).items()
         for dependency, options in dependencies(service).items()
-        if options.get("condition") != "service_healthy"
+        if options.get("condition") != ("service_completed_successfully" if dependency in ONE_SHOT_JOBS
+                                         else "service_healthy")
     ]
     assert loose == []
 
 
-def test_every_service_has_a_healthcheck(compose):
+def test_every_service_but_a_one_shot_job_has_a_healthcheck(compose):
     unchecked = [
         name
         for name, service in services(compose).items()
-        if not service.get("healthcheck", {}).get("test")
-        or service["healthcheck"].get("disable")
+        if name not in ONE_SHOT_JOBS and (not service.get("healthcheck", {}).get("test")
+                                          or service["healthcheck"].get("disable"))
     ]
     assert unchecked == []
 
@@ -240,3 +244,40 @@ def test_the_django_secret_key_comes_from_the_shell_and_debug_stays_off(compose)
         variables = read_env_file(path)
         assert "DJANGO_SECRET_KEY" not in variables, f"{path.name} holds the secret key"
         assert variables.get("DJANGO_DEBUG", "0") in {"0", "false", "no", "off", ""}, path.name
+
+
+def nginx_variables(compose: dict) -> dict[str, str]:
+    variables = {}
+    for path in env_files(services(compose)[PUBLIC_SERVICE]):
+        variables.update(read_env_file(ROOT / path))
+    return variables
+
+
+def test_every_placeholder_of_the_nginx_template_is_set_for_the_nginx_image(compose):
+    # The image's envsubst leaves an unset ${NAME} in place, and nginx then refuses the file.
+    placeholders = set(re.findall(r"\$\{(CHATAPP_\w+)\}", (ROOT / "nginx" / "chatapp.conf.template").read_text()))
+    assert placeholders - set(nginx_variables(compose)) == set()
+
+
+def test_nginx_reaches_every_replica_of_web_and_follows_scaling(compose):
+    variables = nginx_variables(compose)
+    exposed = {str(port) for port in services(compose)["web"]["expose"]}
+    upstream = re.findall(r"server\s+([\w.-]+):(\d+)([^;]*);", variables["CHATAPP_UPSTREAM_SERVERS"])
+    image_version = services(compose)[PUBLIC_SERVICE]["image"].split(":")[1]
+    assert [(host, port) for host, port, _ in upstream] == [("web", port) for port in exposed]
+    assert all("resolve" in options.split() for _, _, options in upstream)
+    assert variables["CHATAPP_RESOLVER"].startswith("resolver 127.0.0.11 ")  # Docker's DNS
+    # `resolve` in an upstream came to open-source nginx in 1.27.3.
+    assert tuple(map(int, image_version.split("."))) >= (1, 27, 3)
+
+
+def test_web_can_be_scaled_no_fixed_name_and_no_published_port(compose):
+    web = services(compose)["web"]
+    assert "container_name" not in web and not web.get("ports")
+
+
+def test_the_migrations_run_once_before_any_web_replica_starts(compose):
+    migrate = services(compose)["migrate"]
+    assert "migrate" in " ".join(migrate["command"]) and migrate["restart"] == "no"
+    assert "migrate" not in " ".join(services(compose)["web"]["command"])
+    assert dependencies(services(compose)["web"])["migrate"] == {"condition": "service_completed_successfully"}

@@ -17,7 +17,7 @@ from tests.probe_views import EVENT_COUNT, EVENT_INTERVAL_S
 SAME_BURST_S = EVENT_INTERVAL_S / 3
 
 DEFAULT_BUFFERED_SITE = """
-upstream chatapp_web { server ${CHATAPP_UPSTREAM}; }
+upstream chatapp_web { ${CHATAPP_UPSTREAM_SERVERS} }
 server {
     listen ${CHATAPP_LISTEN};
     location / {

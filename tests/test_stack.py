@@ -1,11 +1,16 @@
-"""`make run`'s supervisor brings up what exists and stops every child on Ctrl-C or SIGTERM."""
+"""`make run`'s supervisor brings up what exists, restarts each web process on its own, and stops
+every child on Ctrl-C or SIGTERM."""
 
 import os
 import signal
 import socket
 import sys
+import uuid
+from urllib.parse import urlsplit
 
 import httpx
+import psutil
+import psycopg
 import pytest
 
 from tests import servers
@@ -16,18 +21,46 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_sigterm(
-        nginx_binary, tmp_path, stop_signal):
-    public_port, daphne_port, inference_port = servers.free_port(), servers.free_port(), servers.free_port()
-    env = {
+ON_REDIS = bool(os.environ.get("REDIS_URL"))
+ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
+# `make run` starts several web processes only on Redis and PostgreSQL (stack/web.py).
+SEVERAL_WEB_PROCESSES = ON_REDIS and ON_POSTGRES
+
+
+@pytest.fixture
+def stack_database(tmp_path):
+    """A database of the stack's own: on the test run's PostgreSQL server when it has one."""
+    if not ON_POSTGRES:
+        yield f"sqlite:///{tmp_path / 'stack.sqlite3'}"
+        return
+    name = f"stack_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as server:
+        server.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield urlsplit(os.environ["DATABASE_URL"])._replace(path=f"/{name}").geturl()
+        finally:
+            server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str, str]:
+    """`make run` with two web processes asked."""
+    inference_port = servers.free_port()
+    return {
         "INFERENCE_PORT": str(inference_port),
         "INFERENCE_URL": f"http://127.0.0.1:{inference_port}",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'stack.sqlite3'}",
+        "DATABASE_URL": database_url,
         "CHATAPP_PORT": str(public_port),
         "CHATAPP_DAPHNE_PORT": str(daphne_port),
+        "CHATAPP_WEB_PROCESSES": "2",
         "DJANGO_ADMIN_PASSWORD": "a-long-test-password",
     }
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_sigterm(
+        nginx_binary, stack_database, stop_signal):
+    public_port, daphne_port = servers.free_port(), servers.free_port()
+    env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
     with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base}/healthz",
@@ -37,6 +70,10 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_s
         stylesheet = httpx.get(f"{base}/static/admin/css/base.css")
         front_page = httpx.get(f"{base}/")
         assert listening(daphne_port)
+        if SEVERAL_WEB_PROCESSES:  # nginx answered through whichever came up first
+            servers.wait_until(lambda: listening(daphne_port + 1), 60, "the second web process")
+        else:
+            assert not listening(daphne_port + 1)
 
         stack.send_signal(stop_signal)
         status = stack.wait(timeout=30)
@@ -48,11 +85,51 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_s
     assert stylesheet.status_code == 200 and "text/css" in stylesheet.headers["content-type"]
     assert front_page.status_code == 200 and "<html" in front_page.text
     assert "Created admin account 'admin'" in output
-    assert "web started" in output and "nginx started" in output
-    if os.environ.get("REDIS_URL"):
+    assert "nginx started" in output
+    if SEVERAL_WEB_PROCESSES:
+        assert "web-1 started" in output and "web-2 started" in output
+    else:  # two asked, one started: the log says why
+        assert "web started" in output and "2 web processes asked, starting one" in output
+    if ON_REDIS:
         assert "worker started" in output and "worker stopped" in output
     else:
         assert "reaper started" in output and "reaper stopped" in output
     assert status == 0, output
     assert not listening(public_port)
     assert not listening(daphne_port)
+    assert not listening(daphne_port + 1)
+
+
+def daphne_pid(stack, port: int) -> int | None:
+    """The pid of the stack's daphne process listening on `port`, if one runs."""
+    for child in psutil.Process(stack.pid).children(recursive=True):
+        try:
+            command = child.cmdline()
+        except psutil.Error:  # it ended meanwhile
+            continue
+        if "daphne" in command and str(port) in command:
+            return child.pid
+    return None
+
+
+@pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
+def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(nginx_binary, stack_database):
+    public_port, daphne_port = servers.free_port(), servers.free_port()
+    env = stack_env(stack_database, public_port, daphne_port)
+    base = f"http://127.0.0.1:{public_port}"
+
+    with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base}/healthz",
+                         timeout_s=120) as stack:
+        servers.wait_until(lambda: listening(daphne_port) and listening(daphne_port + 1), 60, "both web processes")
+        first, second = daphne_pid(stack, daphne_port), daphne_pid(stack, daphne_port + 1)
+        os.kill(first, signal.SIGKILL)
+        servers.wait_until(lambda: not listening(daphne_port), 10, "web-1 to die")
+        healthy_meanwhile = [servers.healthy(f"{base}/healthz") for _ in range(4)]
+        servers.wait_until(lambda: daphne_pid(stack, daphne_port) not in (None, first) and listening(daphne_port),
+                           60, "web-1 to come back")
+        second_after = daphne_pid(stack, daphne_port + 1)
+        output = servers.output_of(stack)
+
+    assert healthy_meanwhile == [True] * 4
+    assert second_after == second
+    assert "web-1 exited" in output and "web-2 exited" not in output

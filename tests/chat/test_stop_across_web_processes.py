@@ -1,0 +1,118 @@
+"""Behind nginx, a Stop and the stream limit reach across web processes.
+
+Two daphne processes share the channel layer on Redis and the database; nginx balances them as
+`make run` configures it (stack/nginx.py with nginx/chatapp.conf.template): a new request goes
+to the process with fewer open ones, so while one process holds a stream the next request lands
+on the other. Each process writes its own access log, which tells which one served what.
+"""
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+
+from chatapp.models import Generation
+from chatapp.sse import SSEParser
+from stack import nginx
+from tests import factories, servers
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="processes share a channel layer only on Redis"),
+]
+
+CHUNKS = [f" word{i}" for i in range(40)]
+
+
+@dataclass
+class TwoWebProcesses:
+    base_url: str  # nginx's
+    access_logs: list[Path]
+
+    def served_by(self, request: str) -> Path | None:
+        """The access log of the process that answered `request` ("POST /api/…"), once it has."""
+        return next((log for log in self.access_logs if log.exists() and f'"{request}"' in log.read_text()), None)
+
+    @contextmanager
+    def browser(self, user) -> Iterator[httpx.Client]:
+        """A client signed in as `user` through nginx, sending its CSRF token."""
+        with httpx.Client(base_url=self.base_url, timeout=30) as client:
+            servers.sign_in(client, user)
+            client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
+            yield client
+
+
+@pytest.fixture
+def two_web_processes(upstream, nginx_binary, tmp_path):
+    env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": django_settings.INFERENCE_URL,
+           "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40,
+           "CHAT_MAX_STREAMS_PER_USER": "1"}
+    ports, public_port = [servers.free_port(), servers.free_port()], servers.free_port()
+    logs = [tmp_path / f"web-{number}.log" for number in (1, 2)]
+    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=tuple(f"127.0.0.1:{p}" for p in ports))
+    config = nginx.render(site, tmp_path / "nginx")
+    with ExitStack() as running:
+        for port, log in zip(ports, logs):
+            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                       "--access-log", str(log), "chatapp.asgi:application"]
+            running.enter_context(servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"))
+        running.enter_context(servers.running(nginx.command(config),
+                                              ready_url=f"http://127.0.0.1:{public_port}/healthz"))
+        yield TwoWebProcesses(f"http://127.0.0.1:{public_port}", logs)
+
+
+def streamed_text(events) -> str:
+    return "".join(json.loads(e.data)["text"] for e in events if e.event == "delta")
+
+
+def test_a_stop_through_nginx_reaches_the_stream_held_by_the_other_web_process(
+        two_web_processes, user, conversation, upstream):
+    upstream.script.chunks = CHUNKS
+    upstream.script.interval_s = 0.1
+    question = f"POST /api/conversations/{conversation.pk}/messages"
+    with two_web_processes.browser(user) as browser, \
+            browser.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as response:
+        parser, events, stop = SSEParser(), [], None
+        for chunk in response.iter_raw():
+            events += parser.feed(chunk)
+            if stop is None and len([e for e in events if e.event == "delta"]) == 3:
+                generation_id = json.loads(events[0].data)["generation_id"]
+                stop = browser.post(f"/api/generations/{generation_id}/stop", json={"seen_chars": 12})
+    servers.wait_until(lambda: two_web_processes.served_by(question), 10, "the question's access log line")
+    stopper = two_web_processes.served_by(f"POST /api/generations/{generation_id}/stop")
+    generation = Generation.objects.select_related("message").get(pk=generation_id)
+
+    assert stop.status_code == 202
+    assert stopper is not None and stopper != two_web_processes.served_by(question)
+    assert events[-1].event == "done" and json.loads(events[-1].data)["status"] == "stopped"
+    assert len(streamed_text(events)) < len("".join(CHUNKS))
+    assert generation.cancelled_by == "user" and generation.message.status == "stopped"
+    assert generation.message.content == "".join(CHUNKS)[:12]
+    assert upstream.hung_up.wait(10)
+
+
+def test_the_per_user_stream_limit_holds_on_the_other_web_process(two_web_processes, user, conversation, upstream):
+    upstream.script.chunks = ["Still", " going", " on", " and", " on"]
+    upstream.script.interval_s = 0.2
+    second_conversation = factories.conversation(owner=user)
+    second = f"POST /api/conversations/{second_conversation.pk}/messages"
+    with two_web_processes.browser(user) as browser, \
+            browser.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as first:
+        chunks = first.iter_raw()
+        next(chunks)  # the answer has started: it holds the user's one stream
+        refused = browser.post(f"/api/conversations/{second_conversation.pk}/messages", json={"content": "and this"})
+        for _ in chunks:  # to the end, for the access log's line
+            pass
+    first_question = f"POST /api/conversations/{conversation.pk}/messages"
+    servers.wait_until(lambda: two_web_processes.served_by(first_question), 10, "the first answer's access log line")
+
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
+    refuser = two_web_processes.served_by(second)
+    assert refuser is not None and refuser != two_web_processes.served_by(first_question)
