@@ -19,7 +19,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import report, targets
@@ -45,7 +45,7 @@ class Plan:
     first_token_ms: float = 30.0
     web_processes: tuple[int, ...] = (1, 2)
     warm_up_streams: int = 8
-    quick: bool = False
+    quick: bool = False  # a sample: quick or resized, not published unless asked
 
     def offered_tok_s(self, streams: int) -> float:
         return streams * 1000 / self.interval_ms
@@ -58,6 +58,14 @@ QUICK = Plan(ttft_rounds=5, ttft_tokens=5, steady_streams=10, steady_rounds=1,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run of about a minute: 10 and 50 streams, short answers")
+    for name, help_text in (("ttft-rounds", "rounds of 1 stream each path (default 20)"),
+                            ("steady-streams", "streams of the steady-state rounds (default 50)"),
+                            ("capacity-streams", "streams of the capacity rounds (default 500)"),
+                            ("answer-tokens", "tokens per answer, steady and capacity "
+                                              "(default 100)")):
+        parser.add_argument(f"--{name}", type=int, help=help_text)
+    parser.add_argument("--web-processes", help="daphne processes behind nginx, comma-separated "
+                                                "(default 1,2)")
     parser.add_argument("--database-url",
                         help="a PostgreSQL server (postgres://user@host:port/db): the benchmark "
                              "creates a database of its own there and drops it after (default: "
@@ -164,13 +172,32 @@ def inference_http() -> dict | None:
         from .inference_http import measure
     except ImportError:
         return None
-    return measure(streams=64, step_ms=2.0)
+    logger.info("the inference service's HTTP layer alone")
+    try:
+        figures = measure(streams=64, step_ms=2.0)
+        return asyncio.run(figures) if asyncio.iscoroutine(figures) else figures
+    except Exception as error:  # the relay's figures are kept whatever happens here
+        logger.exception("inference_http.measure failed")
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    """The plan, and whether it is a sample (quick, or resized): one not to publish unasked."""
+    plan = QUICK if args.quick else Plan()
+    sizes = {name: getattr(args, name) for name in ("ttft_rounds", "steady_streams",
+                                                    "capacity_streams", "answer_tokens")}
+    changes = {name: value for name, value in sizes.items() if value is not None}
+    if args.web_processes:
+        changes["web_processes"] = tuple(int(n) for n in args.web_processes.split(","))
+    if any(value < 1 for value in sizes.values() if value is not None):
+        raise SystemExit("every size must be at least 1")
+    return replace(plan, **changes, quick=plan.quick or bool(changes))
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    plan = QUICK if args.quick else Plan()
+    plan = plan_from(args)
     publish = report.publishing(args, plan.quick)
     raise_open_files_limit()
     began = time.time()

@@ -599,7 +599,8 @@ def relay_section(results: dict) -> str:
     m, p = results["machine"], results["plan"]
     lines = ["## Relay (daphne)", ""]
     if p["quick"]:
-        lines += ["**Quick smoke run: few streams and short answers, not representative.**", ""]
+        lines += ["**A sample run (quick or resized), not representative: run the command without "
+                  "options for the real figures.**", ""]
     lines += [
         f"Command: `{results['command']}` (started {results['started']}, "
         f"{results['duration_s'] / 60:.1f} min, commit {m['commit']}).",

@@ -205,6 +205,8 @@ def _inference_http(figures: dict | None) -> dict:
     if not figures:
         return _target(name, None, INFERENCE_HTTP_SHARE, None,
                         "not measured: benchmarks/inference_http.py is not in this checkout")
+    if figures.get("error"):
+        return _target(name, None, INFERENCE_HTTP_SHARE, False, f"the run failed: {figures['error']}")
     delivered, offered = figures.get("delivered_tok_s"), figures.get("offered_tok_s")
     if not delivered or not offered:
         return _not_measured(name, INFERENCE_HTTP_SHARE)
