@@ -6,7 +6,8 @@ the load generator (relay_load.py). Each measurement goes straight to the stand-
 and through daphne, alternating round by round, so both see the same machine; the targets
 compare the two within this run (targets.relay):
 - added TTFT at 1 stream;
-- daphne CPU per relayed token and added gap at 50 streams (1,000 tokens/s offered);
+- daphne CPU per relayed token and added gap at 50 streams (1,000 tokens/s offered: a token
+  every 50 ms from a second stand-in, the streams starting 20 ms apart);
 - capacity: tokens/s one daphne process delivers to 500 streams offered 25,000 tokens/s;
   direct, the same load shows what the client and stand-in alone can do on this machine;
 - scale-out: the same capacity through nginx with 1 and with 2 daphne processes;
@@ -28,6 +29,7 @@ from .relay_load import DIRECT, THROUGH, Target
 from .relay_stack import (app_env, base_url, daphne, fresh_database, nginx_in_front,
                           prepare_database, stand_in)
 from .relay_stream import summarize
+from .server_process import ChildProcess
 from .relay_upstream import raise_open_files_limit
 
 logger = logging.getLogger(__name__)
@@ -43,12 +45,16 @@ class Plan:
     answer_tokens: int = 100
     interval_ms: float = 20.0
     first_token_ms: float = 30.0
+    # Steady state: 1,000 tokens/s offered to 50 streams (one token each 50 ms), the streams
+    # starting 20 ms apart, so that it measures the relay's cost per token, not a burst of starts.
+    steady_interval_ms: float = 50.0
+    steady_stagger_ms: float = 20.0
     web_processes: tuple[int, ...] = (1, 2)
     warm_up_streams: int = 8
     quick: bool = False  # a sample: quick or resized, not published unless asked
 
-    def offered_tok_s(self, streams: int) -> float:
-        return streams * 1000 / self.interval_ms
+    def offered_tok_s(self, streams: int, interval_ms: float | None = None) -> float:
+        return streams * 1000 / (interval_ms or self.interval_ms)
 
 
 QUICK = Plan(ttft_rounds=5, ttft_tokens=5, steady_streams=10, steady_rounds=1,
@@ -76,81 +82,72 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class Bench:
-    def __init__(self, plan: Plan, upstream, database_url: str, scratch: Path):
-        self.plan, self.upstream, self.database_url = plan, upstream, database_url
-        self.scratch = scratch
-        self.direct = Target(DIRECT, base_url(upstream))
+    def __init__(self, plan: Plan, upstreams: dict[float, ChildProcess], database_url: str,
+                 scratch: Path):
+        self.plan, self.upstreams = plan, upstreams  # stand-ins by their interval in ms
+        self.database_url, self.scratch = database_url, scratch
         self.figures: dict[str, dict] = {}
 
-    async def measure(self, key: str, target: Target, streams: int, rounds: int, tokens: int,
-                      pids: dict[str, list[int]]) -> None:
-        done = []
-        for number in range(rounds):
-            done.append(await target.round(streams, tokens, pids))
-            logger.info("  %s round %d/%d: %d/%d ok", key, number + 1, rounds,
-                        sum(s.ok for s in done[-1].streams), streams)
-        self.figures[key] = summarize(key, done)
-
-    async def alternate(self, name: str, through: Target, streams: int, rounds: int,
-                        tokens: int, pids: dict[str, list[int]]) -> None:
-        """Direct and through, round by round, each kept under its own key."""
+    async def alternate(self, name: str, interval_ms: float, web: ChildProcess, streams: int,
+                        rounds: int, tokens: int, stagger_s: float = 0.0) -> None:
+        """Direct and through one daphne, round by round, each kept under its own key."""
+        upstream = self.upstreams[interval_ms]
+        direct, through = Target(DIRECT, base_url(upstream)), await self.web(web, tokens)
+        pids = {"stand-in": [upstream.pid], "daphne": [web.pid]}
         parts = {DIRECT: [], THROUGH: []}
         for _ in range(rounds):
-            for path, target in ((DIRECT, self.direct), (THROUGH, through)):
-                parts[path].append(await target.round(streams, tokens, pids))
+            for path, target in ((DIRECT, direct), (THROUGH, through)):
+                parts[path].append(await target.round(streams, tokens, pids, stagger_s))
         for path, done in parts.items():
             self.figures[f"{name} {path}"] = summarize(f"{name} {path}", done)
+        await direct.aclose()
+        await through.aclose()
 
-    async def web(self, entry, tokens: int) -> Target:
+    async def once(self, key: str, target: Target, webs: list[ChildProcess],
+                   front: ChildProcess | None = None) -> None:
+        """One capacity round: every stream at once, full answers from the 20 ms stand-in."""
+        upstream = self.upstreams[self.plan.interval_ms]
+        pids = {"stand-in": [upstream.pid], "daphne": [web.pid for web in webs]}
+        if front is not None:
+            pids["nginx"] = family(front.pid)  # the master and its worker
+        done = await target.round(self.plan.capacity_streams, self.plan.answer_tokens, pids)
+        logger.info("  %s: %d/%d ok", key, sum(s.ok for s in done.streams), len(done.streams))
+        self.figures[key] = summarize(key, [done])
+        await target.aclose()
+
+    async def web(self, entry: ChildProcess, tokens: int) -> Target:
         """A signed-in target on the app behind `entry` (nginx or a daphne), warmed up."""
         target = Target(THROUGH, base_url(entry))
         await target.sign_in()
         await target.round(self.plan.warm_up_streams, tokens, {})
         return target
 
-    def daphne(self, tokens: int):
-        """A daphne process whose answers are `tokens` tokens long."""
-        return daphne(app_env(self.database_url, base_url(self.upstream), tokens))
-
-    def pids(self, webs: list, front=None) -> dict[str, list[int]]:
-        """The processes whose CPU a measurement reports, by name."""
-        pids = {"stand-in": [self.upstream.pid], "daphne": [web.pid for web in webs]}
-        if front is not None:
-            pids["nginx"] = family(front.pid)
-        return pids
+    def daphne(self, interval_ms: float, tokens: int) -> ChildProcess:
+        """A daphne process on the stand-in of `interval_ms`, answers `tokens` tokens long."""
+        return daphne(app_env(self.database_url, base_url(self.upstreams[interval_ms]), tokens))
 
     async def run(self) -> None:
-        plan = self.plan
-        with started(self.daphne(plan.ttft_tokens)) as first:
+        plan, fast, tokens = self.plan, self.plan.interval_ms, self.plan.answer_tokens
+        with started(self.daphne(fast, plan.ttft_tokens)) as web:
             logger.info("added TTFT at 1 stream, %d rounds", plan.ttft_rounds)
-            target = await self.web(first, plan.ttft_tokens)
-            await self.alternate("ttft", target, 1, plan.ttft_rounds, plan.ttft_tokens,
-                                 self.pids([first]))
-            await target.aclose()
-        tokens = plan.answer_tokens
-        with started(self.daphne(tokens)) as web1, \
-                contextlib.ExitStack() as stack:
+            await self.alternate("ttft", fast, web, 1, plan.ttft_rounds, plan.ttft_tokens)
+        with started(self.daphne(plan.steady_interval_ms, tokens)) as web:
             logger.info("steady state at %d streams", plan.steady_streams)
-            target = await self.web(web1, tokens)
-            await self.alternate("steady", target, plan.steady_streams, plan.steady_rounds,
-                                 tokens, self.pids([web1]))
+            await self.alternate("steady", plan.steady_interval_ms, web, plan.steady_streams,
+                                 plan.steady_rounds, tokens, plan.steady_stagger_ms / 1000)
+        with contextlib.ExitStack() as stack:
+            webs = [stack.enter_context(started(self.daphne(fast, tokens)))]
             logger.info("capacity at %d streams", plan.capacity_streams)
-            await self.measure("capacity direct", self.direct, plan.capacity_streams, 1, tokens,
-                               self.pids([]))
-            await self.measure("capacity through", target, plan.capacity_streams, 1, tokens,
-                               self.pids([web1]))
-            await target.aclose()
-            webs = [web1]
+            await self.once("capacity direct", Target(DIRECT, base_url(self.upstreams[fast])),
+                            [])
+            await self.once("capacity through", await self.web(webs[0], tokens), webs)
             for count in plan.web_processes:
                 while len(webs) < count:
-                    webs.append(stack.enter_context(started(self.daphne(tokens))))
+                    webs.append(stack.enter_context(started(self.daphne(fast, tokens))))
                 with started(nginx_in_front(webs, self.scratch)) as front:
                     logger.info("capacity through nginx and %d daphne process(es)", count)
-                    target = await self.web(front, tokens)
-                    await self.measure(f"capacity nginx {count}", target, plan.capacity_streams,
-                                       1, tokens, self.pids(webs, front))
-                    await target.aclose()
-        await self.direct.aclose()
+                    await self.once(f"capacity nginx {count}", await self.web(front, tokens),
+                                    webs, front)
 
 
 @contextlib.contextmanager
@@ -204,13 +201,17 @@ def run(args: argparse.Namespace) -> int:
     machine = report.relay_machine()
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as scratch, \
             fresh_database(args.database_url, Path(scratch)) as database_url, \
-            started(stand_in(plan.interval_ms, plan.first_token_ms)) as upstream:
-        prepare_database(app_env(database_url, base_url(upstream), plan.answer_tokens))
-        bench = Bench(plan, upstream, database_url, Path(scratch))
+            started(stand_in(plan.interval_ms, plan.first_token_ms)) as fast, \
+            started(stand_in(plan.steady_interval_ms, plan.first_token_ms)) as steady:
+        prepare_database(app_env(database_url, base_url(fast), plan.answer_tokens))
+        bench = Bench(plan, {plan.interval_ms: fast, plan.steady_interval_ms: steady},
+                      database_url, Path(scratch))
         asyncio.run(bench.run())
     results = {"benchmark": "relay", "command": args.command, "started": report.stamp(began),
                "plan": asdict(plan), "machine": machine, "figures": bench.figures,
                "offered_tok_s": plan.offered_tok_s(plan.capacity_streams),
+               "steady_offered_tok_s": plan.offered_tok_s(plan.steady_streams,
+                                                          plan.steady_interval_ms),
                "inference_http": inference_http()}
     results["duration_s"] = round(time.time() - began, 1)
     results["targets"] = targets.relay(results)

@@ -73,7 +73,7 @@ class Target:
             connection.close()
 
     async def stream(self, connection: Connection, tokens: int, conversation: int | None,
-                     go: asyncio.Event) -> Stream:
+                     go: asyncio.Event, delay_s: float) -> Stream:
         from chatapp.sse import SSEParser  # late: importing chatapp loads its Celery app
 
         stream, parser = Stream(), SSEParser()
@@ -91,6 +91,8 @@ class Target:
                     take_relay_event(stream, event.event, event.data, now)
 
         await go.wait()
+        if delay_s:
+            await asyncio.sleep(delay_s)
         stream.sent_at = time.perf_counter()
         try:
             status = await connection.request("POST", request[0], request[1], on_body, request[2])
@@ -101,13 +103,15 @@ class Target:
         stream.check(tokens)
         return stream
 
-    async def round(self, count: int, tokens: int, pids: dict[str, list[int]]) -> Round:
-        """`count` streams of `tokens` tokens started at once; CPU of each named process group."""
+    async def round(self, count: int, tokens: int, pids: dict[str, list[int]],
+                    stagger_s: float = 0.0) -> Round:
+        """`count` streams of `tokens` tokens, started at once or `stagger_s` apart; the CPU of
+        each named group of processes meanwhile."""
         await self.open(count)
         ids = await self.conversations(count) if self.path == THROUGH else [None] * count
         go = asyncio.Event()
-        tasks = [asyncio.create_task(self.stream(c, tokens, i, go))
-                 for c, i in zip(self.connections, ids)]
+        tasks = [asyncio.create_task(self.stream(c, tokens, i, go, n * stagger_s))
+                 for n, (c, i) in enumerate(zip(self.connections, ids))]
         await asyncio.sleep(0)  # every stream is now waiting for the start
         pids = {**pids, "client": [os.getpid()]}
         before = {name: sum(map(process_ticks, group)) for name, group in pids.items()}

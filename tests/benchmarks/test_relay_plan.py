@@ -15,6 +15,7 @@ def test_the_default_plan_is_the_full_run_of_the_issue():
     full = plan()
 
     assert (full.capacity_streams, full.offered_tok_s(full.capacity_streams)) == (500, 25_000)
+    assert full.offered_tok_s(full.steady_streams, full.steady_interval_ms) == 1_000
     assert not full.quick
 
 

@@ -29,6 +29,7 @@ def results(**overrides) -> dict:
     found.update(overrides)
     return {"command": "python -m benchmarks relay", "started": "2026-12-01 07:00 UTC",
             "duration_s": 120.0, "plan": asdict(Plan()), "offered_tok_s": 25_000.0,
+            "steady_offered_tok_s": 1_000.0,
             "machine": {"cpu": "a CPU", "cores": 2, "memory_gb": 8.0, "python": "3.11",
                         "django": "5.2", "daphne": "4.2", "load_average": "0.1", "commit": "abc"},
             "figures": found, "inference_http": None}
