@@ -27,10 +27,10 @@ from . import report, targets
 from .machine_load import family
 from .relay_load import DIRECT, THROUGH, Target
 from .relay_stack import (app_env, base_url, daphne, fresh_database, nginx_in_front,
-                          prepare_database, stand_in)
+                          prepare_database, stand_in, started)
 from .relay_stream import summarize
-from .server_process import ChildProcess
 from .relay_upstream import raise_open_files_limit
+from .server_process import ChildProcess
 
 logger = logging.getLogger(__name__)
 
@@ -148,19 +148,6 @@ class Bench:
                     logger.info("capacity through nginx and %d daphne process(es)", count)
                     await self.once(f"capacity nginx {count}", await self.web(front, tokens),
                                     webs, front)
-
-
-@contextlib.contextmanager
-def started(process):
-    try:
-        process.start()
-        yield process
-    except BaseException:
-        if process.process is not None:
-            logger.error("%s log tail:\n%s", process.name, process.log_tail(60))
-        raise
-    finally:
-        process.close()
 
 
 def inference_http() -> dict | None:

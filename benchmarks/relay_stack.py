@@ -8,6 +8,7 @@ the answer length, which the stand-in answers token for token.
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from stack import nginx
 from .relay_upstream import raise_open_files_limit
 from .server_process import REPO_ROOT, ChildProcess, free_port
 
+logger = logging.getLogger(__name__)
 USERNAME, PASSWORD = "relay-bench", "relay-bench-password-7193"
 
 
@@ -30,6 +32,23 @@ def _child_setup() -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     raise_open_files_limit()
+
+
+@contextlib.contextmanager
+def started(process: ChildProcess):
+    """A running process, closed after; its log's tail is shown when it or the run failed, or
+    when it logged a traceback (an error a stream may not show)."""
+    failed = False
+    try:
+        process.start()
+        yield process
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if process.process is not None and (failed or "Traceback" in process.log_text()):
+            logger.warning("%s log tail:\n%s", process.name, process.log_tail(60))
+        process.close()
 
 
 def child(name: str, command: list[str], env: dict[str, str], ready_url: str) -> ChildProcess:
