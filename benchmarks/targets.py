@@ -200,16 +200,21 @@ def _complete(name: str, figures: dict | None) -> dict:
 
 
 def _inference_http(figures: dict | None) -> dict:
+    """inference_http.measure's figures: delivered over offered, every stream exact and its
+    first token alone in its event."""
     name = (f"inference service HTTP layer alone: delivered >= {INFERENCE_HTTP_SHARE:.0%} of "
-            "offered tokens/s")
+            "offered tokens/s, every stream exact, each first token alone")
     if not figures:
         return _target(name, None, INFERENCE_HTTP_SHARE, None,
-                        "not measured: benchmarks/inference_http.py is not in this checkout")
+                       "not measured: benchmarks/inference_http.py is not in this checkout")
     if figures.get("error"):
         return _target(name, None, INFERENCE_HTTP_SHARE, False, f"the run failed: {figures['error']}")
-    delivered, offered = figures.get("delivered_tok_s"), figures.get("offered_tok_s")
+    delivered, offered = figures.get("delivered_tokens_per_s"), figures.get("offered_tokens_per_s")
     if not delivered or not offered:
         return _not_measured(name, INFERENCE_HTTP_SHARE)
-    share = delivered / offered
-    return _target(name, share, INFERENCE_HTTP_SHARE, share >= INFERENCE_HTTP_SHARE,
-                    f"{delivered:,.0f} of {offered:,.0f} tokens/s = {share:.0%}")
+    share, streams = delivered / offered, figures.get("streams")
+    exact, alone = figures.get("exact_streams"), figures.get("first_token_alone")
+    return _target(name, share, INFERENCE_HTTP_SHARE,
+                   share >= INFERENCE_HTTP_SHARE and exact == streams and alone == streams,
+                   f"{delivered:,.0f} of {offered:,.0f} tokens/s = {share:.0%}; {exact}/{streams} "
+                   f"streams exact, {alone}/{streams} first tokens alone")

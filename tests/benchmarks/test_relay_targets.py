@@ -64,13 +64,27 @@ def test_capacity_below_ten_thousand_tokens_a_second_fails():
     assert delivered["passed"] is False
 
 
+def inference_http(**overrides) -> dict:
+    return {"streams": 64, "offered_tokens_per_s": 32_000.0, "delivered_tokens_per_s": 30_000.0,
+            "exact_streams": 64, "first_token_alone": 64, **overrides}
+
+
 def test_the_inference_http_layer_is_judged_once_measured():
     data = results()
-    data["inference_http"] = {"offered_tok_s": 32_000.0, "delivered_tok_s": 30_000.0}
+    data["inference_http"] = inference_http()
 
     layer = targets.relay(data)[-1]
 
-    assert layer["passed"] is True and layer["detail"] == "30,000 of 32,000 tokens/s = 94%"
+    assert layer["passed"] is True
+    assert layer["detail"] == ("30,000 of 32,000 tokens/s = 94%; 64/64 streams exact, 64/64 "
+                               "first tokens alone")
+
+
+def test_the_inference_http_layer_fails_when_a_first_token_was_merged():
+    data = results()
+    data["inference_http"] = inference_http(first_token_alone=63)
+
+    assert targets.relay(data)[-1]["passed"] is False
 
 
 def test_the_section_has_every_measurement_its_verdicts_and_the_command():
