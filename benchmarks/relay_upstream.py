@@ -4,12 +4,11 @@
 OpenAI streaming protocol on plain asyncio streams, with no web framework: POST
 /v1/chat/completions answers `max_tokens` content chunks, one token each, the first after
 `first-token-ms` (a small model's prefill) and token i at i x interval after it, on a fixed
-schedule so a late wake-up does not push the following tokens back. Every token is
-TOKEN_WIDTH characters (token i is its number, zero-padded, and a space), so a client counts
-tokens from characters however a relay merges them into events, and checks the text exactly. Then the finish chunk, a usage chunk and [DONE]. The events are
-encoded once and reused, so each chunk costs one write. GET /health answers ok, GET /stats
-the connections and requests seen, which tells whether the relay reuses its upstream
-connections.
+schedule so a late wake-up does not push the following tokens back; then the finish chunk, a
+usage chunk and [DONE]. Every token is TOKEN_WIDTH characters (token i is its number,
+zero-padded, and a space), so a client counts tokens from characters however a relay merges
+them into events, and checks the text exactly. The events are encoded once and reused, so each
+chunk costs one write. GET /health answers ok.
 """
 
 import argparse
@@ -69,11 +68,8 @@ class StandIn:
     def __init__(self, interval_s: float, first_token_s: float, default_chunks: int):
         self.interval_s, self.first_token_s = interval_s, first_token_s
         self.default_chunks = default_chunks
-        self.connections = 0
-        self.requests = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
         try:
             while await self._one_request(reader, writer):
                 pass
@@ -97,14 +93,11 @@ class StandIn:
             elif name == "connection" and value == "close":
                 keep_alive = False
         body = await reader.readexactly(length) if length else b""
-        self.requests += 1
         if method == "POST" and path.startswith("/v1/chat/completions"):
             await self._stream(writer, body)
-        elif method == "GET" and path.startswith(("/health", "/stats")):
-            payload = json.dumps({"status": "ok", "connections": self.connections,
-                                  "requests": self.requests}).encode()
+        elif method == "GET" and path.startswith("/health"):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+                         b"content-length: 15\r\n\r\n{\"status\":\"ok\"}")
             await writer.drain()
         else:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
