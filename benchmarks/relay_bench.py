@@ -93,11 +93,12 @@ class Bench:
         """Direct and through one daphne, round by round, each kept under its own key."""
         upstream = self.upstreams[interval_ms]
         direct, through = Target(DIRECT, base_url(upstream)), await self.web(web, tokens)
-        pids = {"stand-in": [upstream.pid], "daphne": [web.pid]}
+        pids = {DIRECT: {"stand-in": [upstream.pid]},
+                THROUGH: {"stand-in": [upstream.pid], "daphne": [web.pid]}}
         parts = {DIRECT: [], THROUGH: []}
         for _ in range(rounds):
             for path, target in ((DIRECT, direct), (THROUGH, through)):
-                parts[path].append(await target.round(streams, tokens, pids, stagger_s))
+                parts[path].append(await target.round(streams, tokens, pids[path], stagger_s))
         for path, done in parts.items():
             self.figures[f"{name} {path}"] = summarize(f"{name} {path}", done)
         await direct.aclose()
@@ -107,7 +108,9 @@ class Bench:
                    front: ChildProcess | None = None) -> None:
         """One capacity round: every stream at once, full answers from the 20 ms stand-in."""
         upstream = self.upstreams[self.plan.interval_ms]
-        pids = {"stand-in": [upstream.pid], "daphne": [web.pid for web in webs]}
+        pids = {"stand-in": [upstream.pid]}
+        if webs:
+            pids["daphne"] = [web.pid for web in webs]
         if front is not None:
             pids["nginx"] = family(front.pid)  # the master and its worker
         done = await target.round(self.plan.capacity_streams, self.plan.answer_tokens, pids)
