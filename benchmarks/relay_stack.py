@@ -118,9 +118,12 @@ def nginx_in_front(daphnes: list[ChildProcess], scratch: Path) -> ChildProcess:
     port = free_port()
     servers = [urlsplit(d.ready_url).netloc for d in daphnes]
     directory = Path(tempfile.mkdtemp(prefix="nginx-", dir=scratch))
-    # The template holds one `server ${CHATAPP_UPSTREAM};` line: the rest follow it.
-    config = nginx.render(nginx.NginxSite(listen=f"127.0.0.1:{port}",
-                                          upstream=";\n    server ".join(servers)), directory)
+    listen = f"127.0.0.1:{port}"
+    try:
+        site = nginx.NginxSite(listen=listen, upstreams=tuple(servers))
+    except TypeError:  # stack/nginx.py before several web processes: one `server` line to fill
+        site = nginx.NginxSite(listen=listen, upstream=";\n    server ".join(servers))
+    config = nginx.render(site, directory)
     return child("nginx", nginx.command(config), dict(os.environ),
                  f"http://127.0.0.1:{port}/healthz")
 
