@@ -18,7 +18,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                   "continuous batching and a static batch; then multi-turn conversations"),
     "browser": ("benchmarks.browser_bench",
                 "the chat page in headless Chromium under a 20,000-token flood"),
-    "relay": ("benchmarks.relay_bench", "relay overhead: daphne vs. a fast stand-in upstream, 1/50/500 streams"),
+    "relay": ("benchmarks.relay_bench",
+              "the relay: added TTFT, CPU per token, capacity of daphne processes behind nginx"),
 }
 
 

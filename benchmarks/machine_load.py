@@ -22,7 +22,7 @@ def _machine_busy_ticks() -> int | None:
     return user + nice + system + irq + softirq + steal
 
 
-def _process_ticks(pid: int) -> int:
+def process_ticks(pid: int) -> int:
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -30,6 +30,17 @@ def _process_ticks(pid: int) -> int:
     # The command name may hold spaces and parentheses: the fields start after the last ')'.
     fields = text.rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime, stime of every thread
+
+
+def family(pid: int) -> list[int]:
+    """`pid` and its children (nginx's master and its workers), from /proc."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return [pid, *children]
 
 
 class ForeignLoad:
@@ -40,7 +51,7 @@ class ForeignLoad:
         self.cores: float | None = None
 
     def _ours(self) -> int:
-        return sum(_process_ticks(pid) for pid in self.pids)
+        return sum(process_ticks(pid) for pid in self.pids)
 
     def __enter__(self) -> "ForeignLoad":
         self._started = time.monotonic()

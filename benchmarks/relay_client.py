@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 client for the relay benchmark's streams: one keep-alive connection each.
 
-httpx is the project's client, and the benchmark uses it for everything else (sign-in, the
-stand-in's counters), but at 500 streams 20 ms apart it cannot be the load generator: its
+httpx is the project's client, and the benchmark uses it for everything else (sign-in, new
+conversations), but at 500 streams 20 ms apart it cannot be the load generator: its
 pool scans every connection for every queued request, and reading one chunk costs it some
 35 µs, so on two shared cores the direct baseline measured httpx, not the upstream (bursts of
 chunks read together, a p50 gap of 0 ms). This client is an `asyncio.Protocol`: a request is
@@ -127,7 +127,6 @@ class Connection:
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
         self._protocol: _Protocol | None = None
-        self.opened = 0
 
     @property
     def is_open(self) -> bool:
@@ -137,7 +136,6 @@ class Connection:
         if not self.is_open:
             _, self._protocol = await asyncio.get_running_loop().create_connection(
                 _Protocol, self.host, self.port)
-            self.opened += 1
 
     async def request(self, method: str, path: str, body: bytes, on_body: OnBody,
                       headers: dict[str, str] | None = None) -> int:

@@ -1,13 +1,14 @@
 """A fast stand-in for the inference service, so the relay benchmark measures the relay itself.
 
-`python -m benchmarks.relay_upstream --port P --interval-ms 20` serves the OpenAI streaming
-protocol on plain asyncio streams, with no web framework: POST /v1/chat/completions answers
-`max_tokens` content chunks of a few characters (chunk i is "t<i> "), the first at once and
-chunk i at i x interval after the headers, on a fixed schedule so a late wake-up does not push
-the following chunks back. Then the finish chunk, a usage chunk and [DONE]. The events are
-encoded once and reused, so each chunk costs one write. GET /health answers ok, GET /stats
-the connections and requests seen, which tells whether the relay reuses its upstream
-connections.
+`python -m benchmarks.relay_upstream --port P --interval-ms 20 --first-token-ms 30` serves the
+OpenAI streaming protocol on plain asyncio streams, with no web framework: POST
+/v1/chat/completions answers `max_tokens` content chunks, one token each, the first after
+`first-token-ms` (a small model's prefill) and token i at i x interval after it, on a fixed
+schedule so a late wake-up does not push the following tokens back; then the finish chunk, a
+usage chunk and [DONE]. Every token is TOKEN_WIDTH characters (token i is its number,
+zero-padded, and a space), so a client counts tokens from characters however a relay merges
+them into events, and checks the text exactly. The events are encoded once and reused, so each
+chunk costs one write. GET /health answers ok.
 """
 
 import argparse
@@ -23,8 +24,16 @@ _HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: 
 _END_OF_BODY = b"0\r\n\r\n"
 
 
-def chunk_text(index: int) -> str:
-    return f"t{index} "
+TOKEN_WIDTH = 5
+
+
+def token_text(index: int) -> str:
+    return f"{index % 10_000:04d} "
+
+
+def answer_text(tokens: int) -> str:
+    """The whole text of an answer of `tokens` tokens."""
+    return "".join(token_text(i) for i in range(tokens))
 
 
 def _frame(payload) -> bytes:
@@ -45,7 +54,7 @@ _ROLE = _frame(_choice({"role": "assistant"}))
 @functools.lru_cache(maxsize=64)
 def _answer(count: int) -> tuple[list[bytes], bytes]:
     """The content frames of an answer of `count` chunks, and everything after the last one."""
-    frames = [_frame(_choice({"content": chunk_text(i)})) for i in range(count)]
+    frames = [_frame(_choice({"content": token_text(i)})) for i in range(count)]
     tail = (_frame(_choice({}, "stop"))
             + _frame({"id": "bench", "object": "chat.completion.chunk", "created": 0,
                       "model": "stand-in", "choices": [],
@@ -56,14 +65,11 @@ def _answer(count: int) -> tuple[list[bytes], bytes]:
 
 
 class StandIn:
-    def __init__(self, interval_s: float, default_chunks: int):
-        self.interval_s = interval_s
+    def __init__(self, interval_s: float, first_token_s: float, default_chunks: int):
+        self.interval_s, self.first_token_s = interval_s, first_token_s
         self.default_chunks = default_chunks
-        self.connections = 0
-        self.requests = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
         try:
             while await self._one_request(reader, writer):
                 pass
@@ -87,14 +93,11 @@ class StandIn:
             elif name == "connection" and value == "close":
                 keep_alive = False
         body = await reader.readexactly(length) if length else b""
-        self.requests += 1
         if method == "POST" and path.startswith("/v1/chat/completions"):
             await self._stream(writer, body)
-        elif method == "GET" and path.startswith(("/health", "/stats")):
-            payload = json.dumps({"status": "ok", "connections": self.connections,
-                                  "requests": self.requests}).encode()
+        elif method == "GET" and path.startswith("/health"):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+                         b"content-length: 15\r\n\r\n{\"status\":\"ok\"}")
             await writer.drain()
         else:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
@@ -108,10 +111,10 @@ class StandIn:
             count = self.default_chunks
         frames, tail = _answer(max(count, 1))
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        writer.write(_HEAD + _ROLE + frames[0])
+        writer.write(_HEAD + _ROLE)
         await writer.drain()
-        for index in range(1, len(frames)):
+        started = loop.time() + self.first_token_s
+        for index in range(len(frames)):
             delay = started + index * self.interval_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -128,8 +131,9 @@ def raise_open_files_limit(wanted: int = 65536) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-async def serve(host: str, port: int, interval_s: float, default_chunks: int) -> None:
-    stand_in = StandIn(interval_s, default_chunks)
+async def serve(host: str, port: int, interval_s: float, first_token_s: float,
+                default_chunks: int) -> None:
+    stand_in = StandIn(interval_s, first_token_s, default_chunks)
     server = await asyncio.start_server(stand_in.handle, host, port, backlog=4096)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -147,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--interval-ms", type=float, default=20.0,
                         help="time between two content chunks of one answer")
+    parser.add_argument("--first-token-ms", type=float, default=0.0,
+                        help="time from the request to the first content chunk (the prefill)")
     parser.add_argument("--default-chunks", type=int, default=50,
                         help="content chunks when the request names no max_tokens")
     args = parser.parse_args(argv)
     raise_open_files_limit()
-    asyncio.run(serve(args.host, args.port, args.interval_ms / 1000, args.default_chunks))
+    asyncio.run(serve(args.host, args.port, args.interval_ms / 1000, args.first_token_ms / 1000,
+                      args.default_chunks))
     return 0
 
 

@@ -228,7 +228,7 @@ def _verdict(target: dict) -> str:
 
 
 def target_lines(run) -> list[str]:
-    return [f"{_verdict(t)} {t['name']}: {t['detail']}" for t in run.targets]
+    return [target_line(t) for t in run.targets]
 
 
 # --- the terminal ---
@@ -249,11 +249,7 @@ def print_results(results: Results) -> None:
 
 # --- files ---
 def write_json(results: Results) -> Path:
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(results.started))
-    path = RESULTS_DIR / f"inference-{stamp}.json"
-    path.write_text(json.dumps(results.to_json(), indent=1) + "\n")
-    return path
+    return write_results("inference", results.to_json(), results.started)
 
 
 def write_plot(results: Results, path: Path = PLOT_PATH) -> Path:
@@ -457,7 +453,7 @@ def render_section(results: Results) -> str:
             lines += ["Multi-turn, TTFT p50 across conversations at each turn:", ""]
             lines += markdown_table(turn_rows[0], turn_rows[1:]) + [""]
         lines += ["Targets:", ""]
-        lines += [f"- **{_verdict(t).strip()}** {t['name']}: {t['detail']}" for t in run.targets]
+        lines += [target_line(t, markdown=True) for t in run.targets]
         caveats = caveat_lines(run)
         lines += ([""] + [f"**{line}**" for line in caveats] if caveats else []) + [""]
     lines.append("![Throughput and ITL against concurrency](benchmarks/inference.png)")
@@ -513,3 +509,134 @@ def _commit() -> str:
 
 def stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(seconds))
+
+
+def target_line(target: dict, markdown: bool = False) -> str:
+    verdict = _verdict(target)
+    if markdown:
+        return f"- **{verdict.strip()}** {target['name']}: {target['detail']}"
+    return f"{verdict} {target['name']}: {target['detail']}"
+
+
+def write_results(name: str, data: dict, started: float) -> Path:
+    """The results JSON of one run, named for the benchmark and its start."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path = RESULTS_DIR / f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+# --- the relay (relay_bench.py) ---
+RELAY_ROWS = {  # figures' key -> the row's name, in the table's order
+    "ttft direct": "TTFT, 1 stream: direct (stand-in)", "ttft through": "TTFT, 1 stream: daphne",
+    "steady direct": "steady: direct", "steady through": "steady: daphne",
+    "capacity direct": "capacity: direct (client and stand-in alone)",
+    "capacity through": "capacity: 1 daphne",
+    "capacity nginx 1": "capacity: nginx + 1 daphne", "capacity nginx 2": "capacity: nginx + 2 daphne",
+}
+RELAY_COLUMNS = ["measurement", "ok/streams", "TTFT ms p50/p90/p99", "gap ms p50/p90/p99",
+                 "delivered tok/s", "events per token", "CPU cores daphne/stand-in/nginx/client",
+                 "daphne µs per token", "other CPU"]
+
+
+def relay_rows(figures: dict) -> list[list[str]]:
+    rows = []
+    for key, name in RELAY_ROWS.items():
+        f = figures.get(key)
+        if f is None:
+            continue
+        cpu = f["cpu_cores"]
+        rows.append([
+            name, f"{f['ok']}/{f['streams']}", _triple(f["ttft_s"]), _triple(f["gap_s"]),
+            _number(f["delivered_tok_s"], ",.0f"), _number(f["events_per_token"], ".2f"),
+            "/".join(cores(cpu.get(k)) for k in ("daphne", "stand-in", "nginx", "client")),
+            _number(f["daphne_cpu_us_per_token"], ".0f"),
+            cores(f["other_cores"]) + (" !" if (f["other_cores"] or 0.0) > DISTURBED_CORES else ""),
+        ])
+    return rows
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def relay_notes(results: dict) -> list[str]:
+    """What bounds the figures: the client's own ceiling, the inference HTTP layer's slot."""
+    notes = []
+    direct, offered = results["figures"].get("capacity direct"), results["offered_tok_s"]
+    if direct and (direct["delivered_tok_s"] or 0) < 0.9 * offered:
+        notes.append(f"The client and the stand-in alone delivered "
+                     f"{_number(direct['delivered_tok_s'], ',.0f')} of {offered:,.0f} tokens/s "
+                     "offered: this machine cannot offer the full load, and the capacity "
+                     "figures through daphne are bounded by that.")
+    http = results.get("inference_http")
+    notes.append("Inference service HTTP layer alone (benchmarks/inference_http.py): "
+                 + ("N/A, not in this checkout." if not http else
+                    ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}"
+                              for k, v in http.items() if not isinstance(v, (dict, list)))))
+    return notes
+
+
+def relay_lines(results: dict) -> list[str]:
+    """The terminal's view of a relay run."""
+    lines = ["", "=== relay benchmark ==="]
+    lines += text_table(RELAY_COLUMNS, relay_rows(results["figures"])) + [""]
+    lines += relay_notes(results) + [""]
+    lines += [target_line(t) for t in results["targets"]]
+    return lines + ["", f"command: {results['command']}"]
+
+
+def relay_machine() -> dict:
+    from importlib.metadata import version
+
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
+            "python": platform.python_version(), "django": version("django"),
+            "daphne": version("daphne"), "load_average": ", ".join(
+                f"{x:.2f}" for x in os.getloadavg()), "commit": _commit()}
+
+
+def relay_section(results: dict) -> str:
+    m, p = results["machine"], results["plan"]
+    lines = ["## Relay (daphne)", ""]
+    if p["quick"]:
+        lines += ["**A sample run (quick or resized), not representative: run the command without "
+                  "options for the real figures.**", ""]
+    lines += [
+        f"Command: `{results['command']}` (started {results['started']}, "
+        f"{results['duration_s'] / 60:.1f} min, commit {m['commit']}).",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']:.0f} GB RAM; Python "
+        f"{m['python']}, Django {m['django']}, daphne {m['daphne']}; load average at start "
+        f"{m['load_average']}. The load generator (one Python process), the stand-in upstream, "
+        "nginx and daphne share these cores.",
+        "",
+        f"Workload: the stand-in upstream (benchmarks/relay_upstream.py) answers every request "
+        f"with tokens of 5 characters, the first after {p['first_token_ms']:g} ms (a small "
+        f"model's prefill), then one every {p['interval_ms']:g} ms. TTFT: {p['ttft_rounds']} "
+        f"rounds of 1 stream of {p['ttft_tokens']} tokens each path, the paths alternating; "
+        f"steady: {p['steady_rounds']} round(s) of {p['steady_streams']} streams of "
+        f"{p['answer_tokens']} tokens each path, alternating, from a second stand-in with a "
+        f"token every {p['steady_interval_ms']:g} ms, the streams starting "
+        f"{p['steady_stagger_ms']:g} ms apart ({results['steady_offered_tok_s']:,.0f} tokens/s "
+        f"offered once all flow); capacity: 1 round of {p['capacity_streams']} streams of "
+        f"{p['answer_tokens']} tokens ({results['offered_tok_s']:,.0f} tokens/s offered once "
+        "all flow), direct, through one daphne process, and through nginx (the project's "
+        "config, an upstream block of "
+        f"{' and '.join(map(str, p['web_processes']))} daphne process(es)). All other rounds' "
+        "streams start together; each stream has a keep-alive connection opened before. "
+        "*Direct*: POST "
+        "/v1/chat/completions on the stand-in; *daphne*: POST /api/conversations/<id>/messages "
+        "(`chatapp.asgi:application`, a signed-in user, a fresh conversation per stream, "
+        "in-memory channel layer). Tokens are counted from the text (a relay may merge several "
+        "into one event); a stream is an error unless it ends properly with exactly the "
+        "stand-in's text. Gap: between two events of a stream that carried text; events per "
+        "token: those events over the tokens (below 1 where a hop merged tokens). Delivered "
+        "tokens/s: tokens received over the time from the first token to the last. CPU: "
+        "cores' worth of each process over the rounds (/proc/<pid>/stat); daphne µs per "
+        "token: daphne's CPU over the tokens it relayed, starts included; other CPU: "
+        f"processes outside the benchmark (flagged ! above {DISTURBED_CORES}).",
+        "",
+    ]
+    lines += markdown_table(RELAY_COLUMNS, relay_rows(results["figures"])) + [""]
+    lines += relay_notes(results) + ["", "Targets:", ""]
+    return "\n".join(lines + [target_line(t, markdown=True) for t in results["targets"]])

@@ -133,3 +133,88 @@ def _cancel(cancel: dict) -> dict:
               + ("never" if dropped is None else f"within {dropped * 1000:.0f} ms")
               + f", cancelled counter +{cancel['server_cancelled_counter_delta']:g}")
     return {"name": name, "measured": ratio, "threshold": 1.0, "passed": passed, "detail": detail}
+
+
+# --- the relay (relay_bench.py); each figure a ratio or a difference within one run ---
+RELAY_ADDED_TTFT_MS = 2.0
+RELAY_ADDED_GAP_MS = 2.0
+RELAY_CPU_US_PER_TOKEN = 250.0
+RELAY_CAPACITY_TOK_S = 10_000.0
+RELAY_CAPACITY_GAP_P99_MS = 250.0
+INFERENCE_HTTP_SHARE = 0.9
+
+
+def relay(results: dict) -> list[dict]:
+    """The relay's targets from its figures (relay_stream.summarize); N/A where one is missing."""
+    figures = results["figures"]
+    capacity = figures.get("capacity through")
+    gap_p99 = capacity["gap_s"]["p99"] if capacity else None
+    return [
+        _added_ms("added TTFT p50 @1", figures, "ttft", "ttft_s", RELAY_ADDED_TTFT_MS),
+        _limit(f"daphne CPU per relayed token @steady <= {RELAY_CPU_US_PER_TOKEN:g} µs",
+               (figures.get("steady through") or {}).get("daphne_cpu_us_per_token"),
+               RELAY_CPU_US_PER_TOKEN, "µs", above=False),
+        _added_ms("added gap p50 @steady", figures, "steady", "gap_s", RELAY_ADDED_GAP_MS),
+        _limit(f"capacity: one daphne delivers >= {RELAY_CAPACITY_TOK_S:,.0f} tokens/s of "
+               f"{results['offered_tok_s']:,.0f} offered",
+               capacity and capacity["delivered_tok_s"], RELAY_CAPACITY_TOK_S, "tokens/s",
+               above=True),
+        _complete("capacity: every stream complete and exact", capacity),
+        _limit(f"capacity: gap p99 <= {RELAY_CAPACITY_GAP_P99_MS:g} ms",
+               None if gap_p99 is None else gap_p99 * 1000, RELAY_CAPACITY_GAP_P99_MS, "ms",
+               above=False),
+        _inference_http(results.get("inference_http")),
+    ]
+
+
+def _target(name: str, measured, threshold, passed, detail: str) -> dict:
+    return {"name": name, "measured": measured, "threshold": threshold, "passed": passed,
+            "detail": detail}
+
+
+def _limit(name: str, value: float | None, threshold: float, unit: str, above: bool) -> dict:
+    if value is None:
+        return _not_measured(name, threshold)
+    passed = value >= threshold if above else value <= threshold
+    return _target(name, value, threshold, passed, f"{value:,.1f} {unit}")
+
+
+def _added_ms(label: str, figures: dict, measurement: str, figure: str, threshold: float) -> dict:
+    """Through daphne minus direct, at p50, in one measurement (both paths alternating)."""
+    name = f"{label}: through daphne - direct <= {threshold:g} ms"
+    direct, through = figures.get(f"{measurement} direct"), figures.get(f"{measurement} through")
+    if not direct or not through or None in (direct[figure]["p50"], through[figure]["p50"]):
+        return _not_measured(name, threshold)
+    a, b = direct[figure]["p50"] * 1000, through[figure]["p50"] * 1000
+    return _target(name, b - a, threshold, b - a <= threshold,
+                    f"{b - a:+.2f} ms (through {b:.1f} ms, direct {a:.1f} ms)")
+
+
+def _complete(name: str, figures: dict | None) -> dict:
+    if not figures or not figures["streams"]:
+        return _not_measured(name, 0)
+    failed = figures["streams"] - figures["ok"]
+    kinds = "; ".join(f"{n} x {kind}" for kind, n in figures["error_kinds"].items())
+    return _target(name, failed, 0, failed == 0,
+                    f"{figures['ok']}/{figures['streams']} streams" + (f": {kinds}" if kinds else ""))
+
+
+def _inference_http(figures: dict | None) -> dict:
+    """inference_http.measure's figures: delivered over offered, every stream exact and its
+    first token alone in its event."""
+    name = (f"inference service HTTP layer alone: delivered >= {INFERENCE_HTTP_SHARE:.0%} of "
+            "offered tokens/s, every stream exact, each first token alone")
+    if not figures:
+        return _target(name, None, INFERENCE_HTTP_SHARE, None,
+                       "not measured: benchmarks/inference_http.py is not in this checkout")
+    if figures.get("error"):
+        return _target(name, None, INFERENCE_HTTP_SHARE, False, f"the run failed: {figures['error']}")
+    delivered, offered = figures.get("delivered_tokens_per_s"), figures.get("offered_tokens_per_s")
+    if not delivered or not offered:
+        return _not_measured(name, INFERENCE_HTTP_SHARE)
+    share, streams = delivered / offered, figures.get("streams")
+    exact, alone = figures.get("exact_streams"), figures.get("first_token_alone")
+    return _target(name, share, INFERENCE_HTTP_SHARE,
+                   share >= INFERENCE_HTTP_SHARE and exact == streams and alone == streams,
+                   f"{delivered:,.0f} of {offered:,.0f} tokens/s = {share:.0%}; {exact}/{streams} "
+                   f"streams exact, {alone}/{streams} first tokens alone")

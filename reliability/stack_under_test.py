@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from benchmarks.relay_bench import fresh_database
+from benchmarks.relay_stack import fresh_database
 from benchmarks.server_process import ChildProcess, free_port, parse_metrics
 from tests.servers import healthy, wait_until
 
