@@ -118,12 +118,8 @@ def nginx_in_front(daphnes: list[ChildProcess], scratch: Path) -> ChildProcess:
     port = free_port()
     servers = [urlsplit(d.ready_url).netloc for d in daphnes]
     directory = Path(tempfile.mkdtemp(prefix="nginx-", dir=scratch))
-    listen = f"127.0.0.1:{port}"
-    try:
-        site = nginx.NginxSite(listen=listen, upstreams=tuple(servers))
-    except TypeError:  # stack/nginx.py before several web processes: one `server` line to fill
-        site = nginx.NginxSite(listen=listen, upstream=";\n    server ".join(servers))
-    config = nginx.render(site, directory)
+    config = nginx.render(nginx.NginxSite(listen=f"127.0.0.1:{port}", upstreams=tuple(servers)),
+                          directory)
     return child("nginx", nginx.command(config), dict(os.environ),
                  f"http://127.0.0.1:{port}/healthz")
 
