@@ -42,7 +42,9 @@ class Plan:
     steady_streams: int = 50
     steady_rounds: int = 2
     capacity_streams: int = 500
-    answer_tokens: int = 100
+    # Answers that outlast the starts: 500 starts take 5-8 s on two cores, and with answers of
+    # 100 tokens (2 s) the capacity round measured how fast starts went through, not the relay.
+    answer_tokens: int = 500
     interval_ms: float = 20.0
     first_token_ms: float = 30.0
     # Steady state: 1,000 tokens/s offered to 50 streams (one token each 50 ms), the streams
@@ -68,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             ("steady-streams", "streams of the steady-state rounds (default 50)"),
                             ("capacity-streams", "streams of the capacity rounds (default 500)"),
                             ("answer-tokens", "tokens per answer, steady and capacity "
-                                              "(default 100)")):
+                                              "(default 500)")):
         parser.add_argument(f"--{name}", type=int, help=help_text)
     parser.add_argument("--web-processes", help="daphne processes behind nginx, comma-separated "
                                                 "(default 1,2)")
