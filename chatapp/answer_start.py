@@ -18,6 +18,7 @@ from common.vocabulary import CancelledBy
 from . import services
 from .database_threads import on_database_thread
 from .inference_client import UpstreamRefused, UpstreamStream
+from .to_the_end import to_the_end
 
 
 async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, UpstreamStream]:
@@ -29,7 +30,7 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
         await asyncio.wait({opening, writing})
         return await _settle(opening, writing)
     except asyncio.CancelledError:  # the browser left
-        await _completed(_abandon(opening, writing))
+        await to_the_end(_abandon(opening, writing))
         raise
 
 
@@ -69,13 +70,3 @@ async def _abandon(opening: asyncio.Future, writing: asyncio.Future) -> None:
 
 async def _finish(start: services.AnswerStart, outcome: services.Outcome) -> None:
     await on_database_thread(services.generation_finish)(generation_id=start.generation.pk, outcome=outcome)
-
-
-async def _completed(work):
-    """Runs `work` to its end even when cancelled meanwhile; the cancellation follows."""
-    work = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(work)
-    except asyncio.CancelledError:
-        await work
-        raise

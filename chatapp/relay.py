@@ -32,6 +32,7 @@ from common.vocabulary import CancelledBy, GenerationStatus
 from . import selectors, services, sse
 from .database_threads import on_database_thread
 from .inference_client import UpstreamBroken, UpstreamStream
+from .to_the_end import to_the_end
 from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)
@@ -232,12 +233,7 @@ class Relay:
             streamed = self._last_delta_at - self._first_delta_at
             self.outcome.itl_mean_ms = streamed / (self.outcome.num_chunks - 1) * 1000
             self.outcome.itl_max_ms = self._longest_gap * 1000
-        work = asyncio.ensure_future(self._close_and_save())
-        try:
-            return await asyncio.shield(work)
-        except asyncio.CancelledError:
-            await work  # cancelled while finishing: the write still completes, then we go
-            raise
+        return await to_the_end(self._close_and_save())  # cancelled meanwhile: written, then gone
 
     async def _close_and_save(self):
         if self._backlog is not None:
