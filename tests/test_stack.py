@@ -59,7 +59,7 @@ def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_sigterm(
         nginx_binary, stack_database, stop_signal):
-    public_port, daphne_port = servers.free_port(), servers.free_port()
+    public_port, daphne_port = servers.free_port(), servers.free_port_run(2)
     env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
@@ -114,7 +114,7 @@ def daphne_pid(stack, port: int) -> int | None:
 
 @pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
 def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(nginx_binary, stack_database):
-    public_port, daphne_port = servers.free_port(), servers.free_port()
+    public_port, daphne_port = servers.free_port(), servers.free_port_run(2)
     env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
