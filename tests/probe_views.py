@@ -1,5 +1,5 @@
-"""Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, and
-the count of database connections this process has opened."""
+"""Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, the
+count of database connections this process has opened, and the thread a sync view runs on."""
 
 import asyncio
 import json
@@ -56,3 +56,8 @@ async def connections_opened(request):
     """How many database connections this process has opened so far (it opens none itself)."""
     with _connections_lock:
         return JsonResponse(dict(_connections))
+
+
+def thread_name(request):
+    """A sync view: Django runs it through a thread-sensitive sync_to_async."""
+    return JsonResponse({"thread": threading.current_thread().name})
