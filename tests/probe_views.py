@@ -1,5 +1,6 @@
 """Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, the
-count of database connections this process has opened, and the thread a sync view runs on."""
+count of database connections this process has opened, the thread a sync view runs on, and the
+kind of event loop the process runs."""
 
 import asyncio
 import json
@@ -61,3 +62,8 @@ async def connections_opened(request):
 def thread_name(request):
     """A sync view: Django runs it through a thread-sensitive sync_to_async."""
     return JsonResponse({"thread": threading.current_thread().name})
+
+
+async def event_loop(request):
+    loop = type(asyncio.get_running_loop())
+    return JsonResponse({"loop": f"{loop.__module__}.{loop.__qualname__}"})

@@ -60,7 +60,7 @@ def two_web_processes(upstream, nginx_binary, tmp_path):
     config = nginx.render(site, tmp_path / "nginx")
     with ExitStack() as running:
         for port, log in zip(ports, logs):
-            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            command = [sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
                        "--access-log", str(log), "chatapp.asgi:application"]
             running.enter_context(servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"))
         running.enter_context(servers.running(nginx.command(config),
