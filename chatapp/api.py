@@ -216,11 +216,29 @@ def continue_answer(request, user, message_id: int) -> services.AnswerPlan:
     return services.answer_continue(user=user, message=found)
 
 
+def generation_json(generation) -> dict:
+    """Where one generation stands, with its answer's message and its audit figures."""
+    message = generation.message
+    saved = message.content if message is not None else generation.final_text
+    return {"id": generation.pk, "status": generation.status,
+            "message_id": generation.message_id, "message_status": message and message.status,
+            "text_length": len(saved), "finish_reason": generation.finish_reason,
+            "cancelled_by": generation.cancelled_by, "error_code": generation.error_code,
+            "ttft_ms": generation.ttft_ms, "itl_mean_ms": generation.itl_mean_ms,
+            "itl_max_ms": generation.itl_max_ms, "input_tokens": generation.input_tokens,
+            "output_tokens": generation.output_tokens,
+            "created_at": _iso(generation.started_at), "first_token_at": _iso(generation.first_token_at),
+            "finished_at": _iso(generation.finished_at)}
+
+
+def _iso(moment) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
 @endpoint("GET")
 async def generation(request, user, generation_id: int):
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return JsonResponse({"id": found.pk, "status": found.status,
-                         "finish_reason": found.finish_reason, "cancelled_by": found.cancelled_by})
+    return JsonResponse(generation_json(found))
 
 
 @endpoint("POST")

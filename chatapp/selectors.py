@@ -43,7 +43,7 @@ def message_get(*, user, message_id: int) -> Message:
 
 def generation_get(*, user, generation_id: int) -> Generation:
     try:
-        return Generation.objects.get(pk=generation_id, user=user)
+        return Generation.objects.select_related("message").get(pk=generation_id, user=user)
     except Generation.DoesNotExist:
         raise not_found("generation") from None
 
