@@ -50,7 +50,8 @@ class Relay:
         self.generation = start.generation
         self.upstream = upstream
         self.started = started  # monotonic time the request arrived
-        self.outcome = services.Outcome()
+        # Known at open: recorded however the answer ends, unless a final usage says otherwise.
+        self.outcome = services.Outcome(prompt_tokens=upstream.prompt_tokens)
         self._sent: list[str] = []
         self._first_delta_at: float | None = None
         self._last_delta_at: float | None = None

@@ -194,6 +194,7 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
     usage: dict | None = None
+    prompt_tokens: int | None = None  # said by the upstream at open; its final usage wins
     first_token_at: object = None  # datetime
     ttft_ms: float | None = None
     itl_mean_ms: float | None = None
@@ -276,11 +277,13 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
         # Without [DONE] the stream did not end as the protocol intends, whatever it said.
         reason = FinishReason.ERROR
     usage = outcome.usage or {}
+    prompt_tokens = usage.get("prompt_tokens")
     try:
         return _move(
             current, status_for(reason), final_text=text,
             finish_reason=reason, cancelled_by=cancelled_by or "", error_code=error_code,
-            error_message=error_message, input_tokens=usage.get("prompt_tokens"),
+            error_message=error_message,
+            input_tokens=outcome.prompt_tokens if prompt_tokens is None else prompt_tokens,
             # Without usage (a stream cut short), each content chunk carried at least one token.
             output_tokens=usage.get("completion_tokens", outcome.num_chunks),
             first_token_at=outcome.first_token_at, ttft_ms=outcome.ttft_ms,

@@ -22,13 +22,13 @@ async def read_events(response, gate=None) -> list[tuple[str, dict | None]]:
     return events
 
 
-async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int):
-    """Sends a message, reads `deltas` delta events, then Stops with `seen_chars`.
+async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int, content: str = "go"):
+    """Sends `content`, reads `deltas` delta events, then Stops with `seen_chars`.
 
     Returns (the Stop's response, the events read before it, the (name, payload) events after).
     """
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
-                              json.dumps({"content": "go"}), content_type="application/json")
+                              json.dumps({"content": content}), content_type="application/json")
     parser, before = SSEParser(), []
     stream = response.streaming_content
     while len([e for e in before if e.event == "delta"]) < deltas:
