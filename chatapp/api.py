@@ -14,7 +14,7 @@ from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from . import answer_start, login_limit, request_input, selectors, services
+from . import answer_start, login_limit, request_input, selectors, services, watch
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused
@@ -241,6 +241,13 @@ async def generation(request, user, generation_id: int):
     return JsonResponse(generation_json(found))
 
 
+@endpoint("GET")
+async def generation_events(request, user, generation_id: int):
+    """The watch stream: another page follows an answer it did not start (chatapp/watch.py)."""
+    found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
+    return event_stream(watch.events(found))
+
+
 @endpoint("POST")
 async def stop(request, user, generation_id: int):
     """Stop with the number of characters (code points) of this generation the user saw."""
@@ -271,8 +278,12 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:
         return error_response(refusal.status, refusal.code, refusal.message)
-    response = StreamingHttpResponse(Relay(start, upstream, started).events(),
-                                     content_type="text/event-stream")
+    return event_stream(Relay(start, upstream, started).events())
+
+
+def event_stream(events) -> StreamingHttpResponse:
+    """Server-sent events, neither cached nor buffered by a proxy on the way."""
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -93,12 +93,7 @@ class Relay:
         generation = await self._finish()
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
-        yield sse.event("done", {
-            "generation_id": generation.pk, "message_id": self.start.message.pk,
-            "finish_reason": generation.finish_reason, "status": generation.status,
-            "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
-            "ttft_ms": generation.ttft_ms,
-        })
+        yield sse.done(generation)
 
     async def _upstream_items(self):
         """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.
