@@ -72,6 +72,17 @@ def text_of(events) -> str:
     return "".join(payload["text"] for name, payload in events if name == "delta")
 
 
+def shown(events) -> str:
+    """The text a page watching an answer shows: a `prefix` replaces it, a `delta` adds to it."""
+    text = ""
+    for name, payload in events:
+        if name == "prefix":
+            text = payload["text"]
+        elif name == "delta":
+            text += payload["text"]
+    return text
+
+
 class Browser:
     """Speaks ASGI to the real app like a browser over daphne, and can hang up mid-stream."""
 

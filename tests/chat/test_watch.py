@@ -9,7 +9,7 @@ from django.test import AsyncClient
 
 from chatapp.models import Generation
 from tests import factories
-from tests.chat.streams import Browser, EventReader, names, read_events, text_of
+from tests.chat.streams import Browser, EventReader, names, read_events, shown, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,17 +19,6 @@ def quick_saves(settings):
     """The relay saves and the watcher reads often, so that a short answer is seen growing."""
     settings.CHAT_SAVE_INTERVAL_SECONDS = 0.05
     settings.CHAT_WATCH_INTERVAL_SECONDS = 0.05
-
-
-def shown(events) -> str:
-    """The text a watching page shows: a `prefix` replaces it, a `delta` adds to it."""
-    text = ""
-    for name, payload in events:
-        if name == "prefix":
-            text = payload["text"]
-        elif name == "delta":
-            text += payload["text"]
-    return text
 
 
 async def start_answer(api, conversation) -> tuple[asyncio.Future, Generation]:
