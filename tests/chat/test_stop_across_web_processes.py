@@ -4,6 +4,8 @@ Two daphne processes share the channel layer on Redis and the database; nginx ba
 `make run` configures it (stack/nginx.py with nginx/chatapp.conf.template): a new request goes
 to the process with fewer open ones, so while one process holds a stream the next request lands
 on the other. Each process writes its own access log, which tells which one served what.
+The watch stream's tests talk to each process directly instead, so that the answer is on one
+and its watcher on the other by construction.
 """
 
 import json
