@@ -20,13 +20,17 @@ logger = logging.getLogger(__name__)
 
 # --- conversations ---
 def conversation_create(*, owner, title: str = "", system_prompt: str = "") -> Conversation:
-    return Conversation.objects.create(owner=owner, title=_title(title), system_prompt=system_prompt)
+    title = _title(title)
+    return Conversation.objects.create(owner=owner, title=title, title_set_by_user=bool(title),
+                                       system_prompt=system_prompt)
 
 
 def conversation_update(*, conversation: Conversation, title: str | None = None,
                         system_prompt: str | None = None) -> Conversation:
     if title is not None:
+        # A name the user clears gives the title back to the first message.
         conversation.title = _title(title)
+        conversation.title_set_by_user = bool(conversation.title)
     if system_prompt is not None:
         conversation.system_prompt = system_prompt
     conversation.save()
@@ -42,6 +46,11 @@ def _title(title: str) -> str:
     if len(title) > 200:
         raise ApiError(400, "title_too_long", "a title holds at most 200 characters")
     return title.strip()
+
+
+def title_from(content: str) -> str:
+    """The title a conversation takes from its first message: that message's first line."""
+    return content.strip().splitlines()[0][:80]
 
 
 # --- starting an answer ---
@@ -115,7 +124,7 @@ def message_send(*, user, conversation: Conversation, content: str) -> AnswerPla
     history = _check_limits(user, conversation)
     question = Message(conversation=conversation, role=Message.Role.USER, content=content)
     if not conversation.title:
-        conversation.title = content.strip().splitlines()[0][:80]
+        conversation.title = title_from(content)
     return _plan(user, conversation, history, [*history, question], question=question)
 
 
@@ -130,6 +139,9 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPl
         raise not_found("message")  # deleted since it was looked up
     edited = history[position]
     edited.content = content
+    first_question = next(m for m in history if m.role == Message.Role.USER)
+    if edited is first_question and not conversation.title_set_by_user:
+        conversation.title = title_from(content)  # saved with the answer's rows (answer_write)
     return _plan(user, conversation, history, history[: position + 1], edited=edited,
                  dropped=history[position + 1:])
 
