@@ -176,3 +176,22 @@ def test_a_stop_sent_by_the_watchers_web_process_stops_the_answer_held_by_the_ot
     assert generation.cancelled_by == "user" and generation.message.content == shown(seen)
     assert len(shown(seen)) < len("".join(CHUNKS))
     assert upstream.hung_up.wait(10)
+
+
+def test_a_watch_through_nginx_arrives_while_the_answer_is_still_streaming(
+        two_web_processes, user, conversation, upstream):
+    upstream.script.chunks = CHUNKS
+    upstream.script.interval_s = 0.1
+    with two_web_processes.browser(user) as browser, \
+            browser.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as answer:
+        answered = events_of(answer, SSEParser())
+        generation_id = next(answered)[1]["generation_id"]
+        with browser.stream("GET", f"/api/generations/{generation_id}/events") as watch:
+            watched = events_of(watch, SSEParser())
+            first, second = next(watched), next(watched)
+            status_then = Generation.objects.get(pk=generation_id).status
+            rest = list(watched)
+        list(answered)  # to the end
+
+    assert (first[0], second[0]) == ("prefix", "delta") and status_then == "streaming"
+    assert rest[-1][0] == "done" and shown([first, second, *rest]) == "".join(CHUNKS)
