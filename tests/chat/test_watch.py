@@ -2,12 +2,15 @@
 
 import asyncio
 import json
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
+from django.utils import timezone
 
 from chatapp.models import Generation
+from chatapp.tasks import fail_interrupted_streams
 from tests import factories
 from tests.chat.streams import Browser, EventReader, names, read_events, shown, text_of
 
@@ -166,3 +169,21 @@ async def test_a_watcher_that_leaves_ends_its_stream(api, conversation, upstream
                    content_type="application/json")
     await reading
     assert watcher.status == 200
+
+
+async def test_a_watcher_of_an_answer_whose_relay_died_settles_when_the_reaper_ends_it(api, user, quick_saves):
+    def orphaned():
+        answer = factories.message(factories.conversation(owner=user), role="assistant",
+                                   status="streaming", content="Left half")
+        return factories.generation(answer, final_text="Left half",
+                                    heartbeat_at=timezone.now() - timedelta(hours=1))
+    generation = await sync_to_async(orphaned)()
+    watcher = EventReader(await api.get(f"/api/generations/{generation.pk}/events"))
+    await watcher.until(lambda events: names(events) == ["prefix"])
+
+    reaped = await sync_to_async(fail_interrupted_streams)()
+    watched = await watcher.to_the_end()
+
+    assert reaped == 1
+    assert names(watched) == ["prefix", "done"] and shown(watched) == "Left half"
+    assert watched[-1][1]["status"] == "failed" and watched[-1][1]["finish_reason"] == "error"
