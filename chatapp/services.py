@@ -308,18 +308,49 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
         return current
 
 
-def generation_save_partial(*, generation_id: int, message_id: int, before: str, text: str) -> None:
-    """The coarse periodic save while streaming: a crash loses at most one interval.
+@dataclass(frozen=True)
+class PartialText:
+    """An answer's text so far, for the coarse periodic save while it streams."""
 
-    `before` is the answer's text from earlier generations (a continuation's start). Two
-    UPDATEs in one transaction: once the generation has ended, the first matches no row and the
-    message is left alone; until the final write commits, it waits for the generation's row.
+    generation_id: int
+    message_id: int
+    before: str  # the answer's text from earlier generations (a continuation's start)
+    text: str  # this generation's text so far
+
+
+def generation_save_partials(*, partials: list[PartialText]) -> int:
+    """The periodic saves of several streaming answers, in one transaction: a crash loses at
+    most one interval. Returns how many were written.
+
+    Only answers whose generation is still live are written: their rows are locked first (on
+    PostgreSQL; a SQLite transaction of ours holds the file's write lock), so one that ends
+    meanwhile either ended before (and is left alone) or waits for this write to commit.
     """
     with transaction.atomic():
-        saved = Generation.objects.filter(pk=generation_id, status__in=Generation.LIVE_STATUSES).update(
-            final_text=text, heartbeat_at=timezone.now())
-        if saved:
-            Message.objects.filter(pk=message_id).update(content=before + text)
+        live = set(Generation.objects.select_for_update()
+                   .filter(pk__in=[p.generation_id for p in partials], status__in=Generation.LIVE_STATUSES)
+                   .values_list("pk", flat=True))
+        kept = [p for p in partials if p.generation_id in live]
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        _update_each(Generation, ["final_text", "heartbeat_at"], [(p.text, now, p.generation_id) for p in kept])
+        _update_each(Message, ["content"], [(p.before + p.text, p.message_id) for p in kept])
+    return len(kept)
+
+
+def _update_each(model, fields: list[str], rows: list[tuple]) -> None:
+    """One UPDATE of `fields` by primary key, run for each row (the field values, then the key).
+
+    Django's bulk_update builds one CASE over every row instead, which the database evaluates
+    for each row it updates: 2 ms a row at 300 rows on SQLite. The statement is ours, its names
+    come from the model.
+    """
+    if not rows:
+        return
+    quote, meta = connection.ops.quote_name, model._meta
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in fields)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s",
+                           rows)
 
 
 def generation_heartbeat(*, generation_id: int) -> bool:
