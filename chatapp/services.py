@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
@@ -70,6 +71,7 @@ class AnswerPlan:
     edited: Message | None = None  # a user message holding its new text (edit)
     dropped: list[Message] = field(default_factory=list)  # messages that go (regenerate, edit)
     continued: Message | None = None  # a truncated answer written on at its end (continue)
+    title: str | None = None  # the conversation's title from its first message, when it takes one
 
     @property
     def continue_final_message(self) -> bool:
@@ -123,9 +125,8 @@ def _plan(user, conversation: Conversation, history: list[Message], said: list[M
 def message_send(*, user, conversation: Conversation, content: str) -> AnswerPlan:
     history = _check_limits(user, conversation)
     question = Message(conversation=conversation, role=Message.Role.USER, content=content)
-    if not conversation.title:
-        conversation.title = title_from(content)
-    return _plan(user, conversation, history, [*history, question], question=question)
+    title = None if conversation.title else title_from(content)
+    return _plan(user, conversation, history, [*history, question], question=question, title=title)
 
 
 def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPlan:
@@ -140,10 +141,9 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPl
     edited = history[position]
     edited.content = content
     first_question = next(m for m in history if m.role == Message.Role.USER)
-    if edited is first_question and not conversation.title_set_by_user:
-        conversation.title = title_from(content)  # saved with the answer's rows (answer_write)
+    title = title_from(content) if edited is first_question and not conversation.title_set_by_user else None
     return _plan(user, conversation, history, history[: position + 1], edited=edited,
-                 dropped=history[position + 1:])
+                 dropped=history[position + 1:], title=title)
 
 
 def answer_regenerate(*, user, conversation: Conversation) -> AnswerPlan:
@@ -191,7 +191,11 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
         model=settings.CHAT_MODEL, sampling=plan.sampling, prompt_messages=len(plan.prompt),
     )
-    plan.conversation.save(update_fields=["title", "updated_at"])  # newest first in the list
+    # Newest first in the list; a title from the first message only where the user has not
+    # named the conversation since the plan's read (a rename meanwhile is theirs to keep).
+    Conversation.objects.filter(pk=plan.conversation.pk).update(updated_at=timezone.now(), **(
+        {} if plan.title is None else
+        {"title": Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))}))
     return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message, plan.sampling)
 
 
