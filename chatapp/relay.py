@@ -62,6 +62,7 @@ class Relay:
         self._wake = asyncio.Event()  # set by the backlog when something is ready, and by a Stop
         self._backlog: UpstreamBacklog | None = None
         self._last_save = started
+        self._unsaved = False  # text went out since the last partial save
         self._first_delta_sent = asyncio.Event()
 
     async def events(self) -> AsyncIterator[bytes]:
@@ -124,11 +125,14 @@ class Relay:
                     return
                 self._wake.clear()
                 try:
-                    async with asyncio.timeout(min(settings.CHAT_HEARTBEAT_SECONDS,
-                                                   max(deadline - time.monotonic(), 0))):
+                    async with asyncio.timeout(self._idle_wait(deadline)):
                         await self._wake.wait()
                 except TimeoutError:
-                    if time.monotonic() < deadline:
+                    if self._unsaved and self._save_due(time.monotonic()):
+                        # The upstream paused with text unsaved: saved now, not when it goes on
+                        # (watchers read the rows). The heartbeat's wait starts again after it.
+                        self._save_partial(time.monotonic())
+                    elif time.monotonic() < deadline:
                         yield _HEARTBEAT
         finally:
             for task in helpers:
@@ -209,10 +213,27 @@ class Relay:
         self._last_delta_at = now
         self._sent.append(text)
         self.outcome.num_chunks += chunks
-        if now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS:
-            self._last_save = now
-            partial_saves().hand_in(services.PartialText(
-                self.generation.pk, self.start.message.pk, self.start.message.content, "".join(self._sent)))
+        if self._save_due(now):
+            self._save_partial(now)
+        else:
+            self._unsaved = True
+
+    def _idle_wait(self, deadline: float) -> float:
+        """How long to wait for the upstream: until the heartbeat, the time limit, or the save
+        of text still unsaved, whichever comes first."""
+        now = time.monotonic()
+        wait = min(settings.CHAT_HEARTBEAT_SECONDS, deadline - now)
+        if self._unsaved:
+            wait = min(wait, self._last_save + settings.CHAT_SAVE_INTERVAL_SECONDS - now)
+        return max(wait, 0)
+
+    def _save_due(self, now: float) -> bool:
+        return now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS
+
+    def _save_partial(self, now: float) -> None:
+        self._last_save, self._unsaved = now, False
+        partial_saves().hand_in(services.PartialText(
+            self.generation.pk, self.start.message.pk, self.start.message.content, "".join(self._sent)))
 
     async def _finish(self):
         """Closes the upstream (the engine frees the sequence) and writes the final rows."""
