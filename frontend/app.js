@@ -80,7 +80,10 @@ const auth = createAuth({
     isSignedIn = false;
     active?.stop(api.stop);
     sidebar.clear();
-    showConversation(null);
+    // Before anyone signed in nothing is open: keep a bookmarked address for after sign-in.
+    if (conversationId !== null || opening !== null) showConversation(null);
+    loading += 1; // a conversation still loading must not land on the sign-in form
+    opening = null;
     clearAlert();
   },
 });
