@@ -10,6 +10,7 @@ import logging
 import time
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
@@ -112,7 +113,9 @@ def message_json(message) -> dict:
 @ensure_csrf_cookie
 @endpoint("GET", login_required=False)
 async def session(request, user):
-    return JsonResponse({"user": user_json(user)})
+    # The limits too, signed in or not: the page shows them before it sends, not after a 400.
+    return JsonResponse({"user": user_json(user),
+                         "limits": {"max_message_chars": settings.CHAT_MAX_MESSAGE_CHARS}})
 
 
 @endpoint("POST", login_required=False)

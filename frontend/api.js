@@ -37,7 +37,12 @@ function request(path, { method = "GET", body, signal, accept = "application/jso
 async function errorOf(response) {
   try {
     const { error } = await response.json();
-    if (error?.message) return new ApiError(response.status, error.code || "error", error.message);
+    if (error?.message) {
+      const refusal = new ApiError(response.status, error.code || "error", error.message);
+      // Seconds to wait, for a 429 (the page words it; the message is the server's).
+      refusal.retryAfter = Number(response.headers.get("Retry-After")) || null;
+      return refusal;
+    }
   } catch {
     // Not our JSON (a proxy's HTML error page, say): describe it by its status.
   }

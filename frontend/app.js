@@ -1,9 +1,12 @@
 // Wiring: signing in, the open conversation, the composer, and one streaming answer at a time.
 import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
+import { createCharacterLimit } from "./character_limit.js";
+import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import * as msg from "./messages.js";
 import { copyWithFeedback, createFramePainter } from "./render.js";
+import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
 import { STATUS } from "./vocabulary.js";
 
@@ -17,7 +20,7 @@ const view = {
   newConversation: $("new-conversation"), title: $("conversation-title"),
   messages: $("messages"), empty: $("chat-empty"), form: $("composer-form"), composer: $("composer"),
   send: $("send"), stop: $("stop"), announcer: $("announcer"), alert: $("alert"), alertText: $("alert-text"),
-  dismiss: $("alert-dismiss"),
+  dismiss: $("alert-dismiss"), count: $("composer-count"),
 };
 const NEAR_BOTTOM_PX = 80;
 const VISIBLE_ROLES = new Set(["user", "assistant"]);
@@ -26,6 +29,8 @@ let conversationId = null;
 let active = null; // the Generation streaming now, if any
 let loading = 0; // newer conversation loads win over older ones
 let creating = false; // a first message is creating its conversation: Enter twice is one
+let opening = null; // the conversation being loaded, if any
+let isSignedIn = false;
 
 const sidebar = createSidebar({
   open: (id) => openConversation(id),
@@ -51,23 +56,34 @@ function showAlert(text) {
 const clearAlert = () => { view.alert.hidden = true; };
 
 function handleError(error) {
-  if (error instanceof ApiError && error.status === 401) return auth.showLogin("Your session ended; please sign in again.");
-  showAlert(auth.describe(error));
+  if (error instanceof ApiError && error.status === 401) return auth.showLogin(sentenceFor(error));
+  showAlert(sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars }));
 }
+
+const characterLimit = createCharacterLimit({
+  composer: view.composer, counter: view.count, send: view.send, announce,
+  isBusy: () => document.body.dataset.streaming === "true",
+});
 
 // --- signing in ---
 const auth = createAuth({
   signedIn() {
+    isSignedIn = true;
     sidebar.refresh();
-    const fromHash = /^#\/c\/(\d+)$/.exec(location.hash);
-    if (fromHash) return openConversation(Number(fromHash[1]));
-    showConversation(null);
+    const { kind } = routeOf(location.hash);
+    if (kind === ROUTE.NEW || kind === ROUTE.OTHER) showConversation(null);
+    else followAddress();
     view.composer.focus();
   },
+  limitsKnown: (limits) => characterLimit.setLimits(limits),
   leaving() {
+    isSignedIn = false;
     active?.stop(api.stop);
     sidebar.clear();
-    showConversation(null);
+    // Before anyone signed in nothing is open: keep a bookmarked address for after sign-in.
+    if (conversationId !== null || opening !== null) showConversation(null);
+    loading += 1; // a conversation still loading must not land on the sign-in form
+    opening = null;
     clearAlert();
   },
 });
@@ -76,7 +92,7 @@ const auth = createAuth({
 function showConversation(id, title = "", messages = []) {
   conversationId = id;
   sidebar.setCurrent(id);
-  history.replaceState(null, "", id === null ? location.pathname : `#/c/${id}`);
+  showInAddress(id, { replace: id === null });
   view.title.textContent = id === null ? "New conversation" : title || "New conversation";
   renderHistory(messages);
 }
@@ -93,6 +109,7 @@ async function openConversation(id) {
   clearAlert();
   sidebar.closeDrawer();
   const mine = ++loading;
+  opening = id;
   try {
     const { conversation, results } = await api.messages(id);
     if (mine !== loading) return;
@@ -101,9 +118,37 @@ async function openConversation(id) {
   } catch (error) {
     if (mine !== loading) return;
     showConversation(null);
-    handleError(error);
+    // Another account's conversation answers 404 too, and is worded the same.
+    if (error instanceof ApiError && error.status === 404) showAlert(NO_SUCH_CONVERSATION);
+    else handleError(error);
+  } finally {
+    if (mine === loading) opening = null;
   }
 }
+
+const NO_SUCH_CONVERSATION = "There is no conversation at this address. It may have been deleted.";
+
+/** Opens what the address names: after Back, Forward, or an edited or bookmarked address. */
+function followAddress() {
+  const route = routeOf(location.hash);
+  if (!isSignedIn || route.kind === ROUTE.OTHER) return;
+  if (route.kind === ROUTE.CONVERSATION) {
+    if (route.id !== (opening ?? conversationId)) openConversation(route.id);
+  } else if (conversationId !== null || opening !== null) {
+    active?.stop(api.stop);
+    loading += 1; // a conversation still loading must not land over this one
+    opening = null;
+    clearAlert();
+    showConversation(null);
+    if (route.kind === ROUTE.UNKNOWN) showAlert(NO_SUCH_CONVERSATION);
+  } else if (route.kind === ROUTE.UNKNOWN) {
+    showInAddress(null, { replace: true });
+    showAlert(NO_SUCH_CONVERSATION);
+  }
+}
+// Both fire for one step back or an edited hash; followAddress acts once.
+window.addEventListener("popstate", followAddress);
+window.addEventListener("hashchange", followAddress);
 
 async function reloadMessages(id) {
   try {
@@ -164,7 +209,7 @@ const scrollToBottom = () => { view.messages.scrollTop = view.messages.scrollHei
 function setStreaming(on) {
   const focused = document.activeElement;
   document.body.dataset.streaming = on ? "true" : "false";
-  view.send.disabled = on;
+  view.send.disabled = on || characterLimit.isOver();
   view.stop.hidden = !on;
   msg.refreshActions(view.messages, on);
   const lost = !focused || focused === document.body || !focused.isConnected;
@@ -219,7 +264,7 @@ function finishAnswer(el, outcome) {
   const { done, error, ending, status } = outcome;
   let state = msg.stateLabel(status);
   if (ending === ENDING.LOST) state = "Connection lost; the text so far is kept.";
-  else if (error) state = `Failed: ${error.message || error.code}`;
+  else if (error) state = `Failed: ${sentenceFor(error)}`;
   const follow = nearBottom();
   const started = performance.now();
   msg.finishMessage(el, {
@@ -234,7 +279,7 @@ function finishAnswer(el, outcome) {
 
 async function send() {
   const content = view.composer.value;
-  if (!content.trim() || active || creating) return;
+  if (!content.trim() || active || creating || characterLimit.isOver()) return;
   if (conversationId === null) {
     creating = true;
     try {
@@ -247,14 +292,14 @@ async function send() {
     }
   }
   view.composer.value = "";
-  resizeComposer();
+  composerChanged();
   view.messages.append(msg.createMessage({ role: "user", content }));
   const outcome = await streamAnswer(newAnswer(), api.send(conversationId, content));
   // Refused before anything was stored (502-504 store the failed answer, and the message):
   // give the text back so it is not lost.
   if (outcome.ending === ENDING.REFUSED && !(outcome.error?.status >= 502) && !view.composer.value) {
     view.composer.value = content;
-    resizeComposer();
+    composerChanged();
   }
 }
 
@@ -292,6 +337,11 @@ view.messages.addEventListener("click", (event) => {
 function resizeComposer() {
   view.composer.style.height = "auto";
   view.composer.style.height = `${view.composer.scrollHeight}px`;
+}
+// Set by the page, not typed: input does not fire.
+function composerChanged() {
+  resizeComposer();
+  characterLimit.update();
 }
 view.composer.addEventListener("input", resizeComposer);
 view.composer.addEventListener("keydown", (event) => {

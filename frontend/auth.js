@@ -1,15 +1,14 @@
 // Signing in and out: the login form, the session check at start, the logout button.
-import { api, ApiError } from "./api.js";
-
-const describe = (error) =>
-  error instanceof ApiError ? error.message : `Could not reach the server (${error.message}).`;
+import { api } from "./api.js";
+import { sentenceFor } from "./errors.js";
 
 /**
  * @param {object} hooks
  * @param {(user: object) => void} hooks.signedIn the app view is shown; fill it
  * @param {() => void} hooks.leaving before the sign-in form replaces the app (stop, clear)
+ * @param {(limits: object) => void} [hooks.limitsKnown] the server's limits, read at start
  */
-export function createAuth({ signedIn, leaving }) {
+export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
   const loginView = document.getElementById("login-view");
   const form = document.getElementById("login-form");
   const error = document.getElementById("login-error");
@@ -41,7 +40,7 @@ export function createAuth({ signedIn, leaving }) {
       password.value = "";
       showApp(user);
     } catch (failure) {
-      error.textContent = describe(failure);
+      error.textContent = sentenceFor(failure);
       error.hidden = false;
       password.focus();
       password.select();
@@ -62,11 +61,13 @@ export function createAuth({ signedIn, leaving }) {
 
   return {
     showLogin,
-    describe,
     /** Asks the server who we are (which also sets the CSRF cookie), then shows a view. */
     start: () => api.session().then(
-      ({ user }) => (user ? showApp(user) : showLogin()),
-      (failure) => showLogin(describe(failure)),
+      ({ user, limits }) => {
+        limitsKnown(limits);
+        return user ? showApp(user) : showLogin();
+      },
+      (failure) => showLogin(sentenceFor(failure)),
     ),
   };
 }

@@ -28,11 +28,17 @@ for (const [name, grammar] of Object.entries(LANGUAGES)) hljs.registerLanguage(n
 const escapeHtml = (text) =>
   String(text).replace(/[&<>"']/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[ch]);
 
+const textWithLineBreaks = (text) =>
+  text.replace(/\n+$/, "").split("\n")
+    .map((line) => escapeHtml(line).replace(/^ +/, (spaces) => "&nbsp;".repeat(spaces.length)))
+    .join("<br>");
+
 const markdownParser = new Marked({
   gfm: true,
   renderer: {
-    // A model's answer is text: HTML in it is shown, not obeyed.
-    html: ({ text }) => escapeHtml(text),
+    // A model's answer is text: HTML in it is shown, not obeyed. A block keeps its lines and
+    // their indentation, as the model wrote them, in a paragraph of its own.
+    html: ({ text, block }) => (block ? `<p>${textWithLineBreaks(text)}</p>` : escapeHtml(text)),
     // Remote images would load (and report to their host) the moment an answer renders.
     image: ({ href, text }) => `<a href="${escapeHtml(href)}">${escapeHtml(text || href)}</a>`,
   },
@@ -76,6 +82,9 @@ if (DOMPurify.isSupported) {
 /** Markdown to a sanitized DocumentFragment, code highlighted, with copy buttons. */
 export function renderMarkdown(text) {
   const fragment = DOMPurify.sanitize(markdownParser.parse(text, { async: false }), PURIFY_CONFIG);
+  // A link whose address was unsafe (javascript:, data:...) lost it above: its words stay,
+  // as plain text rather than a link that looks live and does nothing.
+  for (const deadLink of fragment.querySelectorAll("a:not([href])")) deadLink.replaceWith(...deadLink.childNodes);
   for (const code of fragment.querySelectorAll("pre > code")) decorateCodeBlock(code);
   return fragment;
 }

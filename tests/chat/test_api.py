@@ -41,7 +41,18 @@ def test_sign_in_and_out_with_csrf_enforced(user):
     assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid_credentials"
     assert signed_in.json()["user"]["username"] == user.username
     assert session["user"]["id"] == user.pk
-    assert client.get("/api/auth/session").json() == {"user": None}
+    assert client.get("/api/auth/session").json()["user"] is None
+
+
+def test_the_session_tells_the_page_how_long_a_message_may_be_signed_in_or_not(user, settings):
+    settings.CHAT_MAX_MESSAGE_CHARS = 1234
+    client = Client()
+    anonymous = client.get("/api/auth/session").json()
+    client.force_login(user)
+    signed_in = client.get("/api/auth/session").json()
+
+    assert anonymous["limits"] == {"max_message_chars": 1234}
+    assert signed_in["limits"] == {"max_message_chars": 1234}
 
 
 async def test_anonymous_requests_get_401():

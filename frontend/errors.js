@@ -1,0 +1,72 @@
+// What a failure means to the person using the page, in a sentence. The API's codes (docs/api.md)
+// and its messages are written for developers; they stay in the audit row and in the message's
+// data-error attribute, and are never shown.
+
+const TRY_AGAIN = "Please try again.";
+const MODEL_BUSY = "The model is busy right now. Please try again in a moment.";
+const MODEL_UNREACHABLE = "The model can't be reached right now. Please try again in a moment.";
+const PAGE_OUTDATED = "The page sent something the server could not read. Reload the page and try again.";
+
+// Every code that chatapp/ answers or streams; tests/test_error_sentences.py keeps this complete.
+const SENTENCES = {
+  not_authenticated: "Your session ended. Please sign in again.",
+  invalid_credentials: "That username and password don't match. Please try again.",
+  too_many_attempts: ({ retryAfter }) =>
+    `Too many failed sign-ins. Please wait ${retryAfter ? `${retryAfter} seconds` : "a few minutes"} and try again.`,
+  invalid_json: PAGE_OUTDATED,
+  invalid_value: PAGE_OUTDATED,
+  method_not_allowed: PAGE_OUTDATED,
+  not_found: "That conversation or message no longer exists. It may have been deleted.",
+  empty_message: "Type a message first.",
+  message_too_long: ({ maxMessageChars }) => (maxMessageChars
+    ? `Your message is longer than ${maxMessageChars.toLocaleString("en")} characters. Please shorten it.`
+    : "Your message is too long. Please shorten it."),
+  context_too_long: "This message is too long for the model to read. Please shorten it, or start a new conversation.",
+  title_too_long: "That title is too long. Please shorten it.",
+  too_many_streams: "Other answers are still being written. Wait for one to finish, or stop it, then try again.",
+  conversation_busy: "An answer is still being written in this conversation. Wait for it, or stop it, then try again.",
+  conversation_changed: "This conversation changed in another tab or window. Please try again.",
+  not_a_user_message: "Only your own messages can be edited.",
+  nothing_to_regenerate: "There is no answer to regenerate yet.",
+  not_truncated: "Only an answer cut short at the length limit can be continued.",
+  generation_ended: "That answer had already finished.",
+  upstream_busy: MODEL_BUSY,
+  upstream_unreachable: MODEL_UNREACHABLE,
+  upstream_timeout: "The model took too long to answer. Please try again.",
+  upstream_error: "The model could not answer this request. Please try again.",
+  upstream_disconnected: "The model stopped partway through its answer. The text so far is kept.",
+  upstream_protocol: "The model sent something that could not be read. The text so far is kept.",
+  interrupted: "The answer was interrupted on the server. The text so far is kept.",
+  not_a_stream: "The server answered in an unexpected way. Please try again.",
+};
+
+const GENERIC = `Something went wrong. ${TRY_AGAIN}`;
+
+/** For an answer that is not ours (a proxy's error page, say): what its status suggests. */
+function sentenceForStatus(status) {
+  if (status === 401) return SENTENCES.not_authenticated;
+  if (status === 413) return SENTENCES.message_too_long({});
+  if (status === 429) return MODEL_BUSY;
+  if (status >= 502 && status <= 504) return "The server can't be reached right now. Please try again in a moment.";
+  return GENERIC;
+}
+
+/**
+ * A sentence for `error`: an ApiError ({status, code, retryAfter}), a stream's error event
+ * ({code}), or anything fetch throws (no code: the network failed). `context` may carry
+ * `maxMessageChars` to name the limit.
+ */
+export function sentenceFor(error, context = {}) {
+  const code = error?.code;
+  const sentence = Object.hasOwn(SENTENCES, code ?? "") ? SENTENCES[code] : null;
+  if (typeof sentence === "function") return sentence({ ...context, retryAfter: error.retryAfter });
+  if (sentence) return sentence;
+  if (code === "http_error") return sentenceForStatus(error.status);
+  if (code === undefined && error instanceof TypeError) {
+    return "Could not reach the server. Check your connection and try again.";
+  }
+  return GENERIC;
+}
+
+/** The codes with a sentence of their own (for the test that keeps the list complete). */
+export const KNOWN_CODES = Object.freeze(Object.keys(SENTENCES));

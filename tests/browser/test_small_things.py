@@ -1,0 +1,210 @@
+"""The small things a user notices, in a real browser through nginx: the phone-only menu button,
+Back and Forward between conversations, raw HTML and unsafe links in answers, error messages in
+sentences, and the message length limit shown before sending."""
+
+import pytest
+
+from chatapp.models import Generation, Message
+from tests import factories
+from tests.browser.conftest import running_stack, sign_in
+from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+MAX_MESSAGE_CHARS = 100
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    with running_stack(fake_upstream.url, tmp_path_factory.mktemp("small"),
+                       CHAT_MAX_MESSAGE_CHARS=MAX_MESSAGE_CHARS) as url:
+        yield url
+
+
+@pytest.fixture
+def chat(page, stack, user, upstream):
+    sign_in(page, stack, user)
+    return page
+
+
+def shown_title(page) -> str:
+    return page.locator("#conversation-title").inner_text()
+
+
+def alert_text(page) -> str:
+    page.wait_for_selector("#alert:not([hidden])")
+    return page.locator("#alert-text").inner_text()
+
+
+# --- the phone-only menu button ---
+def test_the_menu_button_shows_on_a_phone_and_not_on_a_desktop(chat):
+    display = "getComputedStyle(document.getElementById('toggle-sidebar')).display"
+
+    on_desktop = chat.evaluate(display)
+    chat.set_viewport_size({"width": 390, "height": 800})
+    wait_for_true(chat, f"{display} !== 'none'")
+
+    assert on_desktop == "none"
+    assert chat.locator("#toggle-sidebar").is_visible()
+    chat.set_viewport_size({"width": 1200, "height": 800})
+    wait_for_true(chat, f"{display} === 'none'")
+    assert not chat.locator("#toggle-sidebar").is_visible()
+    assert not chat.locator("#close-sidebar").is_visible()
+
+
+# --- the address names the open conversation ---
+def test_back_and_forward_move_between_conversations_and_an_edited_address_opens_one(chat, user):
+    first = factories.conversation(owner=user, title="First")
+    second = factories.conversation(owner=user, title="Second")
+    third = factories.conversation(owner=user, title="Third")
+    chat.reload()
+    chat.wait_for_selector(f'#conversation-list li[data-conversation-id="{first.pk}"]')
+
+    chat.click(f'li[data-conversation-id="{first.pk}"] .conversation-open')
+    wait_for_true(chat, f"location.hash === '#/c/{first.pk}'")
+    chat.click(f'li[data-conversation-id="{second.pk}"] .conversation-open')
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Second'")
+
+    chat.go_back()
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'First'")
+    assert chat.evaluate("location.hash") == f"#/c/{first.pk}"
+    chat.go_forward()
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Second'")
+    chat.evaluate(f"location.hash = '#/c/{third.pk}'")
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Third'")
+    assert chat.locator(f'li[data-conversation-id="{third.pk}"] [aria-current="true"]').count() == 1
+    chat.go_back()
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Second'")
+    assert chat.console_errors == []
+
+
+def test_a_conversation_opened_from_a_bookmarked_address_is_shown_with_its_messages(page, stack, user):
+    conversation = factories.conversation(owner=user, title="Bookmarked")
+    factories.message(conversation, content="What I asked before")
+
+    page.goto(f"{stack}/#/c/{conversation.pk}")
+    page.fill("#login-form [name=username]", user.username)
+    page.fill("#login-form [name=password]", "a-long-test-password")
+    page.click("#login-form [type=submit]")
+
+    page.wait_for_selector('#messages .message[data-role="user"]')
+    assert shown_title(page) == "Bookmarked"
+    assert page.locator("#messages").inner_text().startswith("What I asked before")
+
+
+def test_an_unknown_or_someone_elses_conversation_in_the_address_says_so_and_the_page_still_works(
+        chat, user, upstream):
+    foreign = factories.conversation(title="Not yours")
+    factories.message(foreign, content="a secret")
+    mine = factories.conversation(owner=user, title="Mine")
+
+    for address in (f"#/c/{foreign.pk}", "#/c/987654321", "#/c/not-a-number"):
+        chat.evaluate(f"location.hash = '#/c/{mine.pk}'")
+        wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Mine'")
+        chat.evaluate(f"location.hash = {address!r}")
+
+        assert alert_text(chat) == "There is no conversation at this address. It may have been deleted."
+        assert shown_title(chat) == "New conversation"
+        assert "a secret" not in chat.locator("body").inner_text()
+    send(chat, "Still working?")
+    wait_for_end(chat)
+    assert last_answer(chat).get_attribute("data-status") == "completed"
+    # Chromium logs every 404 response; nothing else may go wrong.
+    assert [e for e in chat.console_errors if "status of 404" not in e] == []
+
+
+def test_the_skip_link_does_not_leave_the_open_conversation(chat, user):
+    conversation = factories.conversation(owner=user, title="Staying")
+    chat.evaluate(f"location.hash = '#/c/{conversation.pk}'")
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Staying'")
+
+    chat.locator(".skip-link").focus()
+    chat.keyboard.press("Enter")  # the skip link goes to #composer
+
+    wait_for_true(chat, "location.hash === '#composer'")
+    assert shown_title(chat) == "Staying"
+    assert chat.locator("#alert").is_hidden()
+
+
+# --- answers: raw HTML and links ---
+def test_a_block_of_raw_html_in_an_answer_is_shown_as_text_with_its_lines(chat, upstream):
+    upstream.script.chunks = ["Before\n\n", "<div>\n", "  first line\n", "second line\n", "</div>\n\n", "After"]
+
+    send(chat, "raw html please")
+    wait_for_end(chat)
+
+    content = last_answer(chat).locator(".message-content")
+    lines = [line.strip() for line in content.inner_text().splitlines() if line.strip()]
+    assert lines == ["Before", "<div>", "first line", "second line", "</div>", "After"]
+    assert content.locator("div").count() == 0
+
+
+def test_links_with_unsafe_addresses_are_plain_text_and_safe_ones_stay_links(chat, upstream):
+    upstream.script.chunks = ["[run](javascript:alert(1)) ", "[vb](vbscript:msgbox(1)) ",
+                              "[page](data:text/html,hi) ", "![pic](javascript:alert(2)) ",
+                              "[docs](https://example.com/docs)"]
+
+    send(chat, "links please")
+    wait_for_end(chat)
+
+    content = last_answer(chat).locator(".message-content")
+    links = content.locator("a")
+    assert links.count() == 1
+    assert links.get_attribute("href") == "https://example.com/docs"
+    assert content.inner_text().split() == ["run", "vb", "page", "pic", "docs"]
+
+
+# --- errors in sentences ---
+def test_a_busy_model_is_reported_in_a_sentence_and_its_code_stays_in_the_audit_row(chat, upstream):
+    upstream.script.status = 429
+
+    send(chat, "are you there?")
+
+    assert alert_text(chat) == "The model is busy right now. Please try again in a moment."
+    assert "upstream_busy" not in chat.locator("body").inner_text()
+    assert Generation.objects.get().error_code == "upstream_busy"
+
+
+def test_an_answer_that_fails_midway_says_so_in_a_sentence_not_the_upstream_code(chat, upstream):
+    upstream.script.chunks = ["Some ", "text ", "then"]
+    upstream.script.error_after = 2
+
+    send(chat, "fail please")
+    wait_for_end(chat)
+
+    answer = last_answer(chat)
+    assert answer.get_attribute("data-status") == "failed"
+    assert answer.locator(".message-state").inner_text() == "Failed: Something went wrong. Please try again."
+    assert "engine_error" not in chat.locator("body").inner_text()
+    assert "fell over" not in chat.locator("body").inner_text()
+    assert Generation.objects.get().error_code == "engine_error"
+
+
+# --- the message length limit ---
+def test_the_composer_shows_the_limit_near_it_and_will_not_send_beyond_it(chat, upstream):
+    counter = chat.locator("#composer-count")
+
+    chat.fill("#composer", "a" * 80)
+    far_below = counter.is_visible()
+    chat.fill("#composer", "a" * 95)
+    near = counter.inner_text()
+    chat.fill("#composer", "a" * 101)
+    over = counter.inner_text()
+    send_disabled_over = chat.locator("#send").is_disabled()
+    chat.press("#composer", "Enter")
+
+    assert not far_below
+    assert near == f"95 / {MAX_MESSAGE_CHARS}"
+    assert over == f"101 / {MAX_MESSAGE_CHARS}: 1 over the limit"
+    assert send_disabled_over
+    assert chat.get_attribute("#composer", "aria-invalid") == "true"
+    assert chat.locator("#messages .message").count() == 0
+    assert chat.input_value("#composer") == "a" * 101  # nothing was sent or lost
+    assert Message.objects.count() == 0
+
+    chat.press("#composer", "Backspace")
+    assert chat.locator("#send").is_enabled()
+    chat.press("#composer", "Enter")
+    wait_for_end(chat)
+    assert last_answer(chat).get_attribute("data-status") == "completed"
+    assert counter.is_hidden()
