@@ -292,6 +292,7 @@ async function send() {
     try {
       const created = await api.createConversation();
       showConversation(created.id, created.title);
+      sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
     } catch (error) {
       return handleError(error);
     } finally {
