@@ -91,14 +91,18 @@ def wait_for_growth(page, beyond: int) -> None:
 
 
 # --- another page follows ---
-def test_a_second_page_opened_mid_answer_follows_it_to_the_end_and_settles(chat, second_page, user, upstream):
+def follow_on_second_page(chat, second_page, user, upstream) -> None:
+    """A slow answer on the first page, then the second opens it and sees it grow."""
     slow_answer(upstream)
     send(chat, "count slowly")
     wait_for_true(chat, "window.chatappStats.paints >= 3")
-
     open_signed_in(second_page, chat.url, user)
     second_page.wait_for_selector(STREAMING_ANSWER)
     wait_for_growth(second_page, beyond=len(shown_text(second_page)))
+
+
+def test_a_second_page_opened_mid_answer_follows_it_to_the_end_and_settles(chat, second_page, user, upstream):
+    follow_on_second_page(chat, second_page, user, upstream)
     wait_for_end(second_page)
     wait_for_end(chat)
 
@@ -110,12 +114,7 @@ def test_a_second_page_opened_mid_answer_follows_it_to_the_end_and_settles(chat,
 
 
 def test_a_second_page_can_stop_the_answer_it_follows_and_both_keep_what_it_saw(chat, second_page, user, upstream):
-    slow_answer(upstream)
-    send(chat, "count slowly")
-    wait_for_true(chat, "window.chatappStats.paints >= 3")
-    open_signed_in(second_page, chat.url, user)
-    second_page.wait_for_selector(STREAMING_ANSWER)
-    wait_for_growth(second_page, beyond=len(shown_text(second_page)))
+    follow_on_second_page(chat, second_page, user, upstream)
 
     second_page.click("#stop")
     wait_for_end(second_page)
