@@ -261,7 +261,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     handleError(outcome.error);
     await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
   } else {
-    finishAnswer(el, outcome);
+    finishAnswer(shownIn, outcome);
     await learnIds(id);
   }
   sidebar.refresh(); // a first message names the conversation and moves it to the top
