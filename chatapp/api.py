@@ -14,7 +14,7 @@ from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from . import answer_start, login_limit, request_input, selectors, services
+from . import answer_start, login_limit, request_input, selectors, services, watch
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused
@@ -217,11 +217,36 @@ def continue_answer(request, user, message_id: int) -> services.AnswerPlan:
     return services.answer_continue(user=user, message=found)
 
 
+def generation_json(generation) -> dict:
+    """Where one generation stands, with its answer's message and its audit figures."""
+    message = generation.message
+    saved = message.content if message is not None else generation.final_text
+    return {"id": generation.pk, "status": generation.status,
+            "message_id": generation.message_id, "message_status": message and message.status,
+            "text_length": len(saved), "finish_reason": generation.finish_reason,
+            "cancelled_by": generation.cancelled_by, "error_code": generation.error_code,
+            "ttft_ms": generation.ttft_ms, "itl_mean_ms": generation.itl_mean_ms,
+            "itl_max_ms": generation.itl_max_ms, "input_tokens": generation.input_tokens,
+            "output_tokens": generation.output_tokens,
+            "created_at": _iso(generation.started_at), "first_token_at": _iso(generation.first_token_at),
+            "finished_at": _iso(generation.finished_at)}
+
+
+def _iso(moment) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
 @endpoint("GET")
 async def generation(request, user, generation_id: int):
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return JsonResponse({"id": found.pk, "status": found.status,
-                         "finish_reason": found.finish_reason, "cancelled_by": found.cancelled_by})
+    return JsonResponse(generation_json(found))
+
+
+@endpoint("GET")
+async def generation_events(request, user, generation_id: int):
+    """The watch stream: another page follows an answer it did not start (chatapp/watch.py)."""
+    found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
+    return event_stream(watch.events(found))
 
 
 @endpoint("POST")
@@ -254,8 +279,12 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:
         return error_response(refusal.status, refusal.code, refusal.message)
-    response = StreamingHttpResponse(Relay(start, upstream, started).events(),
-                                     content_type="text/event-stream")
+    return event_stream(Relay(start, upstream, started).events())
+
+
+def event_stream(events) -> StreamingHttpResponse:
+    """Server-sent events, neither cached nor buffered by a proxy on the way."""
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -2,12 +2,12 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
 
+from chatapp.asgi_handler import application as django_asgi_application  # noqa: E402
+
 # Django must be set up before anything imports models.
-django_application = get_asgi_application()
+django_application = django_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402

@@ -80,6 +80,8 @@ class UpstreamStream:
         # [DONE]: only a response read to its end lets httpx2 put the connection back in the pool.
         self._raw = response.aiter_raw()
         self._saw_done = False
+        # Sent by our inference service at open; None from peers that do not say it.
+        self.prompt_tokens = _count(response.headers.get("x-prompt-tokens"))
 
     @classmethod
     async def open(cls, payload: dict, request_id: str) -> "UpstreamStream":
@@ -154,6 +156,18 @@ def _chunk(data: str) -> UpstreamChunk:
         finish_reason=_FINISH_REASONS.get(reason, FinishReason.STOP) if reason else None,
         usage=message.get("usage") if isinstance(message.get("usage"), dict) else None,
     )
+
+
+# The audit row's token counts are PostgreSQL integers: a larger count from a peer is no count.
+_MAX_COUNT = 2**31 - 1
+
+
+def _count(header: str | None) -> int | None:
+    """A header's count of tokens; None when it is absent or not a plausible one."""
+    digits = (header or "").strip()
+    if not (digits.isascii() and digits.isdigit()) or int(digits) > _MAX_COUNT:
+        return None
+    return int(digits)
 
 
 def _refusal(status: int, body: bytes) -> UpstreamRefused:

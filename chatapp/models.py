@@ -23,6 +23,8 @@ class Conversation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, blank=True)
+    # The user named the conversation: the title no longer follows an edit of its first message.
+    title_set_by_user = models.BooleanField(default=False)
     system_prompt = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -50,7 +50,8 @@ class Relay:
         self.generation = start.generation
         self.upstream = upstream
         self.started = started  # monotonic time the request arrived
-        self.outcome = services.Outcome()
+        # Known at open: recorded however the answer ends, unless a final usage says otherwise.
+        self.outcome = services.Outcome(prompt_tokens=upstream.prompt_tokens)
         self._sent: list[str] = []
         self._first_delta_at: float | None = None
         self._last_delta_at: float | None = None
@@ -94,12 +95,7 @@ class Relay:
         generation = await self._finish()
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
-        yield sse.event("done", {
-            "generation_id": generation.pk, "message_id": self.start.message.pk,
-            "finish_reason": generation.finish_reason, "status": generation.status,
-            "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
-            "ttft_ms": generation.ttft_ms,
-        })
+        yield sse.done(generation)
 
     async def _upstream_items(self):
         """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.

@@ -1,8 +1,11 @@
 """Reads, always scoped to their owner."""
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Q
+from django.db.models.functions import Coalesce, Length, Substr
 
 from common.vocabulary import GenerationStatus, MessageStatus
 
@@ -43,9 +46,36 @@ def message_get(*, user, message_id: int) -> Message:
 
 def generation_get(*, user, generation_id: int) -> Generation:
     try:
-        return Generation.objects.get(pk=generation_id, user=user)
+        return Generation.objects.select_related("message").get(pk=generation_id, user=user)
     except Generation.DoesNotExist:
         raise not_found("generation") from None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far one answer has got, as its rows say."""
+
+    generation: Generation  # its status, and once it has ended the figures of the `done` event
+    text_length: int  # characters of the answer's text saved so far
+    text_after: str  # that text from the character asked for on
+
+    @property
+    def ended(self) -> bool:
+        return GenerationStatus(self.generation.status).is_final
+
+
+def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
+    """The answer's status and saved text in one query, so that the two agree.
+
+    The text is the message's (for a continued answer, all of it), or the generation's own once
+    its message is gone; only the characters from `after` on are read, not the whole text again.
+    """
+    saved = Coalesce("message__content", "final_text")
+    found = (Generation.objects.filter(pk=generation_id)
+             .only("status", "message", "finish_reason", "input_tokens", "output_tokens", "ttft_ms")
+             .annotate(saved_length=Length(saved), saved_after=Substr(saved, after + 1))
+             .get())
+    return Progress(found, found.saved_length, found.saved_after)
 
 
 def stop_requested(*, generation_id: int) -> bool:

@@ -20,13 +20,17 @@ logger = logging.getLogger(__name__)
 
 # --- conversations ---
 def conversation_create(*, owner, title: str = "", system_prompt: str = "") -> Conversation:
-    return Conversation.objects.create(owner=owner, title=_title(title), system_prompt=system_prompt)
+    title = _title(title)
+    return Conversation.objects.create(owner=owner, title=title, title_set_by_user=bool(title),
+                                       system_prompt=system_prompt)
 
 
 def conversation_update(*, conversation: Conversation, title: str | None = None,
                         system_prompt: str | None = None) -> Conversation:
     if title is not None:
+        # A name the user clears gives the title back to the first message.
         conversation.title = _title(title)
+        conversation.title_set_by_user = bool(conversation.title)
     if system_prompt is not None:
         conversation.system_prompt = system_prompt
     conversation.save()
@@ -42,6 +46,11 @@ def _title(title: str) -> str:
     if len(title) > 200:
         raise ApiError(400, "title_too_long", "a title holds at most 200 characters")
     return title.strip()
+
+
+def title_from(content: str) -> str:
+    """The title a conversation takes from its first message: that message's first line."""
+    return content.strip().splitlines()[0][:80]
 
 
 # --- starting an answer ---
@@ -115,7 +124,7 @@ def message_send(*, user, conversation: Conversation, content: str) -> AnswerPla
     history = _check_limits(user, conversation)
     question = Message(conversation=conversation, role=Message.Role.USER, content=content)
     if not conversation.title:
-        conversation.title = content.strip().splitlines()[0][:80]
+        conversation.title = title_from(content)
     return _plan(user, conversation, history, [*history, question], question=question)
 
 
@@ -130,6 +139,9 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPl
         raise not_found("message")  # deleted since it was looked up
     edited = history[position]
     edited.content = content
+    first_question = next(m for m in history if m.role == Message.Role.USER)
+    if edited is first_question and not conversation.title_set_by_user:
+        conversation.title = title_from(content)  # saved with the answer's rows (answer_write)
     return _plan(user, conversation, history, history[: position + 1], edited=edited,
                  dropped=history[position + 1:])
 
@@ -194,6 +206,7 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
     usage: dict | None = None
+    prompt_tokens: int | None = None  # said by the upstream at open; its final usage wins
     first_token_at: object = None  # datetime
     ttft_ms: float | None = None
     itl_mean_ms: float | None = None
@@ -276,11 +289,13 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
         # Without [DONE] the stream did not end as the protocol intends, whatever it said.
         reason = FinishReason.ERROR
     usage = outcome.usage or {}
+    prompt_tokens = usage.get("prompt_tokens")
     try:
         return _move(
             current, status_for(reason), final_text=text,
             finish_reason=reason, cancelled_by=cancelled_by or "", error_code=error_code,
-            error_message=error_message, input_tokens=usage.get("prompt_tokens"),
+            error_message=error_message,
+            input_tokens=outcome.prompt_tokens if prompt_tokens is None else prompt_tokens,
             # Without usage (a stream cut short), each content chunk carried at least one token.
             output_tokens=usage.get("completion_tokens", outcome.num_chunks),
             first_token_at=outcome.first_token_at, ttft_ms=outcome.ttft_ms,

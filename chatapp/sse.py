@@ -78,4 +78,14 @@ def delta(text: str) -> bytes:
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode
 
+def done(generation) -> bytes:
+    """The last event of an answer's stream and of its watch stream: how the generation ended."""
+    return event("done", {
+        "generation_id": generation.pk, "message_id": generation.message_id,
+        "finish_reason": generation.finish_reason, "status": generation.status,
+        "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
+        "ttft_ms": generation.ttft_ms,
+    })
+
+
 HEARTBEAT = b": ping\n\n"

@@ -14,6 +14,7 @@ api_patterns = [
     path("messages/<int:message_id>/edit", api.edit, name="edit"),
     path("messages/<int:message_id>/continue", api.continue_answer, name="continue"),
     path("generations/<int:generation_id>", api.generation, name="generation"),
+    path("generations/<int:generation_id>/events", api.generation_events, name="generation-events"),
     path("generations/<int:generation_id>/stop", api.stop, name="stop"),
 ]
 

@@ -87,7 +87,9 @@ async def chat_completions(request: Request) -> Response:
         return error_response(ProtocolError(503, str(error), "service_unavailable"))
     service.metrics.prompt_tokens.inc(len(prompt))
     shape = CompletionShape(f"chatcmpl-{request_id}", service.model_name)
-    headers = {"X-Request-Id": request_id}
+    # The prompt's size is known before its first token: a caller whose stream ends early (a
+    # Stop, a failure) still learns it, where the usage chunk at the end never comes.
+    headers = {"X-Request-Id": request_id, "X-Prompt-Tokens": str(len(prompt))}
     if chat.stream:
         events = completion_events(stream, shape, chat, RequestClock(service.metrics), service)
         return EventStreamResponse(events, on_close=stream.close, headers=headers)

@@ -1,5 +1,6 @@
-"""Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, and
-the count of database connections this process has opened."""
+"""Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, the
+count of database connections this process has opened, the thread a sync view runs on, and the
+kind of event loop the process runs."""
 
 import asyncio
 import json
@@ -56,3 +57,13 @@ async def connections_opened(request):
     """How many database connections this process has opened so far (it opens none itself)."""
     with _connections_lock:
         return JsonResponse(dict(_connections))
+
+
+def thread_name(request):
+    """A sync view: Django runs it through a thread-sensitive sync_to_async."""
+    return JsonResponse({"thread": threading.current_thread().name})
+
+
+async def event_loop(request):
+    loop = type(asyncio.get_running_loop())
+    return JsonResponse({"loop": f"{loop.__module__}.{loop.__qualname__}"})

@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from common.vocabulary import CancelledBy, FinishReason
+from common.vocabulary import CancelledBy, FinishReason, GenerationStatus
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +24,9 @@ def test_the_generation_list_shows_timings_and_tokens_with_its_filters(staff_cli
 
     assert page.status_code == 200
     text = page.content.decode()
-    for heading in ["Ttft ms", "Input tokens", "Output tokens", "Duration (ms)"]:
+    for heading in ["TTFT (ms)", "ITL mean (ms)", "ITL max (ms)", "Input tokens", "Output tokens", "Duration (ms)"]:
         assert heading in text
-    for filter_title in ["finish reason", "cancelled by", "model", "started at"]:
+    for filter_title in ["status", "finish reason", "cancelled by", "model", "started at"]:
         assert f"By {filter_title}" in text
     assert "123.0" in text
 
@@ -39,6 +39,29 @@ def test_the_generation_list_filters_by_finish_reason_and_cancelled_by(staff_cli
     page = staff_client.get(url, {"finish_reason": "cancelled", "cancelled_by": "user"})
 
     assert list(page.context["cl"].result_list) == [kept]
+
+
+def test_the_generation_list_filters_by_status(staff_client):
+    stopping = factories.generation(status=GenerationStatus.STOP_REQUESTED)
+    factories.generation(status=GenerationStatus.STREAMING)
+    factories.generation(finish_reason=FinishReason.STOP)
+    url = reverse("admin:chatapp_generation_changelist")
+
+    page = staff_client.get(url, {"status": "stop_requested"})
+
+    assert list(page.context["cl"].result_list) == [stopping]
+
+
+def test_ttft_and_itl_are_shown_to_a_tenth_of_a_millisecond_in_the_list_and_the_row(staff_client):
+    generation = factories.generation(ttft_ms=123.456, itl_mean_ms=45.678, itl_max_ms=99.951,
+                                      finish_reason=FinishReason.STOP)
+
+    listed = staff_client.get(reverse("admin:chatapp_generation_changelist")).content.decode()
+    row = staff_client.get(reverse("admin:chatapp_generation_change", args=[generation.pk])).content.decode()
+
+    for page in (listed, row):
+        assert "123.5" in page and "45.7" in page and "100.0" in page
+        assert "123.456" not in page and "45.678" not in page and "99.951" not in page
 
 
 def test_the_generation_list_finds_a_row_by_request_id_and_by_username(staff_client):

@@ -22,13 +22,13 @@ async def read_events(response, gate=None) -> list[tuple[str, dict | None]]:
     return events
 
 
-async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int):
-    """Sends a message, reads `deltas` delta events, then Stops with `seen_chars`.
+async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int, content: str = "go"):
+    """Sends `content`, reads `deltas` delta events, then Stops with `seen_chars`.
 
     Returns (the Stop's response, the events read before it, the (name, payload) events after).
     """
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
-                              json.dumps({"content": "go"}), content_type="application/json")
+                              json.dumps({"content": content}), content_type="application/json")
     parser, before = SSEParser(), []
     stream = response.streaming_content
     while len([e for e in before if e.event == "delta"]) < deltas:
@@ -40,6 +40,30 @@ async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int):
     return stopped, before, after
 
 
+class EventReader:
+    """Reads a test client's event stream a part at a time: (name, payload), pings as ("ping", None)."""
+
+    def __init__(self, response):
+        self._chunks = aiter(response.streaming_content)
+        self._parser = SSEParser()
+        self.events: list[tuple[str, dict | None]] = []
+
+    async def until(self, condition) -> None:
+        """Reads until `condition(events)` holds; the stream ending first fails the test."""
+        while not condition(self.events):
+            self._take(await anext(self._chunks))
+
+    async def to_the_end(self) -> list[tuple[str, dict | None]]:
+        async for chunk in self._chunks:
+            self._take(chunk)
+        return self.events
+
+    def _take(self, chunk: bytes) -> None:
+        if chunk.startswith(b":"):
+            self.events.append(("ping", None))
+        self.events += [(event.event, json.loads(event.data)) for event in self._parser.feed(chunk)]
+
+
 def names(events) -> list[str]:
     return [name for name, _ in events]
 
@@ -48,12 +72,23 @@ def text_of(events) -> str:
     return "".join(payload["text"] for name, payload in events if name == "delta")
 
 
+def shown(events) -> str:
+    """The text a page watching an answer shows: a `prefix` replaces it, a `delta` adds to it."""
+    text = ""
+    for name, payload in events:
+        if name == "prefix":
+            text = payload["text"]
+        elif name == "delta":
+            text += payload["text"]
+    return text
+
+
 class Browser:
     """Speaks ASGI to the real app like a browser over daphne, and can hang up mid-stream."""
 
     CSRF_TOKEN = "a" * 32
 
-    def __init__(self, api, path: str):
+    def __init__(self, api, path: str, method: str = "POST"):
         from asgiref.testing import ApplicationCommunicator
         from django.conf import settings
 
@@ -62,7 +97,7 @@ class Browser:
         session_key = api.cookies[settings.SESSION_COOKIE_NAME].value
         cookies = f"{settings.SESSION_COOKIE_NAME}={session_key}; csrftoken={self.CSRF_TOKEN}"
         scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
             "root_path": "", "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
             "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
@@ -77,12 +112,18 @@ class Browser:
         await self.send(body)
         self.status = (await self.app.receive_output(timeout=10))["status"]
 
+    async def get(self) -> None:
+        await self.app.send_input({"type": "http.request", "body": b""})
+        self.status = (await self.app.receive_output(timeout=10))["status"]
+
     async def send(self, body: dict) -> None:
         """The request, without waiting for the answer to start."""
         await self.app.send_input({"type": "http.request", "body": json.dumps(body).encode()})
 
-    async def read_until(self, deltas: int) -> None:
-        while len([name for name, _ in self.events if name == "delta"]) < deltas:
+    async def read_until(self, deltas: int = 0, events: tuple[str, ...] = ()) -> None:
+        """Reads until `deltas` delta events and every event named in `events` have come."""
+        while (len([name for name, _ in self.events if name == "delta"]) < deltas
+               or not set(events) <= {name for name, _ in self.events}):
             message = await self.app.receive_output(timeout=10)
             self.events += [(e.event, json.loads(e.data)) for e in self.parser.feed(message["body"])]
 

@@ -4,7 +4,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chatapp.models import Generation
-from tests.chat.streams import names, read_events, text_of
+from tests import factories
+from tests.chat.streams import names, read_events, stop_after_deltas, text_of
 from tests.inference.serving import real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -40,3 +41,21 @@ async def test_a_signed_in_user_holds_a_conversation_with_streamed_answers(
     assert "Paris" in text_of(first)
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
     assert generations[1].prompt_messages == 3
+
+
+async def test_an_answer_stopped_before_its_end_records_the_same_prompt_tokens_as_a_finished_one(
+        api, user, settings, real_inference_url):
+    settings.INFERENCE_URL = real_inference_url
+    settings.CHAT_MAX_TOKENS = 40
+    settings.CHAT_TEMPERATURE = 0
+    finished, stopped = await sync_to_async(lambda: [factories.conversation(owner=user) for _ in range(2)])()
+    question = "Tell me about the history of France."
+
+    await read_events(await api.post(f"/api/conversations/{finished.pk}/messages", {"content": question},
+                                     content_type="application/json"))
+    stop, _, after = await stop_after_deltas(api, stopped, deltas=2, seen_chars=1, content=question)
+
+    whole, cut = [await sync_to_async(Generation.objects.get)(conversation=c) for c in (finished, stopped)]
+    assert stop.status_code == 202 and after[-1][1]["status"] == "stopped"
+    assert whole.status in ("completed", "truncated") and cut.status == "stopped"
+    assert cut.input_tokens == whole.input_tokens > 0  # the first from the header, the second from usage

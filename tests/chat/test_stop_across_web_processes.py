@@ -4,6 +4,8 @@ Two daphne processes share the channel layer on Redis and the database; nginx ba
 `make run` configures it (stack/nginx.py with nginx/chatapp.conf.template): a new request goes
 to the process with fewer open ones, so while one process holds a stream the next request lands
 on the other. Each process writes its own access log, which tells which one served what.
+The watch stream's tests talk to each process directly instead, so that the answer is on one
+and its watcher on the other by construction.
 """
 
 import json
@@ -22,6 +24,7 @@ from chatapp.models import Generation
 from chatapp.sse import SSEParser
 from stack import nginx
 from tests import factories, servers
+from tests.chat.streams import shown
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -35,15 +38,16 @@ CHUNKS = [f" word{i}" for i in range(40)]
 class TwoWebProcesses:
     base_url: str  # nginx's
     access_logs: list[Path]
+    process_urls: list[str]  # each daphne's own, for a request that must reach that one
 
     def served_by(self, request: str) -> Path | None:
         """The access log of the process that answered `request` ("POST /api/…"), once it has."""
         return next((log for log in self.access_logs if log.exists() and f'"{request}"' in log.read_text()), None)
 
     @contextmanager
-    def browser(self, user) -> Iterator[httpx.Client]:
-        """A client signed in as `user` through nginx, sending its CSRF token."""
-        with httpx.Client(base_url=self.base_url, timeout=30) as client:
+    def browser(self, user, base_url: str | None = None) -> Iterator[httpx.Client]:
+        """A client signed in as `user` through nginx (or at `base_url`), sending its CSRF token."""
+        with httpx.Client(base_url=base_url or self.base_url, timeout=30) as client:
             servers.sign_in(client, user)
             client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
             yield client
@@ -53,19 +57,21 @@ class TwoWebProcesses:
 def two_web_processes(upstream, nginx_binary, tmp_path):
     env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": django_settings.INFERENCE_URL,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40,
-           "CHAT_MAX_STREAMS_PER_USER": "1"}
+           "CHAT_MAX_STREAMS_PER_USER": "1", "CHAT_SAVE_INTERVAL_SECONDS": "0.1",
+           "CHAT_WATCH_INTERVAL_SECONDS": "0.1"}
     ports, public_port = [servers.free_port(), servers.free_port()], servers.free_port()
     logs = [tmp_path / f"web-{number}.log" for number in (1, 2)]
     site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=tuple(f"127.0.0.1:{p}" for p in ports))
     config = nginx.render(site, tmp_path / "nginx")
     with ExitStack() as running:
         for port, log in zip(ports, logs):
-            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            command = [sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
                        "--access-log", str(log), "chatapp.asgi:application"]
             running.enter_context(servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"))
         running.enter_context(servers.running(nginx.command(config),
                                               ready_url=f"http://127.0.0.1:{public_port}/healthz"))
-        yield TwoWebProcesses(f"http://127.0.0.1:{public_port}", logs)
+        yield TwoWebProcesses(f"http://127.0.0.1:{public_port}", logs,
+                              [f"http://127.0.0.1:{port}" for port in ports])
 
 
 def streamed_text(events) -> str:
@@ -116,3 +122,76 @@ def test_the_per_user_stream_limit_holds_on_the_other_web_process(two_web_proces
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
     refuser = two_web_processes.served_by(second)
     assert refuser is not None and refuser != two_web_processes.served_by(first_question)
+
+
+def events_of(response, parser: SSEParser):
+    """(name, payload) of each event of an httpx stream, as it comes."""
+    for chunk in response.iter_raw():
+        for event in parser.feed(chunk):
+            yield event.event, json.loads(event.data)
+
+
+@contextmanager
+def answering_on_one_watched_from_the_other(two_web_processes, user, conversation, upstream, interval_s: float):
+    """An answer of CHUNKS, `interval_s` apart, streamed by the first process, and its watch
+    stream from the second, both open: (generation id, the watcher's client, watched, answered)."""
+    upstream.script.chunks = CHUNKS
+    upstream.script.interval_s = interval_s
+    first, second = two_web_processes.process_urls
+    with two_web_processes.browser(user, first) as asker, two_web_processes.browser(user, second) as watcher, \
+            asker.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as answer:
+        answer_events = events_of(answer, SSEParser())
+        start = next(answer_events)[1]
+        with watcher.stream("GET", f"/api/generations/{start['generation_id']}/events") as watch:
+            yield start["generation_id"], watcher, events_of(watch, SSEParser()), answer_events
+
+
+def test_a_watcher_on_the_other_web_process_follows_the_answer_to_its_done(
+        two_web_processes, user, conversation, upstream):
+    with answering_on_one_watched_from_the_other(two_web_processes, user, conversation, upstream, 0.05) as (
+            generation_id, _, watched, answered):
+        watched, answered = list(watched), list(answered)
+
+    generation = Generation.objects.select_related("message").get(pk=generation_id)
+    assert watched[0][0] == "prefix" and watched[-1][0] == "done"
+    assert "delta" in [name for name, _ in watched]
+    assert shown(watched) == "".join(CHUNKS) == generation.message.content
+    assert watched[-1] == answered[-1] and watched[-1][1]["status"] == "completed"
+
+
+def test_a_stop_sent_by_the_watchers_web_process_stops_the_answer_held_by_the_other(
+        two_web_processes, user, conversation, upstream):
+    with answering_on_one_watched_from_the_other(two_web_processes, user, conversation, upstream, 0.1) as (
+            generation_id, watcher, watched, answered):
+        seen = []
+        while len(shown(seen)) < 12:
+            seen.append(next(watched))
+        stop = watcher.post(f"/api/generations/{generation_id}/stop", json={"seen_chars": len(shown(seen))})
+        seen += watched
+        answered = list(answered)
+
+    generation = Generation.objects.select_related("message").get(pk=generation_id)
+    assert stop.status_code == 202
+    assert seen[-1][0] == "done" and seen[-1][1]["status"] == "stopped" and seen[-1] == answered[-1]
+    assert generation.cancelled_by == "user" and generation.message.content == shown(seen)
+    assert len(shown(seen)) < len("".join(CHUNKS))
+    assert upstream.hung_up.wait(10)
+
+
+def test_a_watch_through_nginx_arrives_while_the_answer_is_still_streaming(
+        two_web_processes, user, conversation, upstream):
+    upstream.script.chunks = CHUNKS
+    upstream.script.interval_s = 0.1
+    with two_web_processes.browser(user) as browser, \
+            browser.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as answer:
+        answered = events_of(answer, SSEParser())
+        generation_id = next(answered)[1]["generation_id"]
+        with browser.stream("GET", f"/api/generations/{generation_id}/events") as watch:
+            watched = events_of(watch, SSEParser())
+            first, second = next(watched), next(watched)
+            status_then = Generation.objects.get(pk=generation_id).status
+            rest = list(watched)
+        list(answered)  # to the end
+
+    assert (first[0], second[0]) == ("prefix", "delta") and status_then == "streaming"
+    assert rest[-1][0] == "done" and shown([first, second, *rest]) == "".join(CHUNKS)

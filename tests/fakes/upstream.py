@@ -23,6 +23,8 @@ class Script:
     garbage_after: int | None = None  # send a line that is not JSON after this many chunks
     error_after: int | None = None  # send an OpenAI error event after this many chunks
     send_done: bool = True
+    # Our inference service says the prompt's size at open (X-Prompt-Tokens); other peers do not.
+    prompt_tokens_header: int | None = None
     tgi_style: bool = False  # role on every delta, stop_sequence, extra fields
     # The whole answer (up to a stall) in one write: a backlog that arrives in one network read.
     one_write: bool = False
@@ -64,9 +66,11 @@ class FakeUpstream:
             await send({"type": "http.response.body", "body": payload})
             return
         listener = asyncio.create_task(self._notice_hang_up(receive))
+        headers = [(b"content-type", b"text/event-stream")]
+        if script.prompt_tokens_header is not None:
+            headers.append((b"x-prompt-tokens", str(script.prompt_tokens_header).encode()))
         try:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"text/event-stream")]})
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
             await self._stream(script, send)
         finally:
             listener.cancel()

@@ -44,6 +44,16 @@ def test_a_stream_sends_role_then_content_then_finish_then_usage_then_done(tiny_
     assert len({e["id"] for e in events[:-1]}) == 1
 
 
+def test_the_prompts_token_count_is_said_in_the_headers_before_the_first_token(tiny_service_url):
+    body = chat(stream=True, max_tokens=2, temperature=0)
+    response, _ = stream(tiny_service_url, body)
+    whole = httpx.post(f"{tiny_service_url}/v1/chat/completions", json={**body, "stream": False}, timeout=60)
+
+    prompt_tokens = len(models.engine_tokenizer_prompt(body["messages"]))
+    assert response.headers["x-prompt-tokens"] == str(prompt_tokens)
+    assert whole.headers["x-prompt-tokens"] == str(prompt_tokens) == str(whole.json()["usage"]["prompt_tokens"])
+
+
 def test_without_include_usage_no_usage_chunk_is_sent(tiny_service_url):
     _, events = stream(tiny_service_url, chat(stream=True, max_tokens=3, temperature=0))
 
