@@ -87,7 +87,10 @@ export class Generation {
         this.#started(payload);
         break;
       case "prefix":
-        // A watched answer: the text saved so far, all of it this generation's.
+        // A watched answer: the text saved so far, which replaces what is shown (a second prefix
+        // comes when a Stop elsewhere cut the answer shorter than this page was sent). For a
+        // continued answer it holds the earlier text too, which a Stop from here then counts as
+        // seen: the server keeps up to that many of this generation's characters, a little more.
         this.#started(payload);
         if (!this.stopped && typeof payload.text === "string") {
           this.text = payload.text;
