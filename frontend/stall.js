@@ -3,6 +3,13 @@
 // itself, so the page has to notice and end it.
 export const STALL_HEARTBEATS = 2;
 
+// Wrapped: a browser's setTimeout called as another object's method throws "Illegal invocation".
+const SYSTEM_CLOCK = {
+  setTimeout: (callback, ms) => setTimeout(callback, ms),
+  clearTimeout: (id) => clearTimeout(id),
+  now: () => performance.now(),
+};
+
 /**
  * Calls `onStall` once, when no byte was seen for STALL_HEARTBEATS heartbeats after `arm`.
  * Bytes only note the time; one timer checks it when it is due (a flood of tokens costs no timer
@@ -10,7 +17,7 @@ export const STALL_HEARTBEATS = 2;
  * @param {() => void} onStall
  * @param {{setTimeout: Function, clearTimeout: Function, now: () => number}} [clock]
  */
-export function createStallWatch(onStall, clock = { setTimeout, clearTimeout, now: () => performance.now() }) {
+export function createStallWatch(onStall, clock = SYSTEM_CLOCK) {
   let limitMs = null; // null until the stream says its heartbeat
   let lastByteAt = clock.now();
   let timer = null;

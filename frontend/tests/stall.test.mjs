@@ -82,3 +82,27 @@ test("without a heartbeat nothing is watched, and a cancelled watch never fires"
   assert.equal(stalls, 0);
   assert.equal(clock.pending(), 0);
 });
+
+test("the default clock calls the timers as a browser demands, not as another object's methods", async () => {
+  const { setTimeout: realSet, clearTimeout: realClear } = globalThis;
+  // A browser's window.setTimeout throws "Illegal invocation" when `this` is another object.
+  function strict(real) {
+    return function (...args) {
+      if (this !== undefined && this !== globalThis) throw new TypeError("Illegal invocation");
+      return real(...args);
+    };
+  }
+  globalThis.setTimeout = strict(realSet);
+  globalThis.clearTimeout = strict(realClear);
+  try {
+    let stalls = 0;
+    const watch = createStallWatch(() => { stalls += 1; });
+    watch.arm(0.001);
+    await new Promise((resolve) => realSet(resolve, 20));
+    assert.equal(stalls, 1);
+    createStallWatch(() => {}).cancel();
+  } finally {
+    globalThis.setTimeout = realSet;
+    globalThis.clearTimeout = realClear;
+  }
+});
