@@ -9,7 +9,7 @@ import pytest
 
 from chatapp.models import Conversation, Generation, Message
 from tests import servers
-from tests.browser.conftest import PASSWORD, running_stack, sign_in
+from tests.browser.conftest import running_stack, sign_in
 from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.fakes.stalling_proxy import stalling_proxy
 
@@ -71,13 +71,10 @@ def wait_for_stored_end() -> Generation:
     return Generation.objects.get(message=stored_answer())
 
 
-def open_signed_in(page, url: str, user) -> None:
-    """Opens `url` (a conversation's address) and signs in there, as a second device would."""
-    page.goto(url)
-    page.fill("#login-form [name=username]", user.username)
-    page.fill("#login-form [name=password]", PASSWORD)
-    page.click("#login-form [type=submit]")
-    page.wait_for_selector("#composer")
+def open_on_another_device(page, base_url: str, user, conversation_id: int) -> None:
+    """Signs in on another device and picks the conversation from the list."""
+    sign_in(page, base_url, user)
+    page.click(f'#conversation-list li[data-conversation-id="{conversation_id}"] .conversation-open')
 
 
 def wait_for_writing_mark(page, conversation_id: int, is_writing: bool) -> None:
@@ -96,7 +93,8 @@ def follow_on_second_page(chat, second_page, user, upstream) -> None:
     slow_answer(upstream)
     send(chat, "count slowly")
     wait_for_true(chat, "window.chatappStats.paints >= 3")
-    open_signed_in(second_page, chat.url, user)
+    base_url = chat.url.split("#")[0].rstrip("/")
+    open_on_another_device(second_page, base_url, user, Conversation.objects.get().pk)
     second_page.wait_for_selector(STREAMING_ANSWER)
     wait_for_growth(second_page, beyond=len(shown_text(second_page)))
 
