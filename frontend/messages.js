@@ -122,7 +122,8 @@ function setCancelledBy(el, cancelledBy) {
  */
 export function settleFromApi(el, message) {
   const cancelledBy = message.generation?.cancelled_by || "";
-  if (el.dataset.error || el.dataset.status === STATUS.STREAMING) return; // the page saw more, or it is live
+  // The page saw more (a lost connection), it is live, or the server has yet to write the end.
+  if (el.dataset.error || el.dataset.status === STATUS.STREAMING || message.status === STATUS.STREAMING) return;
   if (el.dataset.status !== message.status || (el.dataset.cancelledBy || "") !== cancelledBy) {
     el.dataset.status = message.status;
     setCancelledBy(el, cancelledBy);
