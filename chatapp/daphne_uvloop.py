@@ -1,4 +1,4 @@
-"""The web process: daphne, its loop made by uvloop.
+"""The web process: daphne, its loop made by uvloop, listening with room for a burst.
 
 daphne runs Twisted on an asyncio loop that it makes when `daphne.server` is imported; made
 under uvloop's policy, that loop is uvloop's (libuv, in C) instead of asyncio's selector loop.
@@ -7,19 +7,41 @@ that Twisted schedules through add_writer/remove_writer: at 500 streams py-spy p
 bookkeeping alone at about a fifth of daphne's loop. On uvloop the same daphne carried 500
 streams with text moving every 93 ms at the median instead of every 140 (BENCHMARKS.md, Relay).
 
+daphne's `-b`/`-p` listen with Twisted's default backlog of 50 connections waiting to be
+accepted; nginx opens a connection to daphne per answer beyond its idle ones, and when 500
+answers start at once the kernel drops the SYNs past the backlog, which nginx sends again after
+1, 3, 7 s: through nginx the last of 500 streams started after 14.6 s against 6.7 s direct. Here
+`-b`/`-p` become a TCP endpoint with a backlog of LISTEN_BACKLOG (the kernel's somaxconn caps it).
+
     python -m chatapp.daphne_uvloop <daphne's own arguments>
 """
 
+import argparse
 import asyncio
+import sys
 
 import uvloop
+
+LISTEN_BACKLOG = 1024
+
+
+def daphne_arguments(argv: list[str]) -> list[str]:
+    """daphne's arguments, with `-b HOST -p PORT` as a TCP endpoint with LISTEN_BACKLOG."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-b", "--bind", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int)
+    given, rest = parser.parse_known_args(argv)
+    if given.port is None:
+        return argv
+    interface = given.bind.replace(":", r"\:")  # Twisted's endpoint strings escape an IPv6 colon
+    return ["-e", f"tcp:port={given.port}:interface={interface}:backlog={LISTEN_BACKLOG}", *rest]
 
 
 def main() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # before daphne makes its loop
     from daphne.cli import CommandLineInterface
 
-    CommandLineInterface.entrypoint()
+    CommandLineInterface().run(daphne_arguments(sys.argv[1:]))
 
 
 if __name__ == "__main__":

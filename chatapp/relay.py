@@ -4,7 +4,8 @@ It sends what is ready and never waits: the upstream's chunks are read ahead int
 (chatapp/upstream_backlog.py), and everything waiting there leaves as one `delta` event, so a
 relay that keeps up sends one event per chunk and one that falls behind sends fewer, larger
 ones. The first delta always goes alone. Nothing waits for the database either (the partial
-text is saved at most once per interval, in the background). The relay ends in exactly one
+text is handed in at most once per interval to chatapp/partial_saves.py, which saves every
+relay's together, in the background). The relay ends in exactly one
 final write, whatever ends it: the upstream finishing or failing, the browser leaving (Django
 cancels us), a Stop from any process (the channel layer), or the time limit. That write is
 shielded from cancellation.
@@ -32,6 +33,7 @@ from common.vocabulary import CancelledBy, GenerationStatus
 from . import selectors, services, sse
 from .database_threads import on_database_thread
 from .inference_client import UpstreamBroken, UpstreamStream
+from .partial_saves import partial_saves
 from .to_the_end import to_the_end
 from .upstream_backlog import UpstreamBacklog
 
@@ -60,7 +62,7 @@ class Relay:
         self._wake = asyncio.Event()  # set by the backlog when something is ready, and by a Stop
         self._backlog: UpstreamBacklog | None = None
         self._last_save = started
-        self._saving: asyncio.Task | None = None
+        self._unsaved = False  # text went out since the last partial save
         self._first_delta_sent = asyncio.Event()
 
     async def events(self) -> AsyncIterator[bytes]:
@@ -125,11 +127,14 @@ class Relay:
                     return
                 self._wake.clear()
                 try:
-                    async with asyncio.timeout(min(settings.CHAT_HEARTBEAT_SECONDS,
-                                                   max(deadline - time.monotonic(), 0))):
+                    async with asyncio.timeout(self._idle_wait(deadline)):
                         await self._wake.wait()
                 except TimeoutError:
-                    if time.monotonic() < deadline:
+                    if self._unsaved and self._save_due(time.monotonic()):
+                        # The upstream paused with text unsaved: saved now, not when it goes on
+                        # (watchers read the rows). The heartbeat's wait starts again after it.
+                        self._save_partial(time.monotonic())
+                    elif time.monotonic() < deadline:
                         yield _HEARTBEAT
         finally:
             for task in helpers:
@@ -210,19 +215,27 @@ class Relay:
         self._last_delta_at = now
         self._sent.append(text)
         self.outcome.num_chunks += chunks
-        if now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS and self._saving is None:
-            self._last_save = now
-            self._saving = asyncio.create_task(self._save_partial("".join(self._sent)))
+        if self._save_due(now):
+            self._save_partial(now)
+        else:
+            self._unsaved = True
 
-    async def _save_partial(self, text: str) -> None:
-        try:
-            await on_database_thread(services.generation_save_partial)(
-                generation_id=self.generation.pk, message_id=self.start.message.pk,
-                before=self.start.message.content, text=text)
-        except Exception:  # a failed coarse save must not end the stream; the final save follows
-            logger.exception("saving the partial answer of generation %s failed", self.generation.pk)
-        finally:
-            self._saving = None
+    def _idle_wait(self, deadline: float) -> float:
+        """How long to wait for the upstream: until the heartbeat, the time limit, or the save
+        of text still unsaved, whichever comes first."""
+        now = time.monotonic()
+        wait = min(settings.CHAT_HEARTBEAT_SECONDS, deadline - now)
+        if self._unsaved:
+            wait = min(wait, self._last_save + settings.CHAT_SAVE_INTERVAL_SECONDS - now)
+        return max(wait, 0)
+
+    def _save_due(self, now: float) -> bool:
+        return now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS
+
+    def _save_partial(self, now: float) -> None:
+        self._last_save, self._unsaved = now, False
+        partial_saves().hand_in(services.PartialText(
+            self.generation.pk, self.start.message.pk, self.start.message.content, "".join(self._sent)))
 
     async def _finish(self):
         """Closes the upstream (the engine frees the sequence) and writes the final rows."""
@@ -237,8 +250,7 @@ class Relay:
         if self._backlog is not None:
             await self._backlog.aclose()
         await self.upstream.aclose()
-        if self._saving is not None:
-            await asyncio.wait({self._saving})  # a late partial save must not land after the final one
+        await partial_saves().withdraw(self.generation.pk)  # no partial save lands after the final one
         finish = on_database_thread(services.generation_finish)
         try:
             return await finish(generation_id=self.generation.pk, outcome=self.outcome)

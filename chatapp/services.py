@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
@@ -70,6 +71,7 @@ class AnswerPlan:
     edited: Message | None = None  # a user message holding its new text (edit)
     dropped: list[Message] = field(default_factory=list)  # messages that go (regenerate, edit)
     continued: Message | None = None  # a truncated answer written on at its end (continue)
+    title: str | None = None  # the conversation's title from its first message, when it takes one
 
     @property
     def continue_final_message(self) -> bool:
@@ -123,9 +125,8 @@ def _plan(user, conversation: Conversation, history: list[Message], said: list[M
 def message_send(*, user, conversation: Conversation, content: str) -> AnswerPlan:
     history = _check_limits(user, conversation)
     question = Message(conversation=conversation, role=Message.Role.USER, content=content)
-    if not conversation.title:
-        conversation.title = title_from(content)
-    return _plan(user, conversation, history, [*history, question], question=question)
+    title = None if conversation.title else title_from(content)
+    return _plan(user, conversation, history, [*history, question], question=question, title=title)
 
 
 def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPlan:
@@ -140,10 +141,9 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPl
     edited = history[position]
     edited.content = content
     first_question = next(m for m in history if m.role == Message.Role.USER)
-    if edited is first_question and not conversation.title_set_by_user:
-        conversation.title = title_from(content)  # saved with the answer's rows (answer_write)
+    title = title_from(content) if edited is first_question and not conversation.title_set_by_user else None
     return _plan(user, conversation, history, history[: position + 1], edited=edited,
-                 dropped=history[position + 1:])
+                 dropped=history[position + 1:], title=title)
 
 
 def answer_regenerate(*, user, conversation: Conversation) -> AnswerPlan:
@@ -191,7 +191,11 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
         model=settings.CHAT_MODEL, sampling=plan.sampling, prompt_messages=len(plan.prompt),
     )
-    plan.conversation.save(update_fields=["title", "updated_at"])  # newest first in the list
+    # Newest first in the list; a title from the first message only where the user has not
+    # named the conversation since the plan's read (a rename meanwhile is theirs to keep).
+    Conversation.objects.filter(pk=plan.conversation.pk).update(updated_at=timezone.now(), **(
+        {} if plan.title is None else
+        {"title": Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))}))
     return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message, plan.sampling)
 
 
@@ -308,18 +312,49 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
         return current
 
 
-def generation_save_partial(*, generation_id: int, message_id: int, before: str, text: str) -> None:
-    """The coarse periodic save while streaming: a crash loses at most one interval.
+@dataclass(frozen=True)
+class PartialText:
+    """An answer's text so far, for the coarse periodic save while it streams."""
 
-    `before` is the answer's text from earlier generations (a continuation's start). Two
-    UPDATEs in one transaction: once the generation has ended, the first matches no row and the
-    message is left alone; until the final write commits, it waits for the generation's row.
+    generation_id: int
+    message_id: int
+    before: str  # the answer's text from earlier generations (a continuation's start)
+    text: str  # this generation's text so far
+
+
+def generation_save_partials(*, partials: list[PartialText]) -> int:
+    """The periodic saves of several streaming answers, in one transaction: a crash loses at
+    most one interval. Returns how many were written.
+
+    Only answers whose generation is still live are written: their rows are locked first (on
+    PostgreSQL; a SQLite transaction of ours holds the file's write lock), so one that ends
+    meanwhile either ended before (and is left alone) or waits for this write to commit.
     """
     with transaction.atomic():
-        saved = Generation.objects.filter(pk=generation_id, status__in=Generation.LIVE_STATUSES).update(
-            final_text=text, heartbeat_at=timezone.now())
-        if saved:
-            Message.objects.filter(pk=message_id).update(content=before + text)
+        live = set(Generation.objects.select_for_update()
+                   .filter(pk__in=[p.generation_id for p in partials], status__in=Generation.LIVE_STATUSES)
+                   .values_list("pk", flat=True))
+        kept = [p for p in partials if p.generation_id in live]
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        _update_each(Generation, ["final_text", "heartbeat_at"], [(p.text, now, p.generation_id) for p in kept])
+        _update_each(Message, ["content"], [(p.before + p.text, p.message_id) for p in kept])
+    return len(kept)
+
+
+def _update_each(model, fields: list[str], rows: list[tuple]) -> None:
+    """One UPDATE of `fields` by primary key, run for each row (the field values, then the key).
+
+    Django's bulk_update builds one CASE over every row instead, which the database evaluates
+    for each row it updates: 2 ms a row at 300 rows on SQLite. The statement is ours, its names
+    come from the model.
+    """
+    if not rows:
+        return
+    quote, meta = connection.ops.quote_name, model._meta
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in fields)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s",
+                           rows)
 
 
 def generation_heartbeat(*, generation_id: int) -> bool:

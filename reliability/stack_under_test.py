@@ -31,7 +31,7 @@ class Role(str, Enum):
 # How each role's process shows itself in its command line (the stack starts them thus).
 _ROLE_PATTERNS = {
     Role.INFERENCE: re.compile(r"-m inference\b"),
-    Role.WEB: re.compile(r"-m daphne\b"),
+    Role.WEB: re.compile(r"-m chatapp\.daphne_uvloop\b"),
     Role.WORKER: re.compile(r"-m celery\b"),
     Role.NGINX: re.compile(r"^nginx: master|\bnginx\b.* -c "),
 }

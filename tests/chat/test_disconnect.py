@@ -5,7 +5,9 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
+from chatapp.database_threads import on_database_thread
 from chatapp.models import Generation, Message
+from tests import servers
 from tests.chat.streams import Browser, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,3 +49,24 @@ async def test_the_message_list_says_an_answer_was_cut_by_a_departed_client_not_
     assert answer["status"] == "stopped"
     assert answer["generation"]["status"] == "stopped"
     assert answer["generation"]["cancelled_by"] == "client_gone"
+
+
+async def test_text_sent_before_the_upstream_pauses_is_saved_during_the_pause(
+        api, conversation, upstream, settings):
+    """Watchers and a crash read the rows: the last text must not wait for the next token."""
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 0.2
+    upstream.script.chunks = ["One", " two", " three", " four"]
+    upstream.script.interval_s = 0.05  # each its own delta, all within the first save interval
+    upstream.script.stall_after = 3  # quiet after " three" until the browser leaves
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+
+    await browser.post({"content": "count"})
+    await browser.read_until(deltas=3)
+
+    def saved_text() -> str:
+        return Message.objects.get(conversation=conversation, role="assistant").content
+
+    # Fails (TimeoutError) unless the text is saved while the upstream stays quiet.
+    await on_database_thread(servers.wait_until)(lambda: saved_text() == "One two three", 10,
+                                                 "the text before the pause to be saved")
+    await browser.hang_up()

@@ -106,3 +106,17 @@ def test_the_migration_marks_titles_that_are_not_the_first_messages_as_chosen_by
 
     chosen = {title: migrated.objects.get(pk=pk).title_set_by_user for title, pk in ids.items()}
     assert chosen == {"Soup recipes": False, "My soups": True, "": False, "Empty so far": True}
+
+
+def test_a_rename_made_while_the_first_answer_starts_is_kept_and_the_first_line_titles_otherwise(
+        django_user_model):
+    from chatapp import services
+
+    owner = django_user_model.objects.create_user("titled", password="pw-0123456789")
+    renamed, untouched = (services.conversation_create(owner=owner) for _ in range(2))
+    plans = [services.message_send(user=owner, conversation=c, content="Soup recipes\nquick")
+             for c in (renamed, untouched)]
+    services.conversation_update(conversation=Conversation.objects.get(pk=renamed.pk), title="Mine")
+    for plan in plans:
+        services.answer_write(plan=plan)
+    assert [Conversation.objects.get(pk=c.pk).title for c in (renamed, untouched)] == ["Mine", "Soup recipes"]
