@@ -270,7 +270,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
 
 function finishAnswer(el, outcome) {
   const { done, error, ending, status, cancelledBy } = outcome;
-  let state = answerLabel({ status, cancelledBy, ending });
+  let state = answerLabel({ status, cancelledBy, ending, isFollowed: el.dataset.watched === "true" });
   if (error) state = `Failed: ${error.message || error.code}`;
   const follow = nearBottom();
   const started = performance.now();

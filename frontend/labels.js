@@ -15,6 +15,11 @@ const ENDING_DETAILS = {
   [ENDING.LOST]: "the connection was lost; the text so far is kept.",
   [ENDING.STALLED]: "the connection stalled; the text so far is kept.",
 };
+// A page that only follows an answer loses its view, not the answer, which may well go on.
+const FOLLOWING_DETAILS = {
+  [ENDING.LOST]: "The connection was lost while following this answer; Retry follows it again.",
+  [ENDING.STALLED]: "The connection stalled while following this answer; Retry follows it again.",
+};
 
 /** Cut short by no one's choice: the connection closed under it, or the server was stopping. */
 export function isInterrupted({ status, cancelledBy }) {
@@ -24,9 +29,11 @@ export function isInterrupted({ status, cancelledBy }) {
 
 /**
  * The state line of an answer: `status` and `cancelledBy` as the API spells them, and `ending`
- * (an ENDING) when the page's own stream ended without the server saying how.
+ * (an ENDING) when the page's stream ended without the server saying how; `isFollowed` when
+ * that stream was the watch stream of an answer this page did not start.
  */
-export function answerLabel({ status, cancelledBy = "", ending }) {
+export function answerLabel({ status, cancelledBy = "", ending, isFollowed = false }) {
+  if (isFollowed && FOLLOWING_DETAILS[ending]) return FOLLOWING_DETAILS[ending];
   if (ENDING_DETAILS[ending]) return `${INTERRUPTED}: ${ENDING_DETAILS[ending]}`;
   if (isInterrupted({ status, cancelledBy })) return INTERRUPTED;
   if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.TIMEOUT) return "Stopped at the time limit";

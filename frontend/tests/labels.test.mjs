@@ -23,6 +23,14 @@ test("a connection lost or stalled under the page says so, and starts as it will
   assert.equal(answerLabel({ status: "stopped", cancelledBy: "client_gone" }), "Interrupted");
 });
 
+test("a page that only followed an answer says it lost the answer's view, not the answer", () => {
+  for (const ending of [ENDING.LOST, ENDING.STALLED]) {
+    const label = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending, isFollowed: true });
+    assert.match(label, /while following this answer; Retry follows it again\.$/);
+    assert.doesNotMatch(label, /Interrupted/);
+  }
+});
+
 test("Retry is offered to failed and interrupted answers, not to ones the user stopped", () => {
   assert.equal(offersRetry({ status: "failed", cancelledBy: "" }), true);
   assert.equal(offersRetry({ status: "stopped", cancelledBy: "client_gone" }), true);

@@ -176,6 +176,31 @@ def test_a_stalled_connection_is_reported_within_two_heartbeats_and_keeps_the_te
     assert page.evaluate("document.body.dataset.streaming") == "false"
 
 
+def test_a_stalled_watch_is_reported_and_retry_follows_the_answer_again(
+        page, second_page, stalling_stack, user, upstream):
+    upstream.script.chunks = [f"w{i} " for i in range(200)]  # 10 s: time to stall and retry
+    upstream.script.interval_s = SLOW_INTERVAL_S
+    sign_in(page, stalling_stack.target_url, user)  # the page that asks goes around the proxy
+    send(page, "count slowly")
+    wait_for_true(page, "window.chatappStats.paints >= 3")
+    open_on_another_device(second_page, stalling_stack.url, user, Conversation.objects.get().pk)
+    second_page.wait_for_selector(STREAMING_ANSWER)
+    wait_for_growth(second_page, beyond=len(shown_text(second_page)))
+
+    assert stalling_stack.stall() == 1  # the watch stream only
+    second_page.wait_for_selector('#messages .message[data-error="connection_stalled"]',
+                                  timeout=int((2 * HEARTBEAT_S + 1.0) * 1000))
+    assert state_of(second_page).startswith("The connection stalled while following this answer")
+    assert Generation.objects.get().status == "streaming"  # the answer itself goes on
+
+    last_answer(second_page).locator(".retry").click()
+    second_page.wait_for_selector(STREAMING_ANSWER)
+    wait_for_end(second_page)
+    wait_for_end(page)
+    assert last_answer(second_page).get_attribute("data-status") == "completed"
+    assert shown_text(second_page).split() == stored_answer().content.split() == shown_text(page).split()
+
+
 def test_an_answer_kept_alive_by_pings_alone_is_not_a_stall(page, stalling_stack, user, upstream):
     upstream.script.first_delay_s = 4 * HEARTBEAT_S  # only `: ping` for four heartbeats
     sign_in(page, stalling_stack.url, user)

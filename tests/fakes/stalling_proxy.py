@@ -28,6 +28,7 @@ class StallingProxy:
     def __init__(self, target_url: str):
         target = urlsplit(target_url)
         self.target = (target.hostname, target.port)
+        self.target_url = target_url  # the way around the proxy
         self.url = ""
         self._connections: list[_Connection] = []
         self._loop = asyncio.new_event_loop()
