@@ -106,6 +106,7 @@ def message_json(message) -> dict:
             "status": message.status, "created_at": message.created_at.isoformat(),
             "generation": None if latest is None else {
                 "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
+                "cancelled_by": latest.cancelled_by,
                 "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
 
 

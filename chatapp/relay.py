@@ -69,6 +69,8 @@ class Relay:
         yield sse.event("start", {
             "message_id": self.start.message.pk, "generation_id": self.generation.pk,
             "request_id": str(self.generation.request_id), "model": self.generation.model,
+            # The page ends a fetch that stays silent for two of these (a stalled connection).
+            "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
         })
         try:
             async with contextlib.aclosing(self._upstream_items()) as items:

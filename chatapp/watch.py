@@ -54,4 +54,6 @@ async def events(generation: Generation) -> AsyncIterator[bytes]:
 def _prefix(progress: selectors.Progress) -> bytes:
     generation = progress.generation
     return sse.event("prefix", {"generation_id": generation.pk, "message_id": generation.message_id,
-                                "status": generation.status, "text": progress.text_after})
+                                "status": generation.status, "text": progress.text_after,
+                                # As the answer's `start`: two of these silent is a stalled watch.
+                                "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS})

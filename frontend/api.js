@@ -56,9 +56,9 @@ async function json(path, options) {
   return response.json();
 }
 
-/** POSTs and resolves to the streaming Response, or rejects with the API's error. */
-export async function openStream(path, body, signal) {
-  const response = await request(path, { method: "POST", body, signal, accept: "text/event-stream" });
+/** POSTs (or GETs) and resolves to the streaming Response, or rejects with the API's error. */
+export async function openStream(path, body, signal, method = "POST") {
+  const response = await request(path, { method, body, signal, accept: "text/event-stream" });
   if (!response.ok) throw await errorOf(response);
   if (!(response.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
     throw new ApiError(response.status, "not_a_stream", "The server did not answer with a stream");
@@ -83,6 +83,8 @@ export const api = {
   regenerate: (cid) => (signal) => openStream(`/api/conversations/${id(cid)}/regenerate`, undefined, signal),
   edit: (mid, content) => (signal) => openStream(`/api/messages/${id(mid)}/edit`, { content }, signal),
   continueAnswer: (mid) => (signal) => openStream(`/api/messages/${id(mid)}/continue`, undefined, signal),
+  // Follows an answer that another tab, device or an earlier visit of this page started.
+  watch: (gid) => (signal) => openStream(`/api/generations/${id(gid)}/events`, undefined, signal, "GET"),
 
   stop: (gid, seenChars) => retried(() => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } })),
 };

@@ -1,9 +1,12 @@
-// Wiring: signing in, the open conversation, the composer, and one streaming answer at a time.
+// Wiring: signing in, the open conversation, the composer, and the answers being read: at most
+// one per conversation, followed in the background when the user opens another.
 import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
 import { createCharacterLimit } from "./character_limit.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
+import { answerLabel } from "./labels.js";
+import { LiveAnswers } from "./live_answers.js";
 import * as msg from "./messages.js";
 import { copyWithFeedback, createFramePainter } from "./render.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
@@ -26,8 +29,10 @@ const NEAR_BOTTOM_PX = 80;
 const VISIBLE_ROLES = new Set(["user", "assistant"]);
 
 let conversationId = null;
-let active = null; // the Generation streaming now, if any
+const live = new LiveAnswers(); // the answers being read, in this conversation or others
+const liveHere = () => live.get(conversationId);
 let loading = 0; // newer conversation loads win over older ones
+let session = 0; // counts sign-ins and sign-outs: an answer that ends after one touches no page
 let creating = false; // a first message is creating its conversation: Enter twice is one
 let opening = null; // the conversation being loaded, if any
 let isSignedIn = false;
@@ -35,13 +40,13 @@ let isSignedIn = false;
 const sidebar = createSidebar({
   open: (id) => openConversation(id),
   deleted: (id) => {
-    if (id !== conversationId) return;
-    active?.stop(api.stop);
-    showConversation(null);
+    live.get(id)?.generation.stop(api.stop);
+    if (id === conversationId) showConversation(null);
   },
   failed: (error) => handleError(error),
   announce,
 });
+live.onChange((ids) => sidebar.setWriting(ids));
 
 function announce(text) {
   view.announcer.textContent = "";
@@ -69,6 +74,7 @@ const characterLimit = createCharacterLimit({
 const auth = createAuth({
   signedIn() {
     isSignedIn = true;
+    session += 1;
     sidebar.refresh();
     const { kind } = routeOf(location.hash);
     if (kind === ROUTE.NEW || kind === ROUTE.OTHER) showConversation(null);
@@ -78,7 +84,12 @@ const auth = createAuth({
   limitsKnown: (limits) => characterLimit.setLimits(limits),
   leaving() {
     isSignedIn = false;
-    active?.stop(api.stop);
+    session += 1;
+    // The user's own answers stop with the session; answers only watched here go on elsewhere.
+    for (const entry of live.entries()) {
+      if (entry.watching) entry.generation.controller.abort();
+      else entry.generation.stop(api.stop);
+    }
     sidebar.clear();
     // Before anyone signed in nothing is open: keep a bookmarked address for after sign-in.
     if (conversationId !== null || opening !== null) showConversation(null);
@@ -98,14 +109,34 @@ function showConversation(id, title = "", messages = []) {
 }
 
 function renderHistory(messages) {
-  view.messages.replaceChildren(...messages.filter((m) => VISIBLE_ROLES.has(m.role)).map(msg.messageFromApi));
+  live.detachAll(); // their elements are about to go
+  const shown = messages.filter((m) => VISIBLE_ROLES.has(m.role));
+  view.messages.replaceChildren(...shown.map(msg.messageFromApi));
   view.empty.hidden = view.messages.children.length > 0;
-  msg.refreshActions(view.messages, active !== null);
+  followLiveAnswer(shown.at(-1));
+  syncStreaming();
   view.messages.scrollTop = view.messages.scrollHeight;
 }
 
+/**
+ * The open conversation's answer, if one is being written: read on in the background since the
+ * user left it (it has more than the server saved), or else watched as the server has it.
+ */
+function followLiveAnswer(lastMessage) {
+  const last = view.messages.lastElementChild;
+  const isStreamingAnswer = last?.dataset.role === "assistant" && last.dataset.status === STATUS.STREAMING;
+  const entry = liveHere();
+  if (entry) {
+    const el = isStreamingAnswer ? last : newAnswer();
+    entry.el = el;
+    msg.beginStreaming(el);
+    if (!entry.generation.stopped) entry.generation.paintNow();
+    return;
+  }
+  if (isStreamingAnswer && lastMessage?.generation) watchAnswer(last, lastMessage.generation.id);
+}
+
 async function openConversation(id) {
-  active?.stop(api.stop);
   clearAlert();
   sidebar.closeDrawer();
   const mine = ++loading;
@@ -135,7 +166,7 @@ function followAddress() {
   if (route.kind === ROUTE.CONVERSATION) {
     if (route.id !== (opening ?? conversationId)) openConversation(route.id);
   } else if (conversationId !== null || opening !== null) {
-    active?.stop(api.stop);
+    // An answer being written goes on in the background (Stop is the only way to stop it).
     loading += 1; // a conversation still loading must not land over this one
     opening = null;
     clearAlert();
@@ -153,7 +184,7 @@ window.addEventListener("hashchange", followAddress);
 async function reloadMessages(id) {
   try {
     const { results } = await api.messages(id);
-    if (id === conversationId && !active) renderHistory(results);
+    if (id === conversationId && !live.get(id)) renderHistory(results);
   } catch (error) {
     handleError(error);
   }
@@ -168,14 +199,18 @@ async function learnIds(id) {
   } catch {
     return;
   }
-  if (id !== conversationId || active) return;
+  if (id !== conversationId || live.get(id)) return;
   const stored = results.filter((m) => VISIBLE_ROLES.has(m.role));
   const shown = [...view.messages.querySelectorAll(".message")];
   if (shown.length !== stored.length || shown.some((el, i) => el.dataset.role !== stored[i].role)) {
     renderHistory(stored);
     return;
   }
-  shown.forEach((el, i) => { if (!el.dataset.messageId) el.dataset.messageId = String(stored[i].id); });
+  shown.forEach((el, i) => {
+    if (!el.dataset.messageId) el.dataset.messageId = String(stored[i].id);
+    // The stream's done does not say who stopped an answer; the stored record does.
+    if (el.dataset.role === "assistant") msg.settleFromApi(el, stored[i]);
+  });
   msg.refreshActions(view.messages, false);
 }
 
@@ -183,8 +218,7 @@ view.newConversation.addEventListener("click", async () => {
   clearAlert();
   sidebar.closeDrawer();
   // An empty conversation is already new: do not pile up untitled ones.
-  if (conversationId !== null && !view.messages.children.length && !active) return view.composer.focus();
-  active?.stop(api.stop);
+  if (conversationId !== null && !view.messages.children.length && !liveHere()) return view.composer.focus();
   try {
     const created = await api.createConversation();
     showConversation(created.id, created.title);
@@ -206,6 +240,9 @@ const nearBottom = () =>
   view.messages.scrollHeight - view.messages.scrollTop - view.messages.clientHeight < NEAR_BOTTOM_PX;
 const scrollToBottom = () => { view.messages.scrollTop = view.messages.scrollHeight; };
 
+/** Send or Stop, for the conversation on screen. */
+const syncStreaming = () => setStreaming(liveHere() !== null);
+
 function setStreaming(on) {
   const focused = document.activeElement;
   document.body.dataset.streaming = on ? "true" : "false";
@@ -225,35 +262,51 @@ function newAnswer() {
   return el;
 }
 
-async function streamAnswer(el, open, { baseText = "" } = {}) {
+/** Follows an answer this page did not start (another tab's, or one from before a reload). */
+function watchAnswer(el, generationId) {
+  el.dataset.watched = "true";
+  return streamAnswer(el, api.watch(generationId), { watching: true });
+}
+
+async function streamAnswer(el, open, { baseText = "", watching = false } = {}) {
   const id = conversationId;
+  const mySession = session;
   clearAlert();
   msg.beginStreaming(el);
   scrollToBottom();
+  let entry = null;
   const generation = new Generation({
     baseText,
     createPainter: (paint) => createFramePainter(paint),
     paint: (text) => {
+      if (!entry.el) return; // its conversation is not on screen: read on, paint nothing
       const follow = nearBottom();
-      msg.paintStreaming(el, text);
+      msg.paintStreaming(entry.el, text);
       window.chatappStats.paints += 1;
       if (follow) scrollToBottom();
     },
-    onStart: (start) => { el.dataset.messageId = String(start.message_id); },
+    onStart: (start) => { if (entry.el) entry.el.dataset.messageId = String(start.message_id); },
   });
-  active = generation;
-  setStreaming(true);
+  entry = live.add(id, generation, el);
+  entry.watching = watching;
+  syncStreaming();
   const outcome = await generation.run(open);
-  if (active === generation) {
-    active = null;
-    setStreaming(false);
+  const shownIn = entry.el; // null when the user is elsewhere: the server keeps the answer
+  live.remove(entry);
+  if (mySession !== session) return outcome;
+  if (id === conversationId) syncStreaming();
+  if (!shownIn || id !== conversationId) {
+    sidebar.refresh(); // a first message names the conversation and moves it to the top
+    return outcome;
   }
-  if (id !== conversationId) return outcome; // the user moved on; the server keeps the answer
-  if (outcome.ending === ENDING.REFUSED) {
+  if (outcome.ending === ENDING.REFUSED && watching) {
+    handleError(outcome.error); // no reload: it would show the same answer and try again
+    msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
+  } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
     await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
   } else {
-    finishAnswer(el, outcome);
+    finishAnswer(shownIn, outcome);
     await learnIds(id);
   }
   sidebar.refresh(); // a first message names the conversation and moves it to the top
@@ -261,30 +314,30 @@ async function streamAnswer(el, open, { baseText = "" } = {}) {
 }
 
 function finishAnswer(el, outcome) {
-  const { done, error, ending, status } = outcome;
-  let state = msg.stateLabel(status);
-  if (ending === ENDING.LOST) state = "Connection lost; the text so far is kept.";
-  else if (error) state = `Failed: ${sentenceFor(error)}`;
+  const { done, error, ending, status, cancelledBy } = outcome;
+  let state = answerLabel({ status, cancelledBy, ending, isFollowed: el.dataset.watched === "true" });
+  if (error) state = `Failed: ${sentenceFor(error)}`;
   const follow = nearBottom();
   const started = performance.now();
   msg.finishMessage(el, {
-    status, text: outcome.text, state, error: ending || error?.code,
+    status, cancelledBy, text: outcome.text, state, error: ending || error?.code,
     figures: done && { ttftMs: done.ttft_ms, tokens: done.usage?.completion_tokens },
   });
   window.chatappStats.finalRenderMs = performance.now() - started;
-  msg.refreshActions(view.messages, active !== null);
+  msg.refreshActions(view.messages, liveHere() !== null);
   if (follow) scrollToBottom();
   announce(status === STATUS.COMPLETED ? "Answer complete." : `Answer: ${state}`);
 }
 
 async function send() {
   const content = view.composer.value;
-  if (!content.trim() || active || creating || characterLimit.isOver()) return;
+  if (!content.trim() || liveHere() || creating || characterLimit.isOver()) return;
   if (conversationId === null) {
     creating = true;
     try {
       const created = await api.createConversation();
       showConversation(created.id, created.title);
+      sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
     } catch (error) {
       return handleError(error);
     } finally {
@@ -294,10 +347,12 @@ async function send() {
   view.composer.value = "";
   composerChanged();
   view.messages.append(msg.createMessage({ role: "user", content }));
+  const sentIn = conversationId;
   const outcome = await streamAnswer(newAnswer(), api.send(conversationId, content));
   // Refused before anything was stored (502-504 store the failed answer, and the message):
   // give the text back so it is not lost.
-  if (outcome.ending === ENDING.REFUSED && !(outcome.error?.status >= 502) && !view.composer.value) {
+  if (outcome.ending === ENDING.REFUSED && !(outcome.error?.status >= 502) && !view.composer.value
+      && sentIn === conversationId) {
     view.composer.value = content;
     composerChanged();
   }
@@ -305,16 +360,16 @@ async function send() {
 
 function regenerate() {
   const last = view.messages.lastElementChild;
-  if (active || conversationId === null || last?.dataset.role !== "assistant") return;
+  if (liveHere() || conversationId === null || last?.dataset.role !== "assistant") return;
   const answer = msg.createMessage({ role: "assistant", status: STATUS.STREAMING });
   last.replaceWith(answer);
   streamAnswer(answer, api.regenerate(conversationId));
 }
 
 function startEdit(userEl) {
-  if (active) return;
+  if (liveHere()) return;
   msg.openEditor(userEl, (content) => {
-    if (active) return;
+    if (liveHere()) return;
     msg.setText(userEl, content);
     while (userEl.nextElementSibling) userEl.nextElementSibling.remove();
     streamAnswer(newAnswer(), api.edit(userEl.dataset.messageId, content));
@@ -327,8 +382,10 @@ view.messages.addEventListener("click", (event) => {
   if (!el || control.disabled) return;
   if (control.classList.contains("copy-answer")) copyWithFeedback(control, msg.textOf(el));
   else if (control.classList.contains("edit")) startEdit(el);
-  else if (control.classList.contains("regenerate") || control.classList.contains("retry")) regenerate();
-  else if (control.classList.contains("continue") && !active) {
+  else if (control.classList.contains("retry") && el.dataset.watched && el.dataset.error) {
+    openConversation(conversationId); // the watch broke, not the answer: see where it stands now
+  } else if (control.classList.contains("regenerate") || control.classList.contains("retry")) regenerate();
+  else if (control.classList.contains("continue") && !liveHere()) {
     streamAnswer(el, api.continueAnswer(el.dataset.messageId), { baseText: msg.textOf(el) });
   }
 });
@@ -352,14 +409,15 @@ view.composer.addEventListener("keydown", (event) => {
   }
 });
 view.form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
-view.stop.addEventListener("click", () => active?.stop(api.stop));
+view.stop.addEventListener("click", () => liveHere()?.generation.stop(api.stop));
 view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
 
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || event.defaultPrevented) return;
-  if (active) {
+  const entry = liveHere();
+  if (entry) {
     event.preventDefault();
-    active.stop(api.stop);
+    entry.generation.stop(api.stop);
   } else {
     sidebar.closeDrawer({ focusToggle: true });
   }

@@ -1,12 +1,16 @@
 // One answer being streamed: its AbortController, its text, and how much of it was painted.
 // Kept free of the DOM so the accounting that Stop relies on can be tested under node.
+// The same object reads an answer's own stream (POST, from `start`) and the watch stream of an
+// answer another tab or device started (GET .../events, from `prefix`).
+import { createStallWatch } from "./stall.js";
 import { payloadOf, readEvents } from "./stream.js";
-import { STATUS } from "./vocabulary.js";
+import { CANCELLED_BY, STATUS } from "./vocabulary.js";
 
 /** How an answer ended when no `done` event said so. */
 export const ENDING = Object.freeze({
   REFUSED: "refused", // the request was answered with a JSON error before any stream
   LOST: "connection_lost", // the stream ended without `done`
+  STALLED: "connection_stalled", // nothing arrived for two heartbeats: the page ended the stream
 });
 
 export class Generation {
@@ -17,8 +21,9 @@ export class Generation {
    * @param {(paint: () => void) => {schedule(): void, cancel(): void}} options.createPainter
    *   decides when `paint` may run (at most once a frame, never while hidden)
    * @param {(start: object) => void} [options.onStart]
+   * @param {(onStall: () => void) => {arm(s: number): void, touch(): void, cancel(): void}} [options.watchStall]
    */
-  constructor({ baseText = "", paint, createPainter, onStart = () => {} }) {
+  constructor({ baseText = "", paint, createPainter, onStart = () => {}, watchStall = createStallWatch }) {
     this.controller = new AbortController();
     this.baseText = baseText;
     this.text = ""; // every delta of this generation, appended the moment it arrives
@@ -29,11 +34,19 @@ export class Generation {
     this.done = null;
     this.error = null;
     this.stopped = false;
+    this.stalled = false;
+    this.pendingStop = null; // a Stop pressed before the server named the generation
     this.onStart = onStart;
-    this.painter = createPainter(() => {
+    this.paintNow = () => {
       this.paintedLength = this.text.length;
       this.paintedChars = this.chars;
       paint(this.baseText + this.text);
+    };
+    this.painter = createPainter(this.paintNow);
+    this.stall = watchStall(() => {
+      if (this.stopped || this.done) return;
+      this.stalled = true;
+      this.controller.abort();
     });
   }
 
@@ -55,13 +68,14 @@ export class Generation {
         return { ending: ENDING.REFUSED, error, status: STATUS.FAILED, text: this.baseText };
       }
       try {
-        for await (const event of readEvents(response)) this.#handle(event);
+        for await (const event of readEvents(response, { onBytes: () => this.stall.touch() })) this.#handle(event);
       } catch {
         // An aborted or broken read: Stop or "connection lost" below tells which.
       }
       return this.outcome();
     } finally {
       this.painter.cancel();
+      this.stall.cancel();
     }
   }
 
@@ -70,8 +84,19 @@ export class Generation {
     if (payload === undefined || payload === null) return;
     switch (event.event) {
       case "start":
-        this.start = payload;
-        this.onStart(payload);
+        this.#started(payload);
+        break;
+      case "prefix":
+        // A watched answer: the text saved so far, which replaces what is shown (a second prefix
+        // comes when a Stop elsewhere cut the answer shorter than this page was sent). For a
+        // continued answer it holds the earlier text too, which a Stop from here then counts as
+        // seen: the server keeps up to that many of this generation's characters, a little more.
+        this.#started(payload);
+        if (!this.stopped && typeof payload.text === "string") {
+          this.text = payload.text;
+          this.chars = Array.from(payload.text).length;
+          this.painter.schedule();
+        }
         break;
       case "delta":
         // After Stop the text is what the user saw; what still arrives was never shown.
@@ -93,6 +118,17 @@ export class Generation {
     }
   }
 
+  #started(payload) {
+    this.start = payload;
+    this.stall.arm(payload.heartbeat_s);
+    this.onStart(payload);
+    if (this.pendingStop) {
+      const send = this.pendingStop;
+      this.pendingStop = null;
+      send();
+    }
+  }
+
   /**
    * The user pressed Stop: keep exactly what was painted and tell the server how much that
    * was. Returns the number of code points reported, or null when there was nothing to stop.
@@ -102,29 +138,36 @@ export class Generation {
     this.stopped = true;
     const seen = this.paintedChars;
     this.painter.cancel();
-    if (this.id === null) {
-      // Without a generation id the server has not started; the abort alone ends the request.
-      this.controller.abort();
-      return seen;
-    }
     // The Stop is recorded before the connection closes: closed first, the answer would end as
-    // a departed client's, and the Stop after it would be refused (the answer had ended).
-    new Promise((resolve) => resolve(sendStop(this.id, seen)))
+    // a departed client's (Interrupted, not Stopped), and the Stop after it would be refused.
+    const send = () => new Promise((resolve) => resolve(sendStop(this.id, seen)))
       .catch(() => {})
       .finally(() => this.controller.abort());
+    // Before `start` the server may be starting the answer already: wait for its id, so that
+    // an early Stop is recorded as the user's too. A request refused instead ends on its own.
+    if (this.id === null) this.pendingStop = send;
+    else send();
     return seen;
   }
 
+  /**
+   * How it ended. `cancelledBy` is what this page knows; an answer stopped elsewhere says ""
+   * here, and the stored message tells who.
+   */
   outcome() {
-    const common = { start: this.start, done: this.done, error: this.error };
+    const common = { start: this.start, done: this.done, error: this.error, cancelledBy: "" };
     if (this.stopped) {
       const seen = this.text.slice(0, this.paintedLength);
-      return { ...common, status: STATUS.STOPPED, text: this.baseText + seen };
+      return { ...common, status: STATUS.STOPPED, cancelledBy: CANCELLED_BY.USER, text: this.baseText + seen };
     }
     if (this.done) {
       return { ...common, status: this.done.status, text: this.baseText + this.text };
     }
-    const ending = this.error ? undefined : ENDING.LOST;
-    return { ...common, ending, status: STATUS.FAILED, text: this.baseText + this.text };
+    const text = this.baseText + this.text;
+    if (this.error) return { ...common, status: STATUS.FAILED, text };
+    // The connection closed (or was closed here) before `done`: the server, if it noticed,
+    // kept the text it sent and recorded the answer as interrupted.
+    const ending = this.stalled ? ENDING.STALLED : ENDING.LOST;
+    return { ...common, ending, status: STATUS.STOPPED, cancelledBy: CANCELLED_BY.CLIENT_GONE, text };
   }
 }

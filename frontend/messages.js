@@ -1,16 +1,10 @@
 // The message list's DOM: one <article class="message"> per message, its state line, its
 // quiet meta line (TTFT, tokens) and its buttons, shown or hidden by refreshActions().
+import { answerLabel, offersRetry } from "./labels.js";
 import { renderMarkdown } from "./render.js";
 import { STATUS } from "./vocabulary.js";
 
 const texts = new WeakMap(); // element -> the message's raw text (what Copy copies)
-
-const STATE_LABELS = {
-  [STATUS.STREAMING]: "Writing…",
-  [STATUS.STOPPED]: "Stopped",
-  [STATUS.TRUNCATED]: "Cut short at the length limit",
-  [STATUS.FAILED]: "Failed",
-};
 
 function button(className, text, label) {
   const el = document.createElement("button");
@@ -73,12 +67,13 @@ export function setText(el, text) {
 export function beginStreaming(el) {
   el.dataset.status = STATUS.STREAMING;
   delete el.dataset.error;
+  delete el.dataset.cancelledBy;
   const body = contentOf(el);
   body.classList.remove("markdown");
   body.textContent = textOf(el);
   body.setAttribute("aria-live", "polite");
   body.setAttribute("aria-busy", "true");
-  setState(el, STATE_LABELS[STATUS.STREAMING]);
+  setState(el, answerLabel({ status: STATUS.STREAMING }));
   setMeta(el, null);
 }
 
@@ -92,9 +87,6 @@ export function setState(el, text) {
   state.hidden = !text;
 }
 
-export function stateLabel(status) {
-  return STATE_LABELS[status] || "";
-}
 
 /** The quiet figures: time to first token and tokens generated. */
 export function setMeta(el, figures) {
@@ -106,23 +98,48 @@ export function setMeta(el, figures) {
   meta.hidden = parts.length === 0;
 }
 
-/** Ends an answer: status, text rendered once, state line, figures. */
-export function finishMessage(el, { status, text, state, error, figures }) {
+/** Ends an answer: status, who cancelled it, text rendered once, state line, figures. */
+export function finishMessage(el, { status, cancelledBy = "", text, state, error, figures }) {
   el.dataset.status = status;
+  setCancelledBy(el, cancelledBy);
   if (error) el.dataset.error = error;
   else delete el.dataset.error;
   setText(el, text);
   // Still live from streaming: no longer busy, so screen readers read the final answer once.
   if (contentOf(el).hasAttribute("aria-busy")) contentOf(el).setAttribute("aria-busy", "false");
-  setState(el, state ?? stateLabel(status));
+  setState(el, state ?? answerLabel({ status, cancelledBy }));
   setMeta(el, figures);
+}
+
+function setCancelledBy(el, cancelledBy) {
+  if (cancelledBy) el.dataset.cancelledBy = cancelledBy;
+  else delete el.dataset.cancelledBy;
+}
+
+/**
+ * The stored record of a settled answer, where it tells more than the stream did: who stopped
+ * it, and the text a Stop from another tab cut it to.
+ */
+export function settleFromApi(el, message) {
+  const cancelledBy = message.generation?.cancelled_by || "";
+  // The page saw more (a lost connection), it is live, or the server has yet to write the end.
+  if (el.dataset.error || el.dataset.status === STATUS.STREAMING || message.status === STATUS.STREAMING) return;
+  if (el.dataset.status !== message.status || (el.dataset.cancelledBy || "") !== cancelledBy) {
+    el.dataset.status = message.status;
+    setCancelledBy(el, cancelledBy);
+    setState(el, answerLabel({ status: message.status, cancelledBy }));
+  }
+  if (textOf(el) !== message.content) setText(el, message.content);
 }
 
 /** A message from GET .../messages. */
 export function messageFromApi(message) {
   const el = createMessage(message);
   if (message.role === "assistant") {
-    setState(el, stateLabel(message.status));
+    const cancelledBy = message.generation?.cancelled_by || "";
+    setCancelledBy(el, cancelledBy);
+    if (message.generation) el.dataset.generationId = String(message.generation.id);
+    setState(el, answerLabel({ status: message.status, cancelledBy }));
     setMeta(el, message.generation && {
       ttftMs: message.generation.ttft_ms,
       tokens: message.generation.output_tokens,
@@ -152,7 +169,7 @@ export function refreshActions(container, streaming) {
       continue;
     }
     const settled = status !== STATUS.STREAMING;
-    const broken = status === STATUS.FAILED;
+    const broken = offersRetry({ status, cancelledBy: el.dataset.cancelledBy || "" });
     show(".copy-answer", settled && textOf(el) !== "");
     show(".regenerate", isLast && settled && !broken);
     show(".retry", isLast && broken);

@@ -34,6 +34,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
   const more = document.getElementById("more-conversations");
   const empty = document.getElementById("conversation-empty");
   let current = null;
+  let writing = new Set(); // ids of conversations whose answer this page is reading
   let query = "";
   let page = 1;
   let searchTimer = 0;
@@ -49,9 +50,19 @@ export function createSidebar({ open, deleted, failed, announce }) {
     link.addEventListener("click", () => open(conversation.id));
     const rename = iconButton("rename", "Rename", () => startRename(li, conversation));
     const remove = iconButton("delete", "Delete", () => removeConversation(li, conversation));
-    li.append(link, rename, remove);
+    const marker = document.createElement("span");
+    marker.className = "conversation-writing";
+    marker.textContent = "Writing…";
+    li.append(link, marker, rename, remove);
     markCurrent(li);
+    markWriting(li);
     return li;
+  }
+
+  function markWriting(li) {
+    const isWriting = writing.has(Number(li.dataset.conversationId));
+    li.dataset.writing = String(isWriting);
+    li.querySelector(".conversation-writing").hidden = !isWriting;
   }
 
   function markCurrent(li) {
@@ -186,6 +197,11 @@ export function createSidebar({ open, deleted, failed, announce }) {
     setCurrent(id) {
       current = id;
       for (const li of list.children) markCurrent(li);
+    },
+    /** Marks the conversations whose answer is being written (`ids`, a Set of numbers). */
+    setWriting(ids) {
+      writing = ids;
+      for (const li of list.children) markWriting(li);
     },
     clear() {
       list.replaceChildren();

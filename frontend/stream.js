@@ -5,10 +5,11 @@ import { createParser } from "./vendor/eventsource-parser.js";
 /**
  * Yields `{event, data, id}` for every event in `source` (a Response or a ReadableStream of
  * bytes), in order, as soon as the bytes that complete it have arrived.
- * `event` is "message" when the stream named none; comments (`: ping`) yield nothing.
+ * `event` is "message" when the stream named none; comments (`: ping`) yield nothing, but
+ * every read that brings bytes, a comment's too, calls `onBytes` (a stall is no byte at all).
  * Ends when the body ends; throws what the read throws (an AbortError after a Stop).
  */
-export async function* readEvents(source) {
+export async function* readEvents(source, { onBytes = () => {} } = {}) {
   const body = typeof source.getReader === "function" ? source : source.body;
   const reader = body.getReader();
   // stream: true keeps the bytes of a character split across two reads until the rest arrives.
@@ -27,6 +28,7 @@ export async function* readEvents(source) {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
+      onBytes();
       parser.feed(decoder.decode(value, { stream: true }));
       yield* take();
     }

@@ -1,10 +1,10 @@
-"""One vocabulary: the JS front end names statuses and finish reasons exactly as Python does."""
+"""One vocabulary: the JS front end names statuses, finish reasons and cancellers exactly as Python does."""
 
 import json
 import re
 from pathlib import Path
 
-from common.vocabulary import FinishReason, GenerationStatus, MessageStatus
+from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus
 
 VOCABULARY_JS = Path(__file__).resolve().parent.parent / "frontend" / "vocabulary.js"
 
@@ -25,3 +25,7 @@ def test_the_front_end_knows_exactly_the_finish_reasons():
 
 def test_the_front_end_knows_exactly_the_generation_statuses():
     assert js_list("GENERATION_STATUSES") == [status.value for status in GenerationStatus]
+
+
+def test_the_front_end_knows_exactly_who_can_cancel_an_answer():
+    assert js_list("CANCELLERS") == [canceller.value for canceller in CancelledBy]

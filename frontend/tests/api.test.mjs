@@ -60,6 +60,17 @@ test("a stream opens only on an event-stream answer", async () => {
   await assert.rejects(api.regenerate(5)(signal), { status: 429 });
 });
 
+test("the watch stream of an answer is a GET without a CSRF header", async () => {
+  const signal = new AbortController().signal;
+  answers.push(new Response("event: prefix\n\n", { status: 200, headers: { "Content-Type": "text/event-stream" } }));
+  await api.watch(9)(signal);
+  assert.equal(calls[0].url, "/api/generations/9/events");
+  assert.equal(calls[0].method, "GET");
+  assert.equal(calls[0].headers["X-CSRFToken"], undefined);
+  assert.equal(calls[0].headers.Accept, "text/event-stream");
+  assert.equal(calls[0].signal, signal);
+});
+
 test("Stop sends seen_chars and is tried again after a server error, not after a 4xx", async () => {
   answers.push(jsonResponse(500, undefined), () => { throw new TypeError("network down"); }, jsonResponse(202, { stopping: true }));
   assert.deepEqual(await api.stop(7, 13), { stopping: true });

@@ -119,28 +119,106 @@ test("Continue: the old text stays in front, and only this generation's deltas a
   assert.equal((await t.outcome).text, "Once upon a tíme, 世界");
 });
 
-test("Stop before the stream starts aborts the request and sends no stop", async () => {
+test("Stop before start waits for the generation's id, then sends a Stop of zero before it aborts", async () => {
+  const t = setUp();
+  await settle();
+  assert.equal(t.generation.stop(t.sendStop), 0);
+  await settle();
+  assert.deepEqual(t.stops, [], "no id yet: nothing to name in a Stop");
+  assert.equal(t.generation.controller.signal.aborted, false, "an abort now would read as a departed client");
+  t.feed().push(sse("start", START) + sse("delta", { text: "unseen" }));
+  await settle();
+  assert.deepEqual(t.stops, [[7, 0]]);
+  await settle();
+  assert.equal(t.generation.controller.signal.aborted, true);
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "stopped");
+  assert.equal(outcome.cancelledBy, "user");
+  assert.equal(outcome.text, "");
+});
+
+test("Stop before a request that is refused sends no stop", async () => {
   const stops = [];
   const generation = new Generation({ paint() {}, createPainter: () => ({ schedule() {}, cancel() {} }) });
-  const outcome = generation.run((signal) => new Promise((resolve, reject) => {
-    signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError")));
-  }));
+  let refuse;
+  const outcome = generation.run(() => new Promise((resolve, reject) => { refuse = reject; }));
   generation.stop((id, seen) => stops.push([id, seen]));
+  refuse(Object.assign(new Error("busy"), { status: 429 }));
   const result = await outcome;
   assert.equal(result.status, "stopped");
   assert.equal(result.text, "");
   assert.deepEqual(stops, []);
 });
 
-test("a stream that ends without done is a lost connection that keeps its text", async () => {
+test("a stream that ends without done is an interrupted answer that keeps its text", async () => {
   const t = setUp();
   await settle();
   t.feed().push(sse("start", START) + sse("delta", { text: "partial" }));
   t.feed().close();
   const outcome = await t.outcome;
   assert.equal(outcome.ending, ENDING.LOST);
-  assert.equal(outcome.status, "failed");
+  assert.equal(outcome.status, "stopped");
+  assert.equal(outcome.cancelledBy, "client_gone", "as the server records a connection that closed");
   assert.equal(outcome.text, "partial");
+});
+
+test("a stream silent for two heartbeats is ended here as stalled, and keeps its text", async () => {
+  let stall;
+  const armed = [];
+  const touches = [];
+  const generation = new Generation({
+    paint() {},
+    createPainter: () => ({ schedule() {}, cancel() {} }),
+    watchStall: (onStall) => {
+      stall = onStall;
+      return { arm: (s) => armed.push(s), touch: () => touches.push(1), cancel() {} };
+    },
+  });
+  let feed;
+  const outcome = generation.run(async (signal) => {
+    feed = controlledStream(signal);
+    return new Response(feed.stream, { headers: { "Content-Type": "text/event-stream" } });
+  });
+  await settle();
+  feed.push(sse("start", { ...START, heartbeat_s: 15 }) + sse("delta", { text: "so far" }));
+  await settle();
+  feed.push(": ping\n\n");
+  await settle();
+  assert.deepEqual(armed, [15]);
+  assert.equal(touches.length, 2, "a ping is bytes too");
+  stall();
+  const result = await outcome;
+  assert.equal(generation.controller.signal.aborted, true);
+  assert.equal(result.ending, ENDING.STALLED);
+  assert.equal(result.status, "stopped");
+  assert.equal(result.text, "so far");
+});
+
+test("a watched answer starts from the saved text, counts it as seen, and settles on done", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("prefix", { generation_id: 7, message_id: 12, status: "streaming", text: "Saved 👋" }));
+  await settle();
+  assert.equal(t.generation.id, 7);
+  t.painter().paint();
+  assert.deepEqual(t.painted, ["Saved 👋"]);
+  t.feed().push(sse("delta", { text: " more" }));
+  await settle();
+  t.painter().paint();
+  assert.equal(t.generation.stop(t.sendStop), Array.from("Saved 👋 more").length);
+  assert.deepEqual(t.stops, [[7, 12]]);
+  assert.equal((await t.outcome).text, "Saved 👋 more");
+});
+
+test("a watched answer that had already ended gives its prefix and done at once", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("prefix", { generation_id: 7, message_id: 12, status: "completed", text: "All of it" })
+    + sse("done", DONE));
+  t.feed().close();
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "completed");
+  assert.equal(outcome.text, "All of it");
 });
 
 test("an error event is reported with the failed done that follows it", async () => {

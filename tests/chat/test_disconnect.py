@@ -34,6 +34,23 @@ async def test_a_client_that_leaves_after_three_deltas_leaves_exactly_their_text
     assert generation.final_text == "One two three" and generation.finished_at is not None
 
 
+async def test_the_message_list_says_an_answer_was_cut_by_a_departed_client_not_by_a_stop(
+        api, conversation, upstream):
+    upstream.script.chunks = ["One", " two", " three"]
+    upstream.script.interval_s = 0.3
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    await browser.post({"content": "count"})
+    await browser.read_until(deltas=1)
+    await browser.hang_up()
+    await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    listed = (await api.get(f"/api/conversations/{conversation.pk}/messages")).json()["results"]
+    answer = listed[-1]
+    assert answer["status"] == "stopped"
+    assert answer["generation"]["status"] == "stopped"
+    assert answer["generation"]["cancelled_by"] == "client_gone"
+
+
 async def test_text_sent_before_the_upstream_pauses_is_saved_during_the_pause(
         api, conversation, upstream, settings):
     """Watchers and a crash read the rows: the last text must not wait for the next token."""

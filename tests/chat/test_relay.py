@@ -38,6 +38,7 @@ async def test_an_answer_streams_start_then_one_delta_per_upstream_chunk_then_do
     assert [p["text"] for n, p in events if n == "delta"] == upstream.script.chunks
     start, done = events[0][1], events[-1][1]
     assert start["model"] == "SmolLM2-135M-Instruct"
+    assert start["heartbeat_s"] == 15  # the page ends a fetch silent for two of these
     assert done["finish_reason"] == "stop" and done["status"] == "completed"
     assert done["usage"] == {"prompt_tokens": 11, "completion_tokens": 8}
     assert done["ttft_ms"] > 0

@@ -32,6 +32,8 @@ async def test_stop_ends_the_stream_and_keeps_only_the_text_the_user_saw(api, co
     assert generation.final_text == "Alpha be"
     assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
     assert generation.stop_seen_chars == 8
+    listed = (await api.get(f"/api/conversations/{conversation.pk}/messages")).json()["results"]
+    assert listed[-1]["generation"]["cancelled_by"] == "user"
 
 
 async def test_a_stop_sent_before_the_relay_listens_still_ends_the_stream_and_frees_the_upstream(

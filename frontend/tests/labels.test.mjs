@@ -1,0 +1,40 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ENDING } from "../generation.js";
+import { answerLabel, INTERRUPTED, offersRetry } from "../labels.js";
+
+test("each way an answer ends has its own words", () => {
+  assert.equal(answerLabel({ status: "streaming" }), "Writing…");
+  assert.equal(answerLabel({ status: "completed" }), "");
+  assert.equal(answerLabel({ status: "stopped", cancelledBy: "user" }), "Stopped");
+  assert.equal(answerLabel({ status: "stopped", cancelledBy: "client_gone" }), INTERRUPTED);
+  assert.equal(answerLabel({ status: "stopped", cancelledBy: "shutdown" }), INTERRUPTED);
+  assert.equal(answerLabel({ status: "stopped", cancelledBy: "timeout" }), "Stopped at the time limit");
+  assert.equal(answerLabel({ status: "truncated" }), "Cut short at the length limit");
+  assert.equal(answerLabel({ status: "failed" }), "Failed");
+});
+
+test("a connection lost or stalled under the page says so, and starts as it will read after a reload", () => {
+  const lost = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending: ENDING.LOST });
+  const stalled = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending: ENDING.STALLED });
+  assert.match(lost, /^Interrupted: the connection was lost/);
+  assert.match(stalled, /^Interrupted: the connection stalled/);
+  assert.equal(answerLabel({ status: "stopped", cancelledBy: "client_gone" }), "Interrupted");
+});
+
+test("a page that only followed an answer says it lost the answer's view, not the answer", () => {
+  for (const ending of [ENDING.LOST, ENDING.STALLED]) {
+    const label = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending, isFollowed: true });
+    assert.match(label, /while following this answer; Retry follows it again\.$/);
+    assert.doesNotMatch(label, /Interrupted/);
+  }
+});
+
+test("Retry is offered to failed and interrupted answers, not to ones the user stopped", () => {
+  assert.equal(offersRetry({ status: "failed", cancelledBy: "" }), true);
+  assert.equal(offersRetry({ status: "stopped", cancelledBy: "client_gone" }), true);
+  assert.equal(offersRetry({ status: "stopped", cancelledBy: "user" }), false);
+  assert.equal(offersRetry({ status: "completed", cancelledBy: "" }), false);
+  assert.equal(offersRetry({ status: "truncated", cancelledBy: "" }), false);
+});
