@@ -58,6 +58,7 @@ class Progress:
     generation: Generation  # its status, and once it has ended the figures of the `done` event
     text_length: int  # characters of the answer's text saved so far
     text_after: str  # that text from the character asked for on
+    own_length: int  # of those characters, this generation's (a continued answer's text starts earlier)
 
     @property
     def ended(self) -> bool:
@@ -73,9 +74,10 @@ def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
     saved = Coalesce("message__content", "final_text")
     found = (Generation.objects.filter(pk=generation_id)
              .only("status", "message", "finish_reason", "input_tokens", "output_tokens", "ttft_ms")
-             .annotate(saved_length=Length(saved), saved_after=Substr(saved, after + 1))
+             .annotate(saved_length=Length(saved), saved_after=Substr(saved, after + 1),
+                       own_length=Length("final_text"))
              .get())
-    return Progress(found, found.saved_length, found.saved_after)
+    return Progress(found, found.saved_length, found.saved_after, found.own_length)
 
 
 def stop_requested(*, generation_id: int) -> bool:

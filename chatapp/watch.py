@@ -55,5 +55,8 @@ def _prefix(progress: selectors.Progress) -> bytes:
     generation = progress.generation
     return sse.event("prefix", {"generation_id": generation.pk, "message_id": generation.message_id,
                                 "status": generation.status, "text": progress.text_after,
+                                # The text's first characters that came before this generation (a
+                                # continued answer's): a Stop's seen_chars does not count them.
+                                "earlier_chars": progress.text_length - progress.own_length,
                                 # As the answer's `start`: two of these silent is a stalled watch.
                                 "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS})

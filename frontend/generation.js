@@ -89,12 +89,15 @@ export class Generation {
       case "prefix":
         // A watched answer: the text saved so far, which replaces what is shown (a second prefix
         // comes when a Stop elsewhere cut the answer shorter than this page was sent). For a
-        // continued answer it holds the earlier text too, which a Stop from here then counts as
-        // seen: the server keeps up to that many of this generation's characters, a little more.
+        // continued answer its first `earlier_chars` characters came before this generation:
+        // they are the base text, which a Stop from here does not count as seen.
         this.#started(payload);
         if (!this.stopped && typeof payload.text === "string") {
-          this.text = payload.text;
-          this.chars = Array.from(payload.text).length;
+          const chars = Array.from(payload.text);
+          const earlier = Math.min(Math.max(payload.earlier_chars ?? 0, 0), chars.length);
+          this.baseText = chars.slice(0, earlier).join("");
+          this.text = chars.slice(earlier).join("");
+          this.chars = chars.length - earlier;
           this.painter.schedule();
         }
         break;

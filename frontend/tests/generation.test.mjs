@@ -210,6 +210,18 @@ test("a watched answer starts from the saved text, counts it as seen, and settle
   assert.equal((await t.outcome).text, "Saved 👋 more");
 });
 
+test("a watched continued answer shows its earlier text but counts only its own as seen", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("prefix", { generation_id: 7, message_id: 12, status: "streaming", text: "Before. Now 👋",
+    earlier_chars: Array.from("Before.").length }));
+  await settle();
+  t.painter().paint();
+  assert.deepEqual(t.painted, ["Before. Now 👋"]);
+  assert.equal(t.generation.stop(t.sendStop), Array.from(" Now 👋").length);
+  assert.equal((await t.outcome).text, "Before. Now 👋");
+});
+
 test("a watched answer that had already ended gives its prefix and done at once", async () => {
   const t = setUp();
   await settle();

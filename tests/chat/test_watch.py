@@ -75,14 +75,15 @@ async def test_an_ended_answer_gives_its_text_and_done_at_once(api, user):
 
     assert watched == [
         ("prefix", {"generation_id": generation.pk, "message_id": generation.message_id,
-                    "status": "truncated", "text": "Cut at the limit", "heartbeat_s": 15}),
+                    "status": "truncated", "text": "Cut at the limit", "earlier_chars": 0,
+                    "heartbeat_s": 15}),
         ("done", {"generation_id": generation.pk, "message_id": generation.message_id,
                   "finish_reason": "length", "status": "truncated",
                   "usage": {"prompt_tokens": 9, "completion_tokens": 4}, "ttft_ms": 12.5}),
     ]
 
 
-async def test_a_continued_answer_is_watched_with_the_messages_whole_text(api, user):
+async def test_a_continued_answer_is_watched_with_the_messages_whole_text_and_says_where_it_began(api, user):
     def continued():
         answer = factories.message(factories.conversation(owner=user), role="assistant",
                                    status="streaming", content="Before. And after")
@@ -94,7 +95,8 @@ async def test_a_continued_answer_is_watched_with_the_messages_whole_text(api, u
 
     await watcher.until(lambda events: len(events) >= 1)
 
-    assert watcher.events[0][1]["text"] == "Before. And after"
+    prefix = watcher.events[0][1]
+    assert (prefix["text"], prefix["earlier_chars"]) == ("Before. And after", len("Before."))
 
 
 async def test_another_users_watch_is_404_and_a_signed_out_one_401(api, other_user):
