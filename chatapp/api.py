@@ -6,22 +6,20 @@ the right status; after the first byte they travel as stream events (see chatapp
 """
 
 import functools
-import logging
 import time
 
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from . import answer_start, login_limit, request_input, selectors, services, watch
+from common.vocabulary import CancelledBy
+
+from . import answer_start, live_view, login_limit, request_input, selectors, services, watch
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused
-from .relay import Relay, stop_group
-
-logger = logging.getLogger(__name__)
+from .relay import Relay, tell_relay_to_stop
 
 
 def error_response(status: int, code: str, message: str) -> JsonResponse:
@@ -259,17 +257,40 @@ async def stop(request, user, generation_id: int):
     seen = body_of(request).get("seen_chars")
     if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= MAX_SEEN_CHARS:
         raise ApiError(400, "invalid_value", f"seen_chars must be an integer from 0 to {MAX_SEEN_CHARS}")
+    return await _stopped(found, seen_chars=seen, cancelled_by=CancelledBy.USER)
+
+
+async def _stopped(generation, *, seen_chars: int | None, cancelled_by: CancelledBy) -> JsonResponse:
+    """Records the Stop and tells the relay, wherever it runs; 202, as the relay applies it."""
     try:
-        stopping = await on_database_thread(services.generation_stop)(generation=found, seen_chars=seen)
+        stopping = await on_database_thread(services.generation_stop)(
+            generation=generation, seen_chars=seen_chars, cancelled_by=cancelled_by)
     except services.IllegalTransition as refused:
         raise ApiError(409, "generation_ended",
                        f"the answer has already ended ({refused.status}); nothing was changed") from None
-    try:
-        # The stream may be held by another daphne process: tell them all, at once.
-        await get_channel_layer().group_send(stop_group(found.pk), {"type": "generation.stop"})
-    except Exception:  # the row holds the Stop: the relay's next heartbeat reads it
-        logger.exception("telling the relay of generation %s to stop failed", found.pk)
-    return JsonResponse({"id": found.pk, "status": stopping.status}, status=202)
+    await tell_relay_to_stop(generation.pk)
+    return JsonResponse({"id": generation.pk, "status": stopping.status}, status=202)
+
+
+# --- staff: the live view (chatapp/live_view.py) ---
+def staff_only(user) -> None:
+    if not user.is_staff:
+        raise ApiError(403, "staff_only", "only staff may use this")
+
+
+@endpoint("GET")
+async def live_events(request, user):
+    """Every answer streaming now and each inference replica's load, every interval, as SSE."""
+    staff_only(user)
+    return event_stream(live_view.events())
+
+
+@endpoint("POST")
+async def staff_stop(request, user, generation_id: int):
+    """An admin's Stop of anyone's answer: as the user's, but the user keeps all they were sent."""
+    staff_only(user)
+    found = await on_database_thread(live_view.generation_of_anyone)(generation_id=generation_id)
+    return await _stopped(found, seen_chars=None, cancelled_by=CancelledBy.ADMIN)
 
 
 # --- streaming ---

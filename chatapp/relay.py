@@ -46,6 +46,16 @@ def stop_group(generation_id: int) -> str:
     return f"generation-stop-{generation_id}"
 
 
+async def tell_relay_to_stop(generation_id: int) -> None:
+    """After a Stop is recorded: the stream may be held by another daphne process, so tell
+    them all at once. A failure is logged and no more: the row holds the Stop, and the relay's
+    next heartbeat reads it."""
+    try:
+        await get_channel_layer().group_send(stop_group(generation_id), {"type": "generation.stop"})
+    except Exception:
+        logger.exception("telling the relay of generation %s to stop failed", generation_id)
+
+
 class Relay:
     def __init__(self, start: services.AnswerStart, upstream: UpstreamStream, started: float):
         self.start = start

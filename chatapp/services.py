@@ -285,8 +285,10 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
     text, reason, cancelled_by = outcome.text, outcome.finish_reason, outcome.cancelled_by
     error_code, error_message = outcome.error_code, outcome.error_message
     if current.status == GenerationStatus.STOP_REQUESTED:
+        # An admin's Stop has no count of characters seen: the user keeps all that was sent.
         text = text[: current.stop_seen_chars]
-        reason, cancelled_by, error_code, error_message = FinishReason.CANCELLED, CancelledBy.USER, "", ""
+        reason, error_code, error_message = FinishReason.CANCELLED, "", ""
+        cancelled_by = current.cancelled_by or CancelledBy.USER
     elif cancelled_by is not None:
         reason = FinishReason.CANCELLED
     elif error_code or reason is None:
@@ -370,15 +372,18 @@ def _prefix(message: Message, generation_id: int) -> str:
     return "".join(earlier.order_by("pk").values_list("final_text", flat=True))
 
 
-def generation_stop(*, generation: Generation, seen_chars: int) -> Generation:
-    """Records the user's Stop with the length they saw; the relay applies it at its final write.
+def generation_stop(*, generation: Generation, seen_chars: int | None,
+                    cancelled_by: CancelledBy = CancelledBy.USER) -> Generation:
+    """Records a Stop with the length its user saw; the relay applies it at its final write.
 
-    A second Stop while the first is pending changes nothing. Raises IllegalTransition when the
-    answer has already ended: its text and audit figures stay as they are.
+    An admin's Stop (from the live view) passes `seen_chars=None`: the answer keeps every
+    character its user was sent. A second Stop while the first is pending changes nothing.
+    Raises IllegalTransition when the answer has already ended: its text and audit figures stay
+    as they are.
     """
     try:
         return generation_move(generation_id=generation.pk, to=GenerationStatus.STOP_REQUESTED,
-                               cancelled_by=CancelledBy.USER, stop_seen_chars=seen_chars)
+                               cancelled_by=cancelled_by, stop_seen_chars=seen_chars)
     except IllegalTransition as refused:
         if refused.status == GenerationStatus.STOP_REQUESTED:
             return Generation.objects.get(pk=generation.pk)

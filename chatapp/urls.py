@@ -16,12 +16,15 @@ api_patterns = [
     path("generations/<int:generation_id>", api.generation, name="generation"),
     path("generations/<int:generation_id>/events", api.generation_events, name="generation-events"),
     path("generations/<int:generation_id>/stop", api.stop, name="stop"),
+    path("staff/live/events", api.live_events, name="live-events"),
+    path("staff/generations/<int:generation_id>/stop", api.staff_stop, name="staff-stop"),
 ]
 
 urlpatterns = [
     path("api/", include((api_patterns, "api"))),
     path("admin/", admin.site.urls),
     path("staff/audit/", audit_views.audit, name="staff-audit"),
+    path("staff/live/", views.live, name="staff-live"),
     path("healthz", views.health, name="health"),
     path("", views.index, name="index"),
     # The front end's files at the site root, as nginx serves them (no dot-leading segment, so

@@ -1,10 +1,13 @@
-"""Plain views: health for the supervisor and load balancers, and the front end's entry page."""
+"""Plain views: health for the supervisor and load balancers, the front end's entry page, and
+the staff's live view page (its data comes from the API's staff endpoints)."""
 
 import logging
 
 from django.conf import settings
+from django.contrib.admin.views.decorators import staff_member_required
 from django.db import connection
 from django.http import FileResponse, Http404, JsonResponse
+from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.static import serve
 
@@ -34,6 +37,12 @@ async def health(request):
 def index(request):
     """The single-page front end, for when no nginx serves `frontend/` in front of us."""
     return FileResponse(open(settings.FRONTEND_DIR / "index.html", "rb"), content_type="text/html")
+
+
+@staff_member_required
+def live(request):
+    """The answers streaming now, the replicas' load, and a Stop for each answer (live_view.js)."""
+    return render(request, "chatapp/live.html")
 
 
 # The browser's files only: never package.json, node_modules/, tests/ or scripts/ (the URL

@@ -53,6 +53,7 @@ class CancelledBy(StrEnum):
     CLIENT_GONE = "client_gone"  # the connection closed under us
     SHUTDOWN = "shutdown"  # the server was stopping
     TIMEOUT = "timeout"  # a limit on the request's duration ran out
+    ADMIN = "admin"  # staff pressed Stop on the live view
 
 
 _STATUS_BY_FINISH_REASON = {

@@ -87,6 +87,8 @@ export const api = {
   watch: (gid) => (signal) => openStream(`/api/generations/${id(gid)}/events`, undefined, signal, "GET"),
 
   stop: (gid, seenChars) => retried(() => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } })),
+  // Staff only, from the live view (staff/live/): stops anyone's answer.
+  staffStop: (gid) => json(`/api/staff/generations/${id(gid)}/stop`, { method: "POST" }),
 };
 
 // A Stop that never arrives leaves the server keeping what it sent rather than what the user

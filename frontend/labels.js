@@ -37,6 +37,7 @@ export function answerLabel({ status, cancelledBy = "", ending, isFollowed = fal
   if (ENDING_DETAILS[ending]) return `${INTERRUPTED}: ${ENDING_DETAILS[ending]}`;
   if (isInterrupted({ status, cancelledBy })) return INTERRUPTED;
   if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.TIMEOUT) return "Stopped at the time limit";
+  if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.ADMIN) return "Stopped by an administrator";
   return STATUS_LABELS[status] || "";
 }
 

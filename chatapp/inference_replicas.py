@@ -1,0 +1,61 @@
+"""The inference replicas and how loaded each is, as its Prometheus /metrics says.
+
+The live view shows each replica's running and waiting sequences and its KV cache use. The
+replicas are read through `inference_urls()` alone, so that INFERENCE_URL may become a list
+without this module's readers noticing. A replica that does not answer is shown as such, not
+left out: an admin wants to see a replica that is down.
+"""
+
+import asyncio
+from dataclasses import asdict, dataclass
+
+import httpx2
+from django.conf import settings
+from prometheus_client.parser import text_string_to_metric_families
+
+# The gauges our inference service exports (inference/metrics.py).
+RUNNING, WAITING, CACHE_USAGE = ("inference_running_sequences", "inference_waiting_sequences",
+                                 "inference_kv_cache_usage_ratio")
+# A replica slower than this to say its figures is shown as unreachable: the view must not wait.
+SCRAPE_TIMEOUT_S = 2.0
+
+
+def inference_urls() -> list[str]:
+    """The base URL of each inference replica."""
+    return [settings.INFERENCE_URL]
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    url: str
+    reachable: bool
+    running: float | None = None  # None: the replica does not export the figure (vLLM names its own)
+    waiting: float | None = None
+    cache_usage: float | None = None  # share of the KV cache in use, 0 to 1
+    error: str = ""
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def parse_load(url: str, metrics_text: str) -> ReplicaLoad:
+    """The figures of one replica from its /metrics text (Prometheus' text format)."""
+    values = {sample.name: sample.value
+              for family in text_string_to_metric_families(metrics_text)
+              for sample in family.samples if not sample.labels}
+    return ReplicaLoad(url, True, values.get(RUNNING), values.get(WAITING), values.get(CACHE_USAGE))
+
+
+async def replica_loads() -> list[ReplicaLoad]:
+    """Every replica's load, read at once; one that fails says why."""
+    async with httpx2.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as client:
+        return list(await asyncio.gather(*(_load(client, url) for url in inference_urls())))
+
+
+async def _load(client: httpx2.AsyncClient, url: str) -> ReplicaLoad:
+    try:
+        response = await client.get(f"{url}/metrics")
+        response.raise_for_status()
+        return parse_load(url, response.text)
+    except (httpx2.HTTPError, ValueError) as error:  # ValueError: text that is not Prometheus'
+        return ReplicaLoad(url, False, error=f"{type(error).__name__}: {error}"[:200])

@@ -1,0 +1,112 @@
+"""The admins' live view: staff only, it lists the answers streaming now and each replica's load."""
+
+import httpx
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from chatapp import live_view
+from chatapp.inference_replicas import replica_loads
+from chatapp.models import Generation
+from common.vocabulary import GenerationStatus
+from tests import factories, servers
+from tests.inference import models
+from tests.inference.serving import service_for, serving
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def staff(transactional_db):
+    return factories.user(is_staff=True)
+
+
+def answer_in(conversation, **fields) -> Generation:
+    """A generation of an assistant message in `conversation`, streaming unless told otherwise."""
+    return factories.generation(factories.message(conversation, role="assistant"), **fields)
+
+
+@pytest.mark.parametrize("is_staff", [False, None], ids=["a plain user", "anonymous"])
+def test_the_live_view_page_sends_anyone_who_is_not_staff_to_the_admin_login(client, is_staff):
+    if is_staff is not None:
+        client.force_login(factories.user(is_staff=is_staff))
+
+    page = client.get(reverse("staff-live"))
+
+    assert page.status_code == 302 and page["Location"].startswith(reverse("admin:login"))
+
+
+def test_staff_get_the_live_view_page(client, staff):
+    client.force_login(staff)
+
+    page = client.get(reverse("staff-live"))
+
+    assert page.status_code == 200
+    assert "<h1>Live answers</h1>" in page.content.decode() and "/live_view.js" in page.content.decode()
+
+
+def test_a_plain_user_may_neither_watch_the_live_events_nor_stop_an_answer_there(client, user, conversation):
+    generation = answer_in(conversation)
+    client.force_login(user)
+
+    events = client.get(reverse("api:live-events"))
+    stop = client.post(reverse("api:staff-stop", args=[generation.pk]))
+
+    assert events.status_code == 403 and events.json()["error"]["code"] == "staff_only"
+    assert stop.status_code == 403 and stop.json()["error"]["code"] == "staff_only"
+    assert Generation.objects.get(pk=generation.pk).status == GenerationStatus.STREAMING
+
+
+def test_anonymous_visitors_are_told_to_sign_in_first(client):
+    assert client.get(reverse("api:live-events")).status_code == 401
+
+
+def test_an_admin_stop_without_the_csrf_token_is_refused(staff, user, conversation):
+    generation = answer_in(conversation)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(staff)
+
+    stop = browser.post(reverse("api:staff-stop", args=[generation.pk]))
+
+    assert stop.status_code == 403
+    assert Generation.objects.get(pk=generation.pk).status == GenerationStatus.STREAMING
+
+
+def test_an_admin_stop_of_an_answer_that_does_not_exist_is_not_found(client, staff):
+    client.force_login(staff)
+
+    assert client.post(reverse("api:staff-stop", args=[987654])).status_code == 404
+
+
+def test_the_streams_listed_are_every_users_live_answers_only(user, other_user):
+    mine = answer_in(factories.conversation(owner=user, title="Mine"), final_text="Hello")
+    theirs = answer_in(factories.conversation(owner=other_user))
+    answer_in(mine.conversation, finish_reason="stop")
+
+    streams = live_view.streams_now()
+
+    assert [s["generation_id"] for s in streams] == [mine.pk, theirs.pk]
+    assert streams[0]["username"] == user.username and streams[0]["conversation_title"] == "Mine"
+    assert streams[0]["chars_so_far"] == len("Hello") and streams[0]["age_s"] >= 0
+
+
+async def test_a_replica_says_its_running_and_waiting_sequences_and_cache_use(settings):
+    engine = models.engine(models.tiny_model(), max_running=4, max_model_len=128, max_cached_tokens=1024)
+    with serving(service_for(engine)) as url:
+        settings.INFERENCE_URL = url
+        httpx.post(f"{url}/v1/chat/completions", json={
+            "model": "tiny-test-model", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
+            timeout=60)
+        [load] = await replica_loads()
+
+    assert load.url == url and load.reachable
+    assert load.running == 0 and load.waiting == 0
+    assert load.cache_usage is not None and 0 <= load.cache_usage <= 1
+
+
+async def test_a_replica_that_does_not_answer_is_shown_as_unreachable(settings):
+    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()}"
+
+    [load] = await replica_loads()
+
+    assert not load.reachable and load.running is None and "ConnectError" in load.error
