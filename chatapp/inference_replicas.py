@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 # The gauges our inference service exports (inference/metrics.py).
 RUNNING, WAITING, CACHE_USAGE = ("inference_running_sequences", "inference_waiting_sequences",
                                  "inference_kv_cache_usage_ratio")
-# A replica slower than this to say its figures is shown as unreachable: the view must not wait.
+# A replica slower than this to say its figures is shown as unreachable: the view must not wait
+# (a deadline for the whole read, which a peer dripping bytes cannot stretch).
 SCRAPE_TIMEOUT_S = 2.0
 
 
@@ -54,8 +55,10 @@ async def replica_loads() -> list[ReplicaLoad]:
 
 async def _load(client: httpx2.AsyncClient, url: str) -> ReplicaLoad:
     try:
-        response = await client.get(f"{url}/metrics")
+        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+            response = await client.get(f"{url}/metrics")
         response.raise_for_status()
         return parse_load(url, response.text)
-    except (httpx2.HTTPError, ValueError) as error:  # ValueError: text that is not Prometheus'
+    # ValueError: text that is not Prometheus'
+    except (httpx2.HTTPError, TimeoutError, ValueError) as error:
         return ReplicaLoad(url, False, error=f"{type(error).__name__}: {error}"[:200])

@@ -47,6 +47,10 @@ class FakeUpstream:
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
+        if scope["path"] == "/metrics":  # a peer that exports no metrics, as some do not
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
         body = b""
         while True:
             message = await receive()
