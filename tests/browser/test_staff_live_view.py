@@ -1,0 +1,54 @@
+"""An admin watches the answers streaming now on the live view and stops one, in a real browser
+through nginx; the user's page says who stopped it."""
+
+import pytest
+
+from chatapp.models import Conversation, Generation
+from tests import factories, servers
+from tests.browser.conftest import PASSWORD, sign_in
+from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SLOW_ANSWER = [f"w{i} " for i in range(200)]
+
+
+@pytest.fixture
+def admin_page(chromium):
+    """The admin's own browser context: its own session."""
+    context = chromium.new_context(viewport={"width": 1200, "height": 800})
+    page = context.new_page()
+    page.console_errors = []
+    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+    yield page
+    context.close()
+
+
+def test_an_admin_sees_the_streaming_answer_and_its_stop_ends_it_as_stopped_by_an_administrator(
+        page, admin_page, stack_with_fake_upstream, user, upstream):
+    upstream.script.chunks, upstream.script.interval_s = SLOW_ANSWER, 0.05
+    sign_in(page, stack_with_fake_upstream, user)
+    send(page, "count slowly")
+    wait_for_true(page, "window.chatappStats.paints >= 3")
+    sign_in(admin_page, stack_with_fake_upstream, factories.user(is_staff=True, password=PASSWORD))
+    admin_page.goto(stack_with_fake_upstream + "/staff/live/")
+    generation = Generation.objects.get()
+    row = admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"]')
+    row.wait_for()
+    listed = row.inner_text()
+    replica = admin_page.locator("#replicas tbody tr").first.inner_text()
+
+    row.locator("button").click()
+    wait_for_end(page)
+    servers.wait_until(lambda: Generation.objects.get().status == "stopped", 30, "the answer's final write")
+    admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"]').wait_for(state="detached")
+    stopped = Generation.objects.select_related("message").get()
+
+    assert user.username in listed and f"#{Conversation.objects.get().pk}" in listed
+    assert upstream.url in replica and "unreachable" in replica  # the stand-in exports no metrics
+    assert (stopped.status, stopped.cancelled_by) == ("stopped", "admin")
+    assert 0 < len(stopped.message.content) < len("".join(SLOW_ANSWER))
+    wait_for_true(page, "[...document.querySelectorAll('#messages .message')].at(-1).dataset.cancelledBy === 'admin'")
+    assert last_answer(page).locator(".message-state").inner_text() == "Stopped by an administrator"
+    assert admin_page.locator("#no-streams").is_visible()
+    assert admin_page.console_errors == [] and page.console_errors == []
