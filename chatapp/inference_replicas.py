@@ -13,9 +13,13 @@ import httpx2
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
-# The gauges our inference service exports (inference/metrics.py).
-RUNNING, WAITING, CACHE_USAGE = ("inference_running_sequences", "inference_waiting_sequences",
-                                 "inference_kv_cache_usage_ratio")
+# Each figure's gauge as our inference service (inference/metrics.py), vLLM and llama.cpp's
+# server name it; the first one a replica exports is read, summed over its labels (vLLM labels
+# each sample with its model).
+RUNNING = ("inference_running_sequences", "vllm:num_requests_running", "llamacpp:requests_processing")
+WAITING = ("inference_waiting_sequences", "vllm:num_requests_waiting", "llamacpp:requests_deferred")
+CACHE_USAGE = ("inference_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+               "llamacpp:kv_cache_usage_ratio")
 # A replica slower than this to say its figures is shown as unreachable: the view must not wait
 # (a deadline for the whole read, which a peer dripping bytes cannot stretch).
 SCRAPE_TIMEOUT_S = 2.0
@@ -41,10 +45,15 @@ class ReplicaLoad:
 
 def parse_load(url: str, metrics_text: str) -> ReplicaLoad:
     """The figures of one replica from its /metrics text (Prometheus' text format)."""
-    values = {sample.name: sample.value
-              for family in text_string_to_metric_families(metrics_text)
-              for sample in family.samples if not sample.labels}
-    return ReplicaLoad(url, True, values.get(RUNNING), values.get(WAITING), values.get(CACHE_USAGE))
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+
+    def first(names: tuple[str, ...]) -> float | None:
+        return next((values[name] for name in names if name in values), None)
+
+    return ReplicaLoad(url, True, first(RUNNING), first(WAITING), first(CACHE_USAGE))
 
 
 async def replica_loads() -> list[ReplicaLoad]:

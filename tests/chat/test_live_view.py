@@ -6,7 +6,7 @@ from django.test import Client
 from django.urls import reverse
 
 from chatapp import live_view
-from chatapp.inference_replicas import replica_loads
+from chatapp.inference_replicas import parse_load, replica_loads
 from chatapp.models import Generation
 from common.vocabulary import GenerationStatus
 from tests import factories, servers
@@ -110,3 +110,28 @@ async def test_a_replica_that_does_not_answer_is_shown_as_unreachable(settings):
     [load] = await replica_loads()
 
     assert not load.reachable and load.running is None and "ConnectError" in load.error
+
+
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-8B"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-8B"} 1.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-8B"} 0.25
+"""
+
+
+def test_a_vllm_replicas_figures_are_read_under_vllms_own_names():
+    load = parse_load("http://vllm:8000", VLLM_METRICS)
+
+    assert (load.running, load.waiting, load.cache_usage) == (3.0, 1.0, 0.25)
+
+
+def test_a_replica_that_exports_none_of_the_figures_shows_none():
+    load = parse_load("http://elsewhere", "# TYPE up gauge\nup 1\n")
+
+    assert load.reachable and (load.running, load.waiting, load.cache_usage) == (None, None, None)
