@@ -1,8 +1,11 @@
 """The admins' live view: staff only, it lists the answers streaming now and each replica's load."""
 
+import asyncio
+
 import httpx
 import pytest
-from django.test import Client
+from asgiref.sync import sync_to_async
+from django.test import AsyncClient, Client
 from django.urls import reverse
 
 from chatapp import live_view
@@ -10,6 +13,7 @@ from chatapp.inference_replicas import parse_load, replica_loads
 from chatapp.models import Generation
 from common.vocabulary import GenerationStatus
 from tests import factories, servers
+from tests.chat.streams import Browser
 from tests.inference import models
 from tests.inference.serving import service_for, serving
 
@@ -135,3 +139,26 @@ def test_a_replica_that_exports_none_of_the_figures_shows_none():
     load = parse_load("http://elsewhere", "# TYPE up gauge\nup 1\n")
 
     assert load.reachable and (load.running, load.waiting, load.cache_usage) == (None, None, None)
+
+
+async def test_an_admin_stop_ends_a_streaming_answer_keeping_all_its_user_was_sent(api, conversation, upstream):
+    upstream.script.chunks = ["Alpha", " beta", " gamma", " delta", " epsilon"]
+    upstream.script.interval_s = 0.2
+    answer = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    await answer.post({"content": "go"})
+    await answer.read_until(deltas=2)
+    admin = AsyncClient()
+    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+
+    stopped = await admin.post(f"/api/staff/generations/{answer.events[0][1]['generation_id']}/stop")
+    await answer.read_until(events=("done",))
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    sent = "".join(payload["text"] for name, payload in answer.events if name == "delta")
+    assert stopped.status_code == 202 and stopped.json()["status"] == "stop_requested"
+    assert answer.events[-1][0] == "done" and answer.events[-1][1]["status"] == "stopped"
+    assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "admin")
+    assert generation.message.content == sent and sent.startswith("Alpha beta")
+    assert len(sent) < len("".join(upstream.script.chunks))
+    assert generation.stop_seen_chars is None and hung_up
