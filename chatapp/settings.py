@@ -52,6 +52,9 @@ try:
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
     # How often that check runs: Celery beat with Redis, `manage.py reap_streams` without.
     CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 15.0, minimum=0.1)
+    # Audit rows and deleted conversations older than this many days are purged (chatapp/retention.py);
+    # 0 keeps them forever.
+    CHAT_RETENTION_DAYS = env.integer("CHAT_RETENTION_DAYS", 0, minimum=0)
     # Threads that run the async views' database work, each with a connection it keeps
     # (chatapp/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
@@ -194,6 +197,11 @@ CELERY_BEAT_SCHEDULE = {
     "fail-interrupted-streams": {
         "task": "chatapp.tasks.fail_interrupted_streams",
         "schedule": CHAT_REAP_INTERVAL_SECONDS,
+    },
+    # Hourly: each round deletes little, a batch per transaction; a no-op while retention is off.
+    "purge-expired-records": {
+        "task": "chatapp.tasks.purge_expired_records",
+        "schedule": 3600.0,
     },
 }
 
