@@ -198,6 +198,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "chatapp.tasks.fail_interrupted_streams",
         "schedule": CHAT_REAP_INTERVAL_SECONDS,
     },
+    # Hourly: yesterday is rolled up soon after midnight (once its last answer ended).
+    "roll-up-audit-days": {
+        "task": "chatapp.tasks.roll_up_audit_days",
+        "schedule": 3600.0,
+    },
     # Hourly: each round deletes little, a batch per transaction; a no-op while retention is off.
     "purge-expired-records": {
         "task": "chatapp.tasks.purge_expired_records",
