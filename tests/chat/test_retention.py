@@ -1,5 +1,6 @@
 """Retention purges exactly what CHAT_RETENTION_DAYS let expire, a small batch per transaction."""
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -7,10 +8,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chatapp.models import Conversation, Generation, Message
+from chatapp.models import Conversation, DailyRollup, Generation, Message
 from chatapp.retention import purge_expired
 from chatapp.tasks import purge_expired_records
-from tests import factories
+from tests import factories, servers
+from tests.celery_worker import QUEUE, celery_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -75,3 +77,19 @@ def test_without_a_retention_period_nothing_is_ever_purged(settings):
 def test_the_periodic_schedule_runs_the_purge(settings):
     assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} >= {
         "chatapp.tasks.purge_expired_records", "chatapp.tasks.fail_interrupted_streams"}
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="a separate worker needs the Redis broker")
+@pytest.mark.django_db(transaction=True)
+def test_a_celery_worker_rolls_the_expired_days_up_then_purges_their_rows():
+    expired = generation_started(days_ago=31)
+    expired_day = Generation.objects.get(pk=expired.pk).started_at.date()
+    kept = generation_started(days_ago=1)
+
+    with celery_worker(CHAT_RETENTION_DAYS="30"):
+        purge_expired_records.apply_async(queue=QUEUE)
+        servers.wait_until(lambda: not Generation.objects.filter(pk=expired.pk).exists(), 60,
+                           "the worker to purge the expired row")
+
+    assert Generation.objects.filter(pk=kept.pk).exists()
+    assert DailyRollup.objects.get(day=expired_day).generations == 1
