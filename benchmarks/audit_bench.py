@@ -14,6 +14,7 @@ import os
 import statistics
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from common import env
@@ -95,7 +96,7 @@ def _measure(database_url: str, generations: int, days: int, requests: int) -> d
     client = Client()
     client.force_login(staff)
     today = timezone.now().date()
-    year = {"from": (today - timezone.timedelta(days=365)).isoformat(), "to": today.isoformat()}
+    year = {"from": (today - timedelta(days=365)).isoformat(), "to": today.isoformat()}
 
     def page_ms(params: dict) -> list[float]:
         times = []

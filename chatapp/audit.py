@@ -104,10 +104,6 @@ class DayTotals:
         return self.cancelled / self.generations if self.generations else None
 
 
-# The page's per-day chart rows are the day totals themselves.
-Day = DayTotals
-
-
 @dataclass(frozen=True)
 class Report:
     period: Period
