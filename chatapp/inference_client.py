@@ -91,7 +91,7 @@ class UpstreamStream:
     @classmethod
     async def open(cls, payload: dict, request_id: str) -> "UpstreamStream":
         """A stream from the first replica, in `in_order`'s order, that does not refuse it."""
-        refusal = None
+        refusal = UpstreamRefused(502, "upstream_unreachable", "INFERENCE_URL names no inference service")
         for replica in inference_replicas.in_order():
             try:
                 with replica.opening():

@@ -157,3 +157,12 @@ async def test_a_resolved_name_stands_for_each_of_its_addresses(api, user, upstr
     _, headers = upstream.requests[-1]
     assert headers["host"] in {f"127.0.0.1:{port}", f"[::1]:{port}"}
     assert upstream.metrics_reads >= 1
+
+
+async def test_an_inference_url_that_names_no_service_is_a_502_not_a_crash(api, user, settings):
+    settings.INFERENCE_URL = " , "
+
+    response = await response_to(api, user)
+
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
