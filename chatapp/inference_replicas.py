@@ -36,17 +36,17 @@ _STALE_INTERVALS = 3
 @dataclass
 class Replica:
     url: str
-    own: int = 0  # this process's streams on it now, opening ones included
-    reported: float | None = None  # sequences its /metrics counted at the last poll
-    own_at_report: int = 0
+    num_open: int = 0  # this process's streams on it now, opening ones included
+    num_reported: float | None = None  # sequences its /metrics counted at the last poll
+    num_open_at_report: int = 0
     reported_at: float = -math.inf
     avoid_until: float = -math.inf
 
     def load(self, now: float) -> float:
-        """The own count, plus what the replica reported beyond it (other processes' streams)."""
-        if self.reported is None or now - self.reported_at > _STALE_INTERVALS * _interval():
-            return self.own
-        return max(self.own, self.reported + self.own - self.own_at_report)
+        """The streams open here, plus those the replica reported beyond them (other processes')."""
+        if self.num_reported is None or now - self.reported_at > _STALE_INTERVALS * _interval():
+            return self.num_open
+        return max(self.num_open, self.num_reported + self.num_open - self.num_open_at_report)
 
     def refused(self) -> None:
         self.avoid_until = time.monotonic() + settings.INFERENCE_AVOID_SECONDS
@@ -54,15 +54,15 @@ class Replica:
     @contextlib.contextmanager
     def opening(self):
         """Counts a stream from its request on; the caller hands it to `closed` once opened."""
-        self.own += 1
+        self.num_open += 1
         try:
             yield
         except BaseException:
-            self.own -= 1
+            self.num_open -= 1
             raise
 
     def closed(self) -> None:
-        self.own -= 1
+        self.num_open -= 1
 
 
 _replicas: dict[str, Replica] = {}
@@ -76,12 +76,16 @@ def listed() -> list[str]:
     return [url.strip().rstrip("/") for url in settings.INFERENCE_URL.split(",") if url.strip()]
 
 
-def in_order() -> list[Replica]:
-    """Every replica, the one to try first first: not lately refused, then least loaded."""
+def _current() -> list[Replica]:
     urls = listed()
     if settings.INFERENCE_RESOLVE_REPLICAS:
         urls = [address for url in urls for address in _resolved.get(url, [url])]
-    replicas = [_replicas.setdefault(url, Replica(url)) for url in dict.fromkeys(urls)]
+    return [_replicas.setdefault(url, Replica(url)) for url in dict.fromkeys(urls)]
+
+
+def in_order() -> list[Replica]:
+    """Every replica, the one to try first first: not lately refused, then least loaded."""
+    replicas = _current()
     if len(replicas) == 1 and not settings.INFERENCE_RESOLVE_REPLICAS:
         return replicas
     _poll_when_due()
@@ -112,9 +116,7 @@ async def poll() -> None:
         for url in listed():
             with contextlib.suppress(OSError):
                 _resolved[url] = await _addresses(url)
-    urls = [address for url in listed() for address in _resolved.get(url, [url])]
-    await asyncio.gather(*(_read_metrics(client(), _replicas.setdefault(url, Replica(url)))
-                           for url in dict.fromkeys(urls)))
+    await asyncio.gather(*(_read_metrics(client(), replica) for replica in _current()))
 
 
 async def _addresses(url: str) -> list[str]:
@@ -130,11 +132,11 @@ async def _read_metrics(client: httpx2.AsyncClient, replica: Replica) -> None:
     try:
         response = await client.get(f"{replica.url}/metrics", timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS)
     except httpx2.HTTPError:
-        replica.reported = None
+        replica.num_reported = None
         replica.refused()
         return
     if response.status_code == 200:
-        replica.reported, replica.own_at_report = load_in(response.text), replica.own
+        replica.num_reported, replica.num_open_at_report = load_in(response.text), replica.num_open
         replica.reported_at = time.monotonic()
         # Avoidance is left to run out: a replica that says it is busy still serves its metrics.
 

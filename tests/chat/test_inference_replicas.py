@@ -166,3 +166,14 @@ async def test_an_inference_url_that_names_no_service_is_a_502_not_a_crash(api, 
 
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_unreachable"
+
+
+@pytest.mark.parametrize("exposition, load", [
+    ("inference_running_sequences 3.0\ninference_waiting_sequences 2.0\ninference_kv_cache_bytes 9e6\n", 5),
+    ('vllm:num_requests_running{model_name="m"} 4.0\nvllm:num_requests_waiting{model_name="m"} 1.0\n', 5),
+    ("# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n"
+     "llamacpp:requests_deferred 0\n", 2),
+    ("tgi_queue_size 7\n", None),  # a server whose load we cannot read: our own count stands
+])
+def test_the_load_is_read_from_our_vllm_and_llama_cpp_metrics(exposition, load):
+    assert inference_replicas.load_in(exposition) == load
