@@ -28,7 +28,11 @@ try:
     )
     ALLOWED_HOSTS = env.words("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
     CSRF_TRUSTED_ORIGINS = env.words("CSRF_TRUSTED_ORIGINS")
+    # One or several replicas, comma-separated (chatapp/inference_replicas.py).
     INFERENCE_URL = env.string("INFERENCE_URL", "http://127.0.0.1:8001").rstrip("/")
+    INFERENCE_METRICS_INTERVAL_SECONDS = env.number("INFERENCE_METRICS_INTERVAL_SECONDS", 2.0, minimum=0.1)
+    INFERENCE_AVOID_SECONDS = env.number("INFERENCE_AVOID_SECONDS", 10.0, minimum=0)
+    INFERENCE_RESOLVE_REPLICAS = env.boolean("INFERENCE_RESOLVE_REPLICAS", False)
     REDIS_URL = env.string("REDIS_URL")
     LOG_LEVEL = env.string("DJANGO_LOG_LEVEL", "INFO").upper()
     DATABASE_URL = env.string("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")
