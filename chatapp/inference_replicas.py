@@ -1,73 +1,157 @@
-"""The inference replicas and how loaded each is, as its Prometheus /metrics says.
+"""Which inference replica opens the next answer: the least loaded of those that lately answered.
 
-The live view shows each replica's running and waiting sequences and its KV cache use. The
-replicas are read through `inference_urls()` alone, so that INFERENCE_URL may become a list
-without this module's readers noticing. A replica that does not answer is shown as such, not
-left out: an admin wants to see a replica that is down.
+`INFERENCE_URL` may list several replicas, comma-separated. Each web process counts the streams
+it has open on each replica, and corrects that count from the replicas' /metrics, which also see
+the other web processes' streams. The metrics are read in the background, at most once every
+`INFERENCE_METRICS_INTERVAL_SECONDS` and only while answers are being started, never on a
+request's path. A replica that refused or could not be reached goes to the back of the line for
+`INFERENCE_AVOID_SECONDS`. With `INFERENCE_RESOLVE_REPLICAS`, each listed host name stands for
+every address it resolves to (Docker's DNS answers a scaled service's name with all its
+containers). With one replica and no resolving, nothing is polled and the request goes where it
+always went.
 """
 
 import asyncio
-from dataclasses import asdict, dataclass
+import contextlib
+import itertools
+import math
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from django.conf import settings
-from prometheus_client.parser import text_string_to_metric_families
 
-# Each figure's gauge as our inference service (inference/metrics.py), vLLM and llama.cpp's
-# server name it; the first one a replica exports is read, summed over its labels (vLLM labels
-# each sample with its model).
-RUNNING = ("inference_running_sequences", "vllm:num_requests_running", "llamacpp:requests_processing")
-WAITING = ("inference_waiting_sequences", "vllm:num_requests_waiting", "llamacpp:requests_deferred")
-CACHE_USAGE = ("inference_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-               "llamacpp:kv_cache_usage_ratio")
-# A replica slower than this to say its figures is shown as unreachable: the view must not wait
-# (a deadline for the whole read, which a peer dripping bytes cannot stretch).
-SCRAPE_TIMEOUT_S = 2.0
+# Sequences a replica is serving or holding, by the names its kind of server gives them: ours,
+# vLLM's, llama.cpp's (the live view shows them apart, chatapp/replica_figures.py).
+RUNNING_METRICS = ("inference_running_sequences", "vllm:num_requests_running", "llamacpp:requests_processing")
+WAITING_METRICS = ("inference_waiting_sequences", "vllm:num_requests_waiting", "llamacpp:requests_deferred")
+_LOAD_METRICS = {*RUNNING_METRICS, *WAITING_METRICS}
+# A report older than this many intervals says more about the past than about now.
+_STALE_INTERVALS = 3
 
 
-def inference_urls() -> list[str]:
-    """The base URL of each inference replica."""
-    return [settings.INFERENCE_URL]
-
-
-@dataclass(frozen=True)
-class ReplicaLoad:
+@dataclass
+class Replica:
     url: str
-    reachable: bool
-    running: float | None = None  # None: the replica does not export the figure (vLLM names its own)
-    waiting: float | None = None
-    cache_usage: float | None = None  # share of the KV cache in use, 0 to 1
-    error: str = ""
+    num_open: int = 0  # this process's streams on it now, opening ones included
+    num_reported: float | None = None  # sequences its /metrics counted at the last poll
+    num_open_at_report: int = 0
+    reported_at: float = -math.inf
+    avoid_until: float = -math.inf
 
-    def as_json(self) -> dict:
-        return asdict(self)
+    def load(self, now: float) -> float:
+        """The streams open here, plus those the replica reported beyond them (other processes')."""
+        if self.num_reported is None or now - self.reported_at > _STALE_INTERVALS * _interval():
+            return self.num_open
+        return max(self.num_open, self.num_reported + self.num_open - self.num_open_at_report)
+
+    def refused(self) -> None:
+        self.avoid_until = time.monotonic() + settings.INFERENCE_AVOID_SECONDS
+
+    @contextlib.contextmanager
+    def opening(self):
+        """Counts a stream from its request on; the caller hands it to `closed` once opened."""
+        self.num_open += 1
+        try:
+            yield
+        except BaseException:
+            self.num_open -= 1
+            raise
+
+    def closed(self) -> None:
+        self.num_open -= 1
 
 
-def parse_load(url: str, metrics_text: str) -> ReplicaLoad:
-    """The figures of one replica from its /metrics text (Prometheus' text format)."""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
-
-    def first(names: tuple[str, ...]) -> float | None:
-        return next((values[name] for name in names if name in values), None)
-
-    return ReplicaLoad(url, True, first(RUNNING), first(WAITING), first(CACHE_USAGE))
+_replicas: dict[str, Replica] = {}
+_resolved: dict[str, list[str]] = {}  # listed URL -> the URLs of its addresses
+_turn = itertools.count()  # equal loads take turns
+_polled_at = -math.inf
+_polling: asyncio.Task | None = None
 
 
-async def replica_loads() -> list[ReplicaLoad]:
-    """Every replica's load, read at once; one that fails says why."""
-    async with httpx2.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as client:
-        return list(await asyncio.gather(*(_load(client, url) for url in inference_urls())))
+def listed() -> list[str]:
+    return [url.strip().rstrip("/") for url in settings.INFERENCE_URL.split(",") if url.strip()]
 
 
-async def _load(client: httpx2.AsyncClient, url: str) -> ReplicaLoad:
+def _current() -> list[Replica]:
+    urls = listed()
+    if settings.INFERENCE_RESOLVE_REPLICAS:
+        urls = [address for url in urls for address in _resolved.get(url, [url])]
+    return [_replicas.setdefault(url, Replica(url)) for url in dict.fromkeys(urls)]
+
+
+def current_urls() -> list[str]:
+    """Every replica's URL now: each resolved address of a listed name, when resolving."""
+    return [replica.url for replica in _current()]
+
+
+def in_order() -> list[Replica]:
+    """Every replica, the one to try first first: not lately refused, then least loaded."""
+    replicas = _current()
+    if len(replicas) == 1 and not settings.INFERENCE_RESOLVE_REPLICAS:
+        return replicas
+    _poll_when_due()
+    now, turn = time.monotonic(), next(_turn)
+    position = {replica.url: index for index, replica in enumerate(replicas)}
+    return sorted(replicas, key=lambda replica: (
+        replica.avoid_until > now, replica.load(now), (position[replica.url] - turn) % len(replicas)))
+
+
+def _interval() -> float:
+    return settings.INFERENCE_METRICS_INTERVAL_SECONDS
+
+
+def _poll_when_due() -> None:
+    global _polling, _polled_at
+    running = _polling is not None and not _polling.done() and not _polling.get_loop().is_closed()
+    if running or time.monotonic() - _polled_at < _interval():
+        return
+    _polled_at = time.monotonic()
+    _polling = asyncio.get_running_loop().create_task(poll())
+
+
+async def poll() -> None:
+    """Resolves the listed names (when asked to) and reads every replica's load once."""
+    from .inference_client import client  # which imports this module
+
+    if settings.INFERENCE_RESOLVE_REPLICAS:
+        for url in listed():
+            with contextlib.suppress(OSError):
+                _resolved[url] = await _addresses(url)
+    await asyncio.gather(*(_read_metrics(client(), replica) for replica in _current()))
+
+
+async def _addresses(url: str) -> list[str]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    found = await asyncio.get_running_loop().getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    netlocs = [f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+               for family, _, _, _, (ip, *_) in found]
+    return [urlunsplit(parts._replace(netloc=netloc)) for netloc in dict.fromkeys(netlocs)] or [url]
+
+
+async def _read_metrics(client: httpx2.AsyncClient, replica: Replica) -> None:
     try:
-        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            response = await client.get(f"{url}/metrics")
-        response.raise_for_status()
-        return parse_load(url, response.text)
-    # ValueError: text that is not Prometheus'
-    except (httpx2.HTTPError, TimeoutError, ValueError) as error:
-        return ReplicaLoad(url, False, error=f"{type(error).__name__}: {error}"[:200])
+        response = await client.get(f"{replica.url}/metrics", timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS)
+    except httpx2.HTTPError:
+        replica.num_reported = None
+        replica.refused()
+        return
+    if response.status_code == 200:
+        replica.num_reported, replica.num_open_at_report = load_in(response.text), replica.num_open
+        replica.reported_at = time.monotonic()
+        # Avoidance is left to run out: a replica that says it is busy still serves its metrics.
+
+
+def load_in(exposition: str) -> float | None:
+    """The sequences running and waiting in a Prometheus text exposition; None if it names none."""
+    total, seen = 0.0, False
+    for line in exposition.splitlines():
+        name, _, rest = line.partition("{") if "{" in line.split(" ", 1)[0] else line.partition(" ")
+        if name in _LOAD_METRICS:
+            with contextlib.suppress(ValueError, IndexError):
+                total += float(rest.rsplit("}", 1)[-1].split()[0])
+                seen = True
+    return total if seen else None

@@ -18,7 +18,7 @@ from django.utils import timezone
 from . import sse
 from .database_threads import on_database_thread
 from .errors import not_found
-from .inference_replicas import replica_loads
+from .replica_figures import replica_loads
 from .models import Generation
 
 

@@ -9,7 +9,7 @@ from django.test import AsyncClient, Client
 from django.urls import reverse
 
 from chatapp import live_view
-from chatapp.inference_replicas import parse_load, replica_loads
+from chatapp.replica_figures import parse_load, replica_loads
 from chatapp.models import Generation
 from common.vocabulary import GenerationStatus
 from tests import factories, servers
@@ -108,12 +108,15 @@ async def test_a_replica_says_its_running_and_waiting_sequences_and_cache_use(se
     assert load.cache_usage is not None and 0 <= load.cache_usage <= 1
 
 
-async def test_a_replica_that_does_not_answer_is_shown_as_unreachable(settings):
-    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()}"
+async def test_every_listed_replica_is_shown_and_one_that_does_not_answer_as_unreachable(settings, upstream):
+    upstream.metrics = "inference_running_sequences 2\ninference_waiting_sequences 5\n"
+    dead = f"http://127.0.0.1:{servers.free_port()}"
+    settings.INFERENCE_URL = f"{settings.INFERENCE_URL},{dead}"
 
-    [load] = await replica_loads()
+    answering, down = await replica_loads()
 
-    assert not load.reachable and load.running is None and "ConnectError" in load.error
+    assert answering.reachable and (answering.running, answering.waiting) == (2, 5)
+    assert down.url == dead and not down.reachable and down.running is None and "ConnectError" in down.error
 
 
 VLLM_METRICS = """\

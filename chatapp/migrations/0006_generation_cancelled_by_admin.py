@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chatapp', '0004_conversation_title_set_by_user'),
+        ('chatapp', '0005_daily_rollup'),
     ]
 
     operations = [
