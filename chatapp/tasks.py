@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from . import services
+from . import services, titles
 from .models import Generation
 
 
@@ -29,3 +29,9 @@ def fail_interrupted_streams() -> int:
                 error_message="the stream was interrupted and its relay is gone"))
         ended += finished is not None
     return ended
+
+
+@shared_task
+def title_conversation(conversation_id: int) -> str | None:
+    """Names a conversation after its first answer (chatapp/titles.py); None leaves its title."""
+    return titles.title_conversation(conversation_id)
