@@ -3,7 +3,6 @@ whatever goes wrong leaves the title its first message gave it."""
 
 import contextlib
 import os
-import sys
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -130,23 +129,11 @@ def real_inference_url():
         yield url
 
 
-@contextlib.contextmanager
 def title_worker(inference_url: str):
     """With Redis, a real Celery worker takes the title tasks; without it they run in-process."""
     if not os.environ.get("REDIS_URL"):
-        yield
-        return
-    env = {**os.environ, "DATABASE_URL": servers.shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
-           "INFERENCE_URL": inference_url}
-    worker = servers.subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--pool", "solo", "--loglevel", "WARNING"],
-        cwd=servers.REPO_DIR, env=env, stdout=servers.subprocess.DEVNULL, stderr=servers.subprocess.DEVNULL,
-    )
-    try:
-        yield
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        return contextlib.nullcontext()
+    return servers.celery_worker({"INFERENCE_URL": inference_url})
 
 
 @pytest.mark.slow
