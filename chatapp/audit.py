@@ -1,17 +1,16 @@
-"""The numbers behind the staff audit page: period parsing, per-day aggregation, percentiles.
+"""The numbers behind the staff audit page: period parsing, per-day totals, percentiles.
 
-Rows are fetched with `.values_list` and aggregated in Python, so the same code runs on
+A day's totals come from its raw rows (fetched with `.values_list`) or from its rollup
+(chatapp/rollups.py, which computes them with the same code); rows are aggregated in Python, so the same code runs on
 SQLite and PostgreSQL (no database-specific percentile or date-truncation functions).
 """
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
 from common.vocabulary import FinishReason
-
-from .models import Generation
 
 DEFAULT_DAYS = 14
 # Bounds the rows fetched and the chart's x-axis; a year is plenty for a review page.
@@ -77,21 +76,27 @@ def percentile(values: list[float], p: int) -> float | None:
     return ordered[rank - 1]
 
 
-def fetch_rows(period: Period) -> list[tuple]:
-    start, end = period.bounds()
-    return list(Generation.objects.filter(started_at__gte=start, started_at__lt=end)
-                .order_by().values_list(*FIELDS))
-
-
 @dataclass(frozen=True)
-class Day:
+class DayTotals:
+    """One UTC day of the audit log, summed so that days add up to a period (a DailyRollup row).
+
+    Counts and sums add across days; the latency percentiles are the day's own, as charted.
+    """
+
     day: date
-    generations: int
-    cancelled: int
-    ttft_p50: float | None
-    ttft_p95: float | None
-    itl_p50: float | None
-    itl_p95: float | None
+    generations: int = 0
+    cancelled: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finished: int = 0  # rows with a finished_at: what the mean duration is over
+    duration_ms_sum: float = 0.0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    cancelled_by: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    itl_p50: float | None = None
+    itl_p95: float | None = None
 
     @property
     def cancel_rate(self) -> float | None:
@@ -109,48 +114,69 @@ class Report:
     finish_reasons: list[tuple[str, int]]  # every reason, zero counts included, fixed order
     cancelled_by: list[tuple[str, int]]  # most frequent first
     errors: list[tuple[str, int]]  # most frequent first
-    days: list[Day]
+    days: list[DayTotals]
 
 
-def summarize(rows: list[tuple], period: Period) -> Report:
-    """Aggregate rows shaped like FIELDS; days are UTC calendar days of started_at."""
-    rows = [dict(zip(FIELDS, row)) for row in rows]
-    by_day: dict[date, list[dict]] = {day: [] for day in period.days}
+def totals_by_day(rows: list[tuple], days: list[date]) -> list[DayTotals]:
+    """Rows shaped like FIELDS, each counted on the UTC calendar day of its started_at."""
+    by_day: dict[date, list[dict]] = {day: [] for day in days}
     for row in rows:
-        by_day[row["started_at"].astimezone(UTC).date()].append(row)
+        by_day[row[0].astimezone(UTC).date()].append(dict(zip(FIELDS, row)))
+    return [day_totals(day, by_day[day]) for day in days]
 
-    reasons = Counter(row["finish_reason"] or IN_PROGRESS for row in rows)
-    reason_order = [str(reason) for reason in FinishReason] + [IN_PROGRESS]
-    # A value outside the vocabulary (an older or newer writer) is shown, not silently dropped.
-    reason_order += sorted(set(reasons) - set(reason_order))
+
+def day_totals(day: date, rows: list[dict]) -> DayTotals:
     cancelled = [row for row in rows if row["finish_reason"] == FinishReason.CANCELLED]
     # A row carries an error when it finished with one or when some code recorded one anyway.
     errors = Counter(row["error_code"] or NO_CODE for row in rows
                      if row["finish_reason"] == FinishReason.ERROR or row["error_code"])
     durations = [(row["finished_at"] - row["started_at"]).total_seconds() * 1000
                  for row in rows if row["finished_at"] is not None]
-    return Report(
-        period=period,
-        generations=len(rows),
-        input_tokens=sum(row["input_tokens"] or 0 for row in rows),
-        output_tokens=sum(row["output_tokens"] or 0 for row in rows),
-        mean_duration_ms=sum(durations) / len(durations) if durations else None,
-        finish_reasons=[(reason, reasons[reason]) for reason in reason_order],
-        cancelled_by=Counter(row["cancelled_by"] or "(unknown)" for row in cancelled).most_common(),
-        errors=errors.most_common(),
-        days=[_day(day, by_day[day]) for day in period.days],
-    )
-
-
-def _day(day: date, rows: list[dict]) -> Day:
     ttft = [row["ttft_ms"] for row in rows if row["ttft_ms"] is not None]
     itl = [row["itl_mean_ms"] for row in rows if row["itl_mean_ms"] is not None]
-    return Day(
+    return DayTotals(
         day=day,
         generations=len(rows),
-        cancelled=sum(row["finish_reason"] == FinishReason.CANCELLED for row in rows),
+        cancelled=len(cancelled),
+        input_tokens=sum(row["input_tokens"] or 0 for row in rows),
+        output_tokens=sum(row["output_tokens"] or 0 for row in rows),
+        finished=len(durations),
+        duration_ms_sum=sum(durations),
+        finish_reasons=dict(Counter(row["finish_reason"] or IN_PROGRESS for row in rows)),
+        cancelled_by=dict(Counter(row["cancelled_by"] or "(unknown)" for row in cancelled)),
+        errors=dict(errors),
         ttft_p50=percentile(ttft, 50),
         ttft_p95=percentile(ttft, 95),
         itl_p50=percentile(itl, 50),
         itl_p95=percentile(itl, 95),
     )
+
+
+def build_report(period: Period, days: list[DayTotals]) -> Report:
+    """The period's numbers from its days' totals (rolled up or computed from raw rows alike)."""
+    reasons, cancelled_by, errors = Counter(), Counter(), Counter()
+    for day in days:
+        reasons.update(day.finish_reasons)
+        cancelled_by.update(day.cancelled_by)
+        errors.update(day.errors)
+    reason_order = [str(reason) for reason in FinishReason] + [IN_PROGRESS]
+    # A value outside the vocabulary (an older or newer writer) is shown, not silently dropped.
+    reason_order += sorted(set(reasons) - set(reason_order))
+    finished = sum(day.finished for day in days)
+    return Report(
+        period=period,
+        generations=sum(day.generations for day in days),
+        input_tokens=sum(day.input_tokens for day in days),
+        output_tokens=sum(day.output_tokens for day in days),
+        mean_duration_ms=sum(day.duration_ms_sum for day in days) / finished if finished else None,
+        finish_reasons=[(reason, reasons[reason]) for reason in reason_order],
+        cancelled_by=_most_common(cancelled_by),
+        errors=_most_common(errors),
+        days=days,
+    )
+
+
+def _most_common(counts: Counter) -> list[tuple[str, int]]:
+    """Most frequent first; ties by name, so rolled-up and raw days list them alike."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+

@@ -4,7 +4,9 @@ One `httpx2.AsyncClient` per process and event loop, with timeouts fit for a slo
 and a pool sized for many concurrent streams. httpx2 is pydantic's maintained fork of httpx,
 with the same API: httpx 0.28's pool scanned every connection for every request, a sixth of
 daphne's time at 50 streams (BENCHMARKS.md). Refusals before the first byte raise
-`UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk iterator.
+`UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk iterator. Of
+several replicas (chatapp/inference_replicas.py) the least loaded is asked first, and a refusal
+that another replica might not repeat (unreachable, 5xx, busy) passes the request on to the next.
 """
 
 import asyncio
@@ -18,6 +20,8 @@ from django.conf import settings
 
 from common.vocabulary import FinishReason
 
+from . import inference_replicas
+from .inference_replicas import Replica
 from .sse import SSEParser
 
 # Peers name the same ends differently; TGI says stop_sequence and eos_token.
@@ -31,9 +35,10 @@ _FINISH_REASONS = {
 class UpstreamRefused(Exception):
     """No stream: the upstream could not be reached or answered with an error status."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, elsewhere: bool = False):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.elsewhere = elsewhere  # another replica may well answer (this one is down or busy)
 
 
 class UpstreamBroken(Exception):
@@ -74,8 +79,8 @@ _REUSE_WAIT_SECONDS = 0.25
 
 
 class UpstreamStream:
-    def __init__(self, response: httpx2.Response):
-        self._response = response
+    def __init__(self, response: httpx2.Response, replica: Replica):
+        self._response, self._replica = response, replica
         # Kept across `chunks()` and `aclose()`, so that the body's end can still be read after
         # [DONE]: only a response read to its end lets httpx2 put the connection back in the pool.
         self._raw = response.aiter_raw()
@@ -85,23 +90,18 @@ class UpstreamStream:
 
     @classmethod
     async def open(cls, payload: dict, request_id: str) -> "UpstreamStream":
-        request = client().build_request(
-            "POST", f"{settings.INFERENCE_URL}/v1/chat/completions", json=payload,
-            headers={"X-Request-Id": request_id, "Accept": "text/event-stream"},
-        )
-        try:
-            response = await client().send(request, stream=True)
-        except httpx2.TimeoutException as error:
-            raise UpstreamRefused(504, "upstream_timeout",
-                                  f"the inference service did not answer in time ({error!r})") from error
-        except httpx2.TransportError as error:
-            raise UpstreamRefused(502, "upstream_unreachable",
-                                  f"the inference service is unreachable ({error!r})") from error
-        if response.status_code != 200:
-            body = await response.aread()
-            await response.aclose()
-            raise _refusal(response.status_code, body)
-        return cls(response)
+        """A stream from the first replica, in `in_order`'s order, that does not refuse it."""
+        refusal = UpstreamRefused(502, "upstream_unreachable", "INFERENCE_URL names no inference service")
+        for replica in inference_replicas.in_order():
+            try:
+                with replica.opening():
+                    return cls(await _response(replica, payload, request_id), replica)
+            except UpstreamRefused as error:
+                if not error.elsewhere:
+                    raise
+                replica.refused()
+                refusal = error
+        raise refusal
 
     async def chunks(self) -> AsyncIterator[UpstreamChunk]:
         parser = SSEParser()
@@ -132,7 +132,33 @@ class UpstreamStream:
                     async for _ in self._raw:
                         pass  # nothing is expected after [DONE]; whatever comes is dropped
             await self._raw.aclose()
-        await self._response.aclose()
+        try:
+            await self._response.aclose()
+        finally:
+            if self._replica is not None:  # counted once, however often closed
+                self._replica, replica = None, self._replica
+                replica.closed()
+
+
+async def _response(replica: Replica, payload: dict, request_id: str) -> httpx2.Response:
+    """The replica's streaming response, its status 200, or its refusal."""
+    request = client().build_request(
+        "POST", f"{replica.url}/v1/chat/completions", json=payload,
+        headers={"X-Request-Id": request_id, "Accept": "text/event-stream"},
+    )
+    try:
+        response = await client().send(request, stream=True)
+    except httpx2.TimeoutException as error:
+        raise UpstreamRefused(504, "upstream_timeout",
+                              f"the inference service did not answer in time ({error!r})", elsewhere=True) from error
+    except httpx2.TransportError as error:
+        raise UpstreamRefused(502, "upstream_unreachable",
+                              f"the inference service is unreachable ({error!r})", elsewhere=True) from error
+    if response.status_code != 200:
+        body = await response.aread()
+        await response.aclose()
+        raise _refusal(response.status_code, body)
+    return response
 
 
 def _chunk(data: str) -> UpstreamChunk:
@@ -176,6 +202,8 @@ def _refusal(status: int, body: bytes) -> UpstreamRefused:
     except (ValueError, KeyError, TypeError):
         detail = body[:200].decode(errors="replace") or f"HTTP {status}"
     if status in (429, 503):
-        return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}")
+        return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}", elsewhere=True)
+    # A 4xx is about the request, which another replica would refuse the same way.
     return UpstreamRefused(502, "upstream_error",
-                           f"the inference service refused the request (HTTP {status}): {detail}")
+                           f"the inference service refused the request (HTTP {status}): {detail}",
+                           elsewhere=status >= 500)

@@ -135,3 +135,30 @@ class Generation(models.Model):
         if self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds() * 1000
+
+
+class DailyRollup(models.Model):
+    """One UTC day of the audit log summed up (chatapp/rollups.py), so the staff page reads a row
+    per past day instead of every generation; the fields are those of audit.DayTotals."""
+
+    day = models.DateField(unique=True)
+    generations = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    finished = models.PositiveIntegerField(default=0)
+    duration_ms_sum = models.FloatField(default=0.0)
+    finish_reasons = models.JSONField(default=dict)  # finish_reason (or "in progress") -> count
+    cancelled_by = models.JSONField(default=dict)
+    errors = models.JSONField(default=dict)  # error_code (or "(no code)") -> count
+    ttft_p50 = models.FloatField(null=True)
+    ttft_p95 = models.FloatField(null=True)
+    itl_p50 = models.FloatField(null=True)
+    itl_p95 = models.FloatField(null=True)
+    computed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return f"{self.day}: {self.generations} generation(s)"

@@ -28,7 +28,11 @@ try:
     )
     ALLOWED_HOSTS = env.words("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
     CSRF_TRUSTED_ORIGINS = env.words("CSRF_TRUSTED_ORIGINS")
+    # One or several replicas, comma-separated (chatapp/inference_replicas.py).
     INFERENCE_URL = env.string("INFERENCE_URL", "http://127.0.0.1:8001").rstrip("/")
+    INFERENCE_METRICS_INTERVAL_SECONDS = env.number("INFERENCE_METRICS_INTERVAL_SECONDS", 2.0, minimum=0.1)
+    INFERENCE_AVOID_SECONDS = env.number("INFERENCE_AVOID_SECONDS", 10.0, minimum=0)
+    INFERENCE_RESOLVE_REPLICAS = env.boolean("INFERENCE_RESOLVE_REPLICAS", False)
     REDIS_URL = env.string("REDIS_URL")
     LOG_LEVEL = env.string("DJANGO_LOG_LEVEL", "INFO").upper()
     DATABASE_URL = env.string("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")
@@ -54,6 +58,9 @@ try:
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
     # How often that check runs: Celery beat with Redis, `manage.py reap_streams` without.
     CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 15.0, minimum=0.1)
+    # Audit rows and deleted conversations older than this many days are purged (chatapp/retention.py);
+    # 0 keeps them forever.
+    CHAT_RETENTION_DAYS = env.integer("CHAT_RETENTION_DAYS", 0, minimum=0)
     # Threads that run the async views' database work, each with a connection it keeps
     # (chatapp/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
@@ -196,6 +203,16 @@ CELERY_BEAT_SCHEDULE = {
     "fail-interrupted-streams": {
         "task": "chatapp.tasks.fail_interrupted_streams",
         "schedule": CHAT_REAP_INTERVAL_SECONDS,
+    },
+    # Hourly: yesterday is rolled up soon after midnight (once its last answer ended).
+    "roll-up-audit-days": {
+        "task": "chatapp.tasks.roll_up_audit_days",
+        "schedule": 3600.0,
+    },
+    # Hourly: each round deletes little, a batch per transaction; a no-op while retention is off.
+    "purge-expired-records": {
+        "task": "chatapp.tasks.purge_expired_records",
+        "schedule": 3600.0,
     },
 }
 

@@ -1,13 +1,16 @@
 """Background work (Celery; run eagerly in-process when REDIS_URL is unset)."""
 
+import logging
 from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from . import services, titles
+from . import retention, rollups, services, titles
 from .models import Generation
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task
@@ -28,7 +31,32 @@ def fail_interrupted_streams() -> int:
                 text=generation.final_text, error_code="interrupted",
                 error_message="the stream was interrupted and its relay is gone"))
         ended += finished is not None
+    if ended:
+        logger.info("ended %d interrupted stream(s)", ended)
     return ended
+
+
+@shared_task
+def purge_expired_records() -> dict:
+    """Deletes what is older than CHAT_RETENTION_DAYS (see chatapp/retention.py); off at 0.
+
+    The days about to lose their rows are rolled up first, so the staff charts keep them.
+    """
+    roll_up_audit_days()
+    purged = retention.purge_expired()
+    if purged:
+        logger.info("purged %d generation(s), %d deleted conversation(s) and their %d message(s)",
+                    purged.generations, purged.conversations, purged.messages)
+    return vars(purged)
+
+
+@shared_task
+def roll_up_audit_days() -> list[str]:
+    """Rolls up every ended day of the audit log without a rollup (yesterday, and any missed)."""
+    days = rollups.roll_up_missing_days()
+    if days:
+        logger.info("rolled up %d day(s) of the audit log, up to %s", len(days), days[-1])
+    return [day.isoformat() for day in days]
 
 
 @shared_task

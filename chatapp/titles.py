@@ -8,6 +8,7 @@ of its first message. The save is one conditional UPDATE: a title the user chose
 one that an edit of the first message changed, is never overwritten.
 """
 
+import itertools
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from django.db import connections
 
 from common.vocabulary import MessageStatus
 
+from . import inference_replicas
 from .models import Conversation, Message
 
 logger = logging.getLogger(__name__)
@@ -62,18 +64,39 @@ class NoTitle(Exception):
     """The inference service gave no usable title."""
 
 
+_turn = itertools.count()
+
+
 def ask(question: str, answer: str) -> str:
-    """The model's title for a conversation that began with `question` and `answer`."""
-    try:
-        response = httpx2.post(
-            f"{settings.INFERENCE_URL}/v1/chat/completions",
-            json={"model": settings.CHAT_MODEL, "messages": prompt(question, answer), "stream": False, "max_tokens": MAX_TOKENS,
-                  "temperature": 0},
-            timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
-                                   connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
-        )
-    except httpx2.HTTPError as error:
-        raise NoTitle(f"the inference service is unreachable ({error!r})") from error
+    """The model's title for a conversation that began with `question` and `answer`.
+
+    With several replicas (INFERENCE_URL lists them) they take turns at being tried first, and
+    one that is unreachable or answers 5xx passes the request to the next. The relay's own
+    choice by load lives on the event loop; a request of 16 tokens does not need it.
+    """
+    replicas = inference_replicas.listed()
+    start = next(_turn) % len(replicas)
+    failures = []
+    for url in replicas[start:] + replicas[:start]:
+        try:
+            response = httpx2.post(
+                f"{url}/v1/chat/completions",
+                json={"model": settings.CHAT_MODEL, "messages": prompt(question, answer), "stream": False,
+                      "max_tokens": MAX_TOKENS, "temperature": 0},
+                timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
+                                       connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
+            )
+        except httpx2.HTTPError as error:
+            failures.append(f"{url} is unreachable ({error!r})")
+            continue
+        if response.status_code >= 500 or response.status_code == 429:
+            failures.append(f"{url} answered HTTP {response.status_code}")
+            continue
+        return _title_in(response)
+    raise NoTitle("; ".join(failures))
+
+
+def _title_in(response: httpx2.Response) -> str:
     if response.status_code != 200:
         raise NoTitle(f"the inference service answered HTTP {response.status_code}")
     try:

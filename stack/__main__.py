@@ -2,7 +2,7 @@
 
 Starts what exists: the inference service (once `inference/` has one), CHATAPP_WEB_PROCESSES
 daphne processes (stack/web.py: one without Redis, PostgreSQL or nginx), a Celery worker when REDIS_URL is
-set (else the `reap_streams` command runs its periodic task), and nginx in front of the daphne
+set (else the `reap_streams` command runs the periodic tasks in-process), and nginx in front of the daphne
 processes when nginx is installed. One supervisor (stack/supervisor.py) owns them all: it starts a
 crashed child again while the others keep serving; Ctrl-C or SIGTERM stops every child.
 """
@@ -63,7 +63,8 @@ def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bo
                          "--schedule", str(REPO_DIR / "var" / "celerybeat-schedule"),
                          "--loglevel", "INFO", "--concurrency", "1"]
     else:
-        # Without a broker nothing runs the schedule: this ends the streams a dead daphne left open.
+        # Without a broker nothing runs the schedule: this runs it (ends the streams a dead daphne
+        # left open, purges what CHAT_RETENTION_DAYS let expire).
         yield "reaper", [python, "manage.py", "reap_streams"]
     if with_nginx:
         site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}",

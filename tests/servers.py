@@ -136,21 +136,6 @@ def uvicorn_in_thread(app) -> Iterator[str]:
         thread.join(timeout=30)
 
 
-@contextmanager
-def celery_worker(env: dict[str, str]) -> Iterator[None]:
-    """A real Celery worker on the test database, taking the default queue from the Redis broker."""
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--pool", "solo", "--loglevel", "WARNING"],
-        cwd=REPO_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "DATABASE_URL": shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
-    )
-    try:
-        yield
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-
-
 def shared_database_url() -> str:
     """The test database as a URL, for a server process that must see the test's rows.
 

@@ -281,3 +281,16 @@ def test_the_migrations_run_once_before_any_web_replica_starts(compose):
     assert "migrate" in " ".join(migrate["command"]) and migrate["restart"] == "no"
     assert "migrate" not in " ".join(services(compose)["web"]["command"])
     assert dependencies(services(compose)["web"])["migrate"] == {"condition": "service_completed_successfully"}
+
+
+def test_inference_can_be_scaled_and_web_spreads_answers_over_every_replica(compose):
+    # `--scale inference=N`: Docker's DNS answers the name `inference` with every container, and
+    # the web process, resolving it (INFERENCE_RESOLVE_REPLICAS), treats each address as a replica.
+    inference = services(compose)["inference"]
+    assert "container_name" not in inference and not inference.get("ports")
+    web = {}
+    for path in env_files(services(compose)["web"]):
+        web.update(read_env_file(ROOT / path))
+    exposed = {str(port) for port in inference["expose"]}
+    assert [url.strip() for url in web["INFERENCE_URL"].split(",")] == [f"http://inference:{port}" for port in exposed]
+    assert web["INFERENCE_RESOLVE_REPLICAS"] == "1"

@@ -9,6 +9,7 @@ import pytest
 
 from chatapp.models import Conversation
 from tests import servers
+from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 from tests.browser.conftest import running_stack, sign_in
 from tests.browser.page_probes import send, wait_for_end, wait_for_true
 
@@ -18,7 +19,7 @@ QUESTION = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def titling_stack(django_db_setup, inference_url, tmp_path_factory):
-    worker = (servers.celery_worker({"INFERENCE_URL": inference_url}) if os.environ.get("REDIS_URL")
+    worker = (celery_worker(DEFAULT_QUEUE, INFERENCE_URL=inference_url) if os.environ.get("REDIS_URL")
               else contextlib.nullcontext())  # without Redis the task runs in daphne's process
     with worker, running_stack(inference_url, tmp_path_factory.mktemp("titles"), TEST_CHAT_MODEL_TITLES=1,
                                CHAT_TEMPERATURE=0, CHAT_MAX_TOKENS=40) as url:

@@ -23,6 +23,7 @@ def upstream(fake_upstream_server, settings):
     fake.clients.clear()
     fake.hung_up.clear()
     fake.requested.clear()
+    fake.metrics, fake.metrics_reads = "", 0
     settings.INFERENCE_URL = url
     return fake
 

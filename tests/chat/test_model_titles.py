@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from chatapp import titles
 from chatapp.models import Conversation
 from tests import factories, servers
+from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 from tests.chat.streams import read_events
 from tests.inference.serving import real_model_serving
 
@@ -133,7 +134,7 @@ def title_worker(inference_url: str):
     """With Redis, a real Celery worker takes the title tasks; without it they run in-process."""
     if not os.environ.get("REDIS_URL"):
         return contextlib.nullcontext()
-    return servers.celery_worker({"INFERENCE_URL": inference_url})
+    return celery_worker(DEFAULT_QUEUE, INFERENCE_URL=inference_url)
 
 
 @pytest.mark.slow
@@ -161,3 +162,21 @@ def test_the_real_models_title_is_not_saved_over_a_rename(answered, settings, re
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "My soups"
+
+
+@pytest.mark.slow
+def test_a_replica_that_cannot_be_reached_passes_the_title_request_to_the_next(
+        answered, settings, real_inference_url):
+    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()},{real_inference_url}"
+
+    for _ in range(2):  # the replicas take turns at being tried first: each is, once
+        Conversation.objects.filter(pk=answered.pk).update(title="Soup recipes")
+        title = titles.title_conversation(answered.pk)
+        assert title is not None and title_of(answered.pk) == title
+
+
+def test_no_replica_that_answers_leaves_the_first_line_title(answered, settings):
+    settings.INFERENCE_URL = ",".join(f"http://127.0.0.1:{servers.free_port()}" for _ in range(2))
+
+    assert titles.title_conversation(answered.pk) is None
+    assert title_of(answered.pk) == "Soup recipes"

@@ -1,5 +1,5 @@
-"""`manage.py reap_streams` (the `reaper` of `make run` without Redis) ends interrupted answers
-on its interval until it is told to stop."""
+"""`manage.py reap_streams` (the `reaper` of `make run` without Redis) runs the periodic tasks:
+it ends interrupted answers on its interval, and purges expired rows, until it is told to stop."""
 
 import os
 import signal
@@ -10,6 +10,7 @@ import pytest
 
 from chatapp.models import Generation
 from tests import servers
+from tests.chat.test_retention import generation_started
 from tests.chat.test_tasks import streaming_generation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,10 +20,11 @@ def ended(generation) -> bool:
     return Generation.objects.filter(pk=generation.pk, status="failed").exists()
 
 
-def test_the_reaper_ends_interrupted_streams_on_every_round_and_exits_cleanly_on_sigterm():
+def test_the_reaper_ends_interrupted_streams_on_every_round_purges_expired_rows_and_exits_cleanly_on_sigterm():
     first = streaming_generation(heartbeat_ago_s=600)
+    expired = generation_started(days_ago=31)
     env = {**os.environ, "DATABASE_URL": servers.shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
-           "CHAT_STALE_STREAM_SECONDS": "60", "CHAT_REAP_INTERVAL_SECONDS": "0.2"}
+           "CHAT_STALE_STREAM_SECONDS": "60", "CHAT_REAP_INTERVAL_SECONDS": "0.2", "CHAT_RETENTION_DAYS": "30"}
     reaper = subprocess.Popen([sys.executable, "manage.py", "reap_streams"], cwd=servers.REPO_DIR, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -40,5 +42,6 @@ def test_the_reaper_ends_interrupted_streams_on_every_round_and_exits_cleanly_on
     assert ended(first) and ended(second), output
     assert status == 0, output
     assert output.count("ended 1 interrupted stream") == 2, output
+    assert not Generation.objects.filter(pk=expired.pk).exists(), output
     first.refresh_from_db()
     assert first.error_code == "interrupted"

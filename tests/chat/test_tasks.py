@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 import os
-import sys
 
 import pytest
 from django.utils import timezone
@@ -11,6 +10,7 @@ from django.utils import timezone
 from chatapp.models import Generation
 from chatapp.tasks import fail_interrupted_streams
 from tests import factories, servers
+from tests.celery_worker import QUEUE, celery_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -56,22 +56,12 @@ def test_a_stop_pressed_before_the_crash_still_counts(settings):
 @pytest.mark.django_db(transaction=True)
 def test_a_celery_worker_runs_the_task_from_the_redis_broker(settings):
     stale = streaming_generation(heartbeat_ago_s=600)
-    env = {**os.environ, "DATABASE_URL": servers.shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
-           "CHAT_STALE_STREAM_SECONDS": "60"}
-    worker = servers.subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--pool", "solo",
-         "--loglevel", "WARNING", "--queues", "chat-tests"],
-        cwd=servers.REPO_DIR, env=env, stdout=servers.subprocess.DEVNULL, stderr=servers.subprocess.DEVNULL,
-    )
-    try:
-        fail_interrupted_streams.apply_async(queue="chat-tests")
+    with celery_worker(CHAT_STALE_STREAM_SECONDS="60"):
+        fail_interrupted_streams.apply_async(queue=QUEUE)
         servers.wait_until(
             lambda: Generation.objects.filter(pk=stale.pk, status="failed").exists(),
             60, "the worker to end the interrupted stream",
         )
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
 
     stale.refresh_from_db()
     assert stale.error_code == "interrupted"

@@ -40,12 +40,19 @@ class FakeUpstream:
         self.clients: list[tuple[str, int]] = []  # each request's peer: one port per connection
         self.hung_up = threading.Event()
         self.requested = threading.Event()  # a request came in (a test waits for it, from any thread)
+        self.metrics = ""  # what GET /metrics answers (a Prometheus exposition)
+        self.metrics_reads = 0
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["path"] == "/metrics":
+            self.metrics_reads += 1
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": self.metrics.encode()})
             return
         body = b""
         while True:

@@ -1,0 +1,153 @@
+"""Which inference replica opens the next answer: the least loaded of those that lately answered.
+
+`INFERENCE_URL` may list several replicas, comma-separated. Each web process counts the streams
+it has open on each replica, and corrects that count from the replicas' /metrics, which also see
+the other web processes' streams. The metrics are read in the background, at most once every
+`INFERENCE_METRICS_INTERVAL_SECONDS` and only while answers are being started, never on a
+request's path. A replica that refused or could not be reached goes to the back of the line for
+`INFERENCE_AVOID_SECONDS`. With `INFERENCE_RESOLVE_REPLICAS`, each listed host name stands for
+every address it resolves to (Docker's DNS answers a scaled service's name with all its
+containers). With one replica and no resolving, nothing is polled and the request goes where it
+always went.
+"""
+
+import asyncio
+import contextlib
+import itertools
+import math
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx2
+from django.conf import settings
+
+# Sequences a replica is serving or holding, by the names its kind of server gives them.
+_LOAD_METRICS = {
+    "inference_running_sequences", "inference_waiting_sequences",  # ours
+    "vllm:num_requests_running", "vllm:num_requests_waiting",
+    "llamacpp:requests_processing", "llamacpp:requests_deferred",
+}
+# A report older than this many intervals says more about the past than about now.
+_STALE_INTERVALS = 3
+
+
+@dataclass
+class Replica:
+    url: str
+    num_open: int = 0  # this process's streams on it now, opening ones included
+    num_reported: float | None = None  # sequences its /metrics counted at the last poll
+    num_open_at_report: int = 0
+    reported_at: float = -math.inf
+    avoid_until: float = -math.inf
+
+    def load(self, now: float) -> float:
+        """The streams open here, plus those the replica reported beyond them (other processes')."""
+        if self.num_reported is None or now - self.reported_at > _STALE_INTERVALS * _interval():
+            return self.num_open
+        return max(self.num_open, self.num_reported + self.num_open - self.num_open_at_report)
+
+    def refused(self) -> None:
+        self.avoid_until = time.monotonic() + settings.INFERENCE_AVOID_SECONDS
+
+    @contextlib.contextmanager
+    def opening(self):
+        """Counts a stream from its request on; the caller hands it to `closed` once opened."""
+        self.num_open += 1
+        try:
+            yield
+        except BaseException:
+            self.num_open -= 1
+            raise
+
+    def closed(self) -> None:
+        self.num_open -= 1
+
+
+_replicas: dict[str, Replica] = {}
+_resolved: dict[str, list[str]] = {}  # listed URL -> the URLs of its addresses
+_turn = itertools.count()  # equal loads take turns
+_polled_at = -math.inf
+_polling: asyncio.Task | None = None
+
+
+def listed() -> list[str]:
+    return [url.strip().rstrip("/") for url in settings.INFERENCE_URL.split(",") if url.strip()]
+
+
+def _current() -> list[Replica]:
+    urls = listed()
+    if settings.INFERENCE_RESOLVE_REPLICAS:
+        urls = [address for url in urls for address in _resolved.get(url, [url])]
+    return [_replicas.setdefault(url, Replica(url)) for url in dict.fromkeys(urls)]
+
+
+def in_order() -> list[Replica]:
+    """Every replica, the one to try first first: not lately refused, then least loaded."""
+    replicas = _current()
+    if len(replicas) == 1 and not settings.INFERENCE_RESOLVE_REPLICAS:
+        return replicas
+    _poll_when_due()
+    now, turn = time.monotonic(), next(_turn)
+    position = {replica.url: index for index, replica in enumerate(replicas)}
+    return sorted(replicas, key=lambda replica: (
+        replica.avoid_until > now, replica.load(now), (position[replica.url] - turn) % len(replicas)))
+
+
+def _interval() -> float:
+    return settings.INFERENCE_METRICS_INTERVAL_SECONDS
+
+
+def _poll_when_due() -> None:
+    global _polling, _polled_at
+    running = _polling is not None and not _polling.done() and not _polling.get_loop().is_closed()
+    if running or time.monotonic() - _polled_at < _interval():
+        return
+    _polled_at = time.monotonic()
+    _polling = asyncio.get_running_loop().create_task(poll())
+
+
+async def poll() -> None:
+    """Resolves the listed names (when asked to) and reads every replica's load once."""
+    from .inference_client import client  # which imports this module
+
+    if settings.INFERENCE_RESOLVE_REPLICAS:
+        for url in listed():
+            with contextlib.suppress(OSError):
+                _resolved[url] = await _addresses(url)
+    await asyncio.gather(*(_read_metrics(client(), replica) for replica in _current()))
+
+
+async def _addresses(url: str) -> list[str]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    found = await asyncio.get_running_loop().getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    netlocs = [f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+               for family, _, _, _, (ip, *_) in found]
+    return [urlunsplit(parts._replace(netloc=netloc)) for netloc in dict.fromkeys(netlocs)] or [url]
+
+
+async def _read_metrics(client: httpx2.AsyncClient, replica: Replica) -> None:
+    try:
+        response = await client.get(f"{replica.url}/metrics", timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS)
+    except httpx2.HTTPError:
+        replica.num_reported = None
+        replica.refused()
+        return
+    if response.status_code == 200:
+        replica.num_reported, replica.num_open_at_report = load_in(response.text), replica.num_open
+        replica.reported_at = time.monotonic()
+        # Avoidance is left to run out: a replica that says it is busy still serves its metrics.
+
+
+def load_in(exposition: str) -> float | None:
+    """The sequences running and waiting in a Prometheus text exposition; None if it names none."""
+    total, seen = 0.0, False
+    for line in exposition.splitlines():
+        name, _, rest = line.partition("{") if "{" in line.split(" ", 1)[0] else line.partition(" ")
+        if name in _LOAD_METRICS:
+            with contextlib.suppress(ValueError, IndexError):
+                total += float(rest.rsplit("}", 1)[-1].split()[0])
+                seen = True
+    return total if seen else None
