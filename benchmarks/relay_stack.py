@@ -2,8 +2,8 @@
 the app on a database of the run's own, and nginx in front of them when asked.
 
 daphne gets the in-memory channel layer (no Redis: nothing here stops a stream), a signed-in
-user with room for every stream (`CHAT_MAX_STREAMS_PER_USER`), and `CHAT_MAX_TOKENS` set to
-the answer length, which the stand-in answers token for token.
+user with room for every stream (`CHAT_MAX_STREAMS_PER_USER`), `CHAT_MAX_TOKENS` set to the
+answer length, which the stand-in answers token for token, and no titles asked of the model.
 """
 
 import contextlib
@@ -86,6 +86,9 @@ def app_env(database_url: str, upstream_url: str, answer_tokens: int) -> dict[st
         "CHAT_MAX_STREAMS_PER_USER": "10000",
         "CHAT_MAX_TOKENS": str(answer_tokens),
         "CHAT_CONTEXT_TOKENS": str(answer_tokens + 2048),
+        # Every stream is a conversation's first answer: without Redis its title would be asked
+        # of the stand-in from daphne's own process, which is not the relay being measured.
+        "CHAT_MODEL_TITLES": "0",
     }
 
 

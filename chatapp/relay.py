@@ -30,7 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from . import selectors, services, sse
+from . import selectors, services, sse, titles
 from .database_threads import on_database_thread
 from .inference_client import UpstreamBroken, UpstreamStream
 from .partial_saves import partial_saves
@@ -105,9 +105,22 @@ class Relay:
             await self._finish()
             raise
         generation = await self._finish()
+        title_requested = self._first_answer_completed(generation)
+        if title_requested:
+            titles.request_title(self.generation.conversation_id)  # after the write, off the loop
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
-        yield sse.done(generation)
+        yield sse.done(generation, title_requested=title_requested)
+
+    def _first_answer_completed(self, generation) -> bool:
+        """The answer to a conversation's only question ended well: the model may name it now.
+
+        Read from the prompt, without a query: one question in it, and no continuation (the
+        truncated answer it continues was titled already). The task checks the rows again.
+        """
+        questions = sum(message["role"] == "user" for message in self.start.prompt)
+        return (settings.CHAT_MODEL_TITLES and questions == 1 and not self.start.continue_final_message
+                and generation.status in (GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED))
 
     async def _upstream_items(self):
         """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.

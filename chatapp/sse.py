@@ -78,13 +78,17 @@ def delta(text: str) -> bytes:
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode
 
-def done(generation) -> bytes:
-    """The last event of an answer's stream and of its watch stream: how the generation ended."""
+def done(generation, title_requested: bool = False) -> bytes:
+    """The last event of an answer's stream and of its watch stream: how the generation ended.
+
+    `title_requested` (the answer's own stream only): the model is asked for the conversation's
+    title, which the page then reads again until it changes.
+    """
     return event("done", {
         "generation_id": generation.pk, "message_id": generation.message_id,
         "finish_reason": generation.finish_reason, "status": generation.status,
         "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
-        "ttft_ms": generation.ttft_ms,
+        "ttft_ms": generation.ttft_ms, **({"title_requested": True} if title_requested else {}),
     })
 
 

@@ -7,7 +7,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from . import retention, rollups, services
+from . import retention, rollups, services, titles
 from .models import Generation
 
 logger = logging.getLogger(__name__)
@@ -57,3 +57,9 @@ def roll_up_audit_days() -> list[str]:
     if days:
         logger.info("rolled up %d day(s) of the audit log, up to %s", len(days), days[-1])
     return [day.isoformat() for day in days]
+
+
+@shared_task
+def title_conversation(conversation_id: int) -> str | None:
+    """Names a conversation after its first answer (chatapp/titles.py); None leaves its title."""
+    return titles.title_conversation(conversation_id)

@@ -75,6 +75,7 @@ export const api = {
 
   conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q, page })}`),
   createConversation: () => json("/api/conversations", { method: "POST", body: {} }),
+  conversation: (cid) => json(`/api/conversations/${id(cid)}`),
   renameConversation: (cid, title) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: { title } }),
   deleteConversation: (cid) => json(`/api/conversations/${id(cid)}`, { method: "DELETE" }),
   messages: (cid) => json(`/api/conversations/${id(cid)}/messages`),

@@ -11,6 +11,7 @@ import * as msg from "./messages.js";
 import { copyWithFeedback, createFramePainter } from "./render.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
+import { watchTitle } from "./title_watch.js";
 import { STATUS } from "./vocabulary.js";
 
 // For end-to-end tests and the browser benchmark: paints per streamed answer (to compare with
@@ -297,6 +298,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
   if (id === conversationId) syncStreaming();
   if (!shownIn || id !== conversationId) {
     sidebar.refresh(); // a first message names the conversation and moves it to the top
+    if (outcome.done?.title_requested) watchModelTitle(id, mySession);
     return outcome;
   }
   if (outcome.ending === ENDING.REFUSED && watching) {
@@ -310,7 +312,21 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     await learnIds(id);
   }
   sidebar.refresh(); // a first message names the conversation and moves it to the top
+  if (outcome.done?.title_requested) watchModelTitle(id, mySession);
   return outcome;
+}
+
+/** The model is naming the conversation: its title in the list and the heading follow. */
+function watchModelTitle(id, mySession) {
+  watchTitle({
+    read: () => api.conversation(id),
+    shown: () => sidebar.titleOf(id) ?? (id === conversationId ? view.title.textContent : undefined),
+    show: (conversation) => {
+      if (mySession !== session) return; // signed out and in again meanwhile
+      sidebar.setTitle(conversation);
+      showTitle(conversation);
+    },
+  });
 }
 
 function finishAnswer(el, outcome) {

@@ -39,6 +39,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let page = 1;
   let searchTimer = 0;
   let generation = 0; // newer requests win: a slow answer to an old search must not land
+  const listed = new Map(); // id -> {conversation, link} of the items shown
 
   function item(conversation) {
     const li = document.createElement("li");
@@ -48,6 +49,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     link.className = "conversation-open";
     link.textContent = conversation.title || UNTITLED;
     link.addEventListener("click", () => open(conversation.id));
+    listed.set(conversation.id, { conversation, link });
     const rename = iconButton("rename", "Rename", () => startRename(li, conversation));
     const remove = iconButton("delete", "Delete", () => removeConversation(li, conversation));
     const marker = document.createElement("span");
@@ -147,6 +149,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
       const focusedId = focused?.closest("li")?.dataset.conversationId;
       if (append) list.append(...items);
       else list.replaceChildren(...items);
+      if (!append) for (const id of [...listed.keys()]) if (!result.results.some((c) => c.id === id)) listed.delete(id);
       if (focused && !focused.isConnected) {
         const again = list.querySelector(`li[data-conversation-id="${focusedId}"] .${focused.classList[0]}`);
         (again || search).focus();
@@ -203,7 +206,17 @@ export function createSidebar({ open, deleted, failed, announce }) {
       writing = ids;
       for (const li of list.children) markWriting(li);
     },
+    /** The title shown for a conversation; undefined when it is not in the list. */
+    titleOf: (id) => listed.get(id)?.conversation.title,
+    /** Shows a conversation's new title in place (the model named it): nothing else is redrawn. */
+    setTitle(updated) {
+      const shown = listed.get(updated.id);
+      if (!shown) return;
+      shown.conversation.title = updated.title;
+      shown.link.textContent = updated.title || UNTITLED;
+    },
     clear() {
+      listed.clear();
       list.replaceChildren();
       search.value = "";
       query = "";

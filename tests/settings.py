@@ -7,4 +7,7 @@ os.environ.setdefault("DJANGO_SECRET_KEY", f"test-only-{secrets.token_urlsafe(32
 
 from chatapp.settings import *  # noqa: E402,F403
 
+# Off unless a test asks for them: a title request is one more upstream request, which the
+# tests that count the upstream's requests do not expect. A server a test starts is told so.
+CHAT_MODEL_TITLES = os.environ.get("TEST_CHAT_MODEL_TITLES") == "1"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; tests only

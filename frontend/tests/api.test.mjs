@@ -46,6 +46,13 @@ test("DELETE's 204 is null", async () => {
   assert.equal(calls[0].method, "DELETE");
 });
 
+test("one conversation is read with a GET of its address", async () => {
+  answers.push(jsonResponse(200, { id: 3, title: "Quick soup recipes" }));
+  assert.deepEqual(await api.conversation(3), { id: 3, title: "Quick soup recipes" });
+  assert.equal(calls[0].url, "/api/conversations/3");
+  assert.equal(calls[0].method ?? "GET", "GET");
+});
+
 test("a stream opens only on an event-stream answer", async () => {
   const signal = new AbortController().signal;
   answers.push(new Response("event: start\n\n", { status: 200, headers: { "Content-Type": "text/event-stream" } }));

@@ -46,6 +46,16 @@ def running_stack(inference_url: str, tmp_dir: Path, **settings):
 
 
 @pytest.fixture(scope="module")
+def inference_url():
+    """The inference service with the default model, in this process (imported here: loading the
+    engine is slow, and most browser tests need only the stand-in upstream)."""
+    from tests.inference.serving import real_model_serving
+
+    with real_model_serving(max_running=4) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def fake_upstream():
     upstream = FakeUpstream()
     with servers.uvicorn_in_thread(upstream) as url:

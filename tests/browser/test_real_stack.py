@@ -11,16 +11,10 @@ from chatapp.models import Message
 from tests import servers
 from tests.browser.conftest import running_stack, sign_in
 from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
-from tests.inference.serving import metric, real_model_serving
+from tests.inference.serving import metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
-
-
-@pytest.fixture(scope="module")
-def inference_url():
-    with real_model_serving(max_running=4) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

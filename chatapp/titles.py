@@ -1,0 +1,156 @@
+"""Titles by the model: after a conversation's first answer, the inference service names it.
+
+The first answer's relay asks for it once its final write is done (`request_title`), off the
+event loop; the request itself (not streaming, a few tokens) runs in a Celery task
+(chatapp/tasks.py), in a worker with Redis and in-process without. Until it lands, and whenever
+it fails (the upstream down, an answer that is no title), the conversation keeps the first line
+of its first message. The save is one conditional UPDATE: a title the user chose meanwhile, or
+one that an edit of the first message changed, is never overwritten.
+"""
+
+import itertools
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2
+from django.conf import settings
+from django.db import connections
+
+from common.vocabulary import MessageStatus
+
+from . import inference_replicas
+from .models import Conversation, Message
+
+logger = logging.getLogger(__name__)
+
+# A title of a few words: the request is cheap, and an answer that runs on is no title.
+MAX_TOKENS = 16
+MAX_WORDS = 10
+MAX_CHARS = 80
+# Only the start of each text: enough to name the topic, and a prompt that stays small.
+_QUESTION_CHARS, _ANSWER_CHARS = 1000, 1000
+# Measured on the default model (SmolLM2-135M-Instruct): with the conversation first and the
+# request after it, it answers with a title more often than it answers the question again.
+_SYSTEM = "You write short titles for conversations."
+_INSTRUCTION = "Write a title of three to six words for the conversation above. Answer with the title only."
+
+
+def prompt(question: str, answer: str) -> list[dict]:
+    conversation = f"User: {question[:_QUESTION_CHARS]}\nAssistant: {answer[:_ANSWER_CHARS]}"
+    return [{"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"{conversation}\n\n{_INSTRUCTION}"}]
+
+
+_LABEL = re.compile(r"^\s*(?:\**\s*)?title\s*:\s*", re.IGNORECASE)
+_EDGES = "\"'`*_#“”‘’«» \t"
+
+
+def cleaned(text: str) -> str | None:
+    """The model's answer as a title, or None when it is none (empty, too long, not words)."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    title = _LABEL.sub("", lines[0]).strip(_EDGES).rstrip(".:;,").strip(_EDGES)
+    title = " ".join(title.split())
+    if not title or len(title) > MAX_CHARS or len(title.split()) > MAX_WORDS:
+        return None
+    if not any(character.isalnum() for character in title):
+        return None
+    return title
+
+
+class NoTitle(Exception):
+    """The inference service gave no usable title."""
+
+
+_turn = itertools.count()
+
+
+def ask(question: str, answer: str) -> str:
+    """The model's title for a conversation that began with `question` and `answer`.
+
+    With several replicas (INFERENCE_URL lists them) they take turns at being tried first, and
+    one that is unreachable or answers 5xx passes the request to the next. The relay's own
+    choice by load lives on the event loop; a request of 16 tokens does not need it.
+    """
+    replicas = inference_replicas.listed()
+    start = next(_turn) % len(replicas)
+    failures = []
+    for url in replicas[start:] + replicas[:start]:
+        try:
+            response = httpx2.post(
+                f"{url}/v1/chat/completions",
+                json={"model": settings.CHAT_MODEL, "messages": prompt(question, answer), "stream": False,
+                      "max_tokens": MAX_TOKENS, "temperature": 0},
+                timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
+                                       connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
+            )
+        except httpx2.HTTPError as error:
+            failures.append(f"{url} is unreachable ({error!r})")
+            continue
+        if response.status_code >= 500 or response.status_code == 429:
+            failures.append(f"{url} answered HTTP {response.status_code}")
+            continue
+        return _title_in(response)
+    raise NoTitle("; ".join(failures))
+
+
+def _title_in(response: httpx2.Response) -> str:
+    if response.status_code != 200:
+        raise NoTitle(f"the inference service answered HTTP {response.status_code}")
+    try:
+        text = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        raise NoTitle(f"the answer is not a chat completion: {response.text[:80]!r}") from error
+    title = cleaned(text if isinstance(text, str) else "")
+    if title is None:
+        raise NoTitle(f"the answer is no title: {str(text)[:80]!r}")
+    return title
+
+
+def title_conversation(conversation_id: int) -> str | None:
+    """Asks for the title of a conversation whose first answer is complete and saves it.
+
+    Returns the title saved, or None: the conversation is gone, named by its user, its first
+    answer is not complete, the model gave no title, or the title changed while it was asked.
+    """
+    conversation = Conversation.objects.filter(pk=conversation_id, title_set_by_user=False).first()
+    if conversation is None:
+        return None
+    first = list(conversation.messages.filter(role__in=[Message.Role.USER, Message.Role.ASSISTANT])
+                 .order_by("pk")[:2])
+    if ([m.role for m in first] != [Message.Role.USER, Message.Role.ASSISTANT]
+            or first[1].status not in (MessageStatus.COMPLETED, MessageStatus.TRUNCATED)):
+        return None
+    try:
+        title = ask(first[0].content, first[1].content)
+    except NoTitle as failure:
+        logger.warning("conversation %s keeps its first-line title: %s", conversation_id, failure)
+        return None
+    # Conditional in SQL: a rename, or an edit of the first message, since the read above wins.
+    saved = Conversation.objects.filter(
+        pk=conversation_id, title_set_by_user=False, title=conversation.title).update(title=title)
+    return title if saved else None
+
+
+# One thread: the enqueue (a Redis round trip) or, without Redis, the whole task (an HTTP
+# request of a second or more) must not hold the relay's event loop.
+_requests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="titles")
+
+
+def request_title(conversation_id: int):
+    """Has the conversation titled by the model, in the background; returns the Future."""
+    return _requests.submit(_enqueue, conversation_id)
+
+
+def _enqueue(conversation_id: int) -> None:
+    from .tasks import title_conversation as task  # the tasks module imports this one
+
+    try:
+        task.delay(conversation_id)  # eager without Redis: the task runs here
+    except Exception:
+        logger.exception("the title of conversation %s could not be asked for", conversation_id)
+    finally:
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            connections.close_all()  # this thread's connection is not needed until the next title
