@@ -10,6 +10,7 @@ const PAGE_OUTDATED = "The page sent something the server could not read. Reload
 // Every code that chatapp/ answers or streams; tests/test_error_sentences.py keeps this complete.
 const SENTENCES = {
   not_authenticated: "Your session ended. Please sign in again.",
+  staff_only: "Only staff members can see this page.",
   invalid_credentials: "That username and password don't match. Please try again.",
   too_many_attempts: ({ retryAfter }) =>
     `Too many failed sign-ins. Please wait ${retryAfter ? `${retryAfter} seconds` : "a few minutes"} and try again.`,
