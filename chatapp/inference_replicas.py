@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from django.conf import settings
+from prometheus_client.parser import text_string_to_metric_families
 
 # Sequences a replica is serving or holding, by the names its kind of server gives them: ours,
 # vLLM's, llama.cpp's (the live view shows them apart, chatapp/replica_figures.py).
@@ -145,13 +146,20 @@ async def _read_metrics(client: httpx2.AsyncClient, replica: Replica) -> None:
         # Avoidance is left to run out: a replica that says it is busy still serves its metrics.
 
 
+def metric_values(exposition: str) -> dict[str, float]:
+    """Each sample's value by name, summed over its labels (prometheus_client reads the text)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
 def load_in(exposition: str) -> float | None:
     """The sequences running and waiting in a Prometheus text exposition; None if it names none."""
-    total, seen = 0.0, False
-    for line in exposition.splitlines():
-        name, _, rest = line.partition("{") if "{" in line.split(" ", 1)[0] else line.partition(" ")
-        if name in _LOAD_METRICS:
-            with contextlib.suppress(ValueError, IndexError):
-                total += float(rest.rsplit("}", 1)[-1].split()[0])
-                seen = True
-    return total if seen else None
+    try:
+        values = metric_values(exposition)
+    except ValueError:  # not Prometheus' text format
+        return None
+    found = [values[name] for name in _LOAD_METRICS if name in values]
+    return sum(found) if found else None

@@ -10,9 +10,8 @@ import asyncio
 from dataclasses import asdict, dataclass
 
 import httpx2
-from prometheus_client.parser import text_string_to_metric_families
 
-from .inference_replicas import RUNNING_METRICS, WAITING_METRICS, current_urls
+from .inference_replicas import RUNNING_METRICS, WAITING_METRICS, current_urls, metric_values
 
 # Each figure's gauge as our inference service (inference/metrics.py), vLLM and llama.cpp's
 # server name it (running and waiting: chatapp/inference_replicas.py); the first one a replica
@@ -39,10 +38,7 @@ class ReplicaLoad:
 
 def parse_load(url: str, metrics_text: str) -> ReplicaLoad:
     """The figures of one replica from its /metrics text (Prometheus' text format)."""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    values = metric_values(metrics_text)
 
     def first(names: tuple[str, ...]) -> float | None:
         return next((values[name] for name in names if name in values), None)
