@@ -22,6 +22,7 @@ from common.vocabulary import FinishReason
 
 from . import inference_replicas
 from .inference_replicas import Replica
+from .per_loop import per_loop
 from .sse import SSEParser
 
 # Peers name the same ends differently; TGI says stop_sequence and eos_token.
@@ -56,21 +57,16 @@ class UpstreamChunk:
     usage: dict | None = None
 
 
-_clients: dict[asyncio.AbstractEventLoop, httpx2.AsyncClient] = {}
+def _new_client() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
+                               connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
+        limits=httpx2.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
+                             max_keepalive_connections=100),
+    )
 
 
-def client() -> httpx2.AsyncClient:
-    loop = asyncio.get_running_loop()
-    if loop not in _clients:
-        for stale in [l for l in _clients if l.is_closed()]:
-            del _clients[stale]
-        _clients[loop] = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
-                                   connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
-            limits=httpx2.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
-                                 max_keepalive_connections=100),
-        )
-    return _clients[loop]
+client = per_loop(_new_client)  # its connections belong to the loop they were opened on
 
 
 # How long the end of a finished answer's HTTP body may take to arrive after [DONE]: it is

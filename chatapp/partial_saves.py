@@ -17,6 +17,7 @@ import logging
 
 from . import services
 from .database_threads import on_database_thread
+from .per_loop import per_loop
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +63,5 @@ class PartialSaves:
             self._writer = None
 
 
-_by_loop: dict[asyncio.AbstractEventLoop, PartialSaves] = {}
-
-
-def partial_saves() -> PartialSaves:
-    """This event loop's (one per process in daphne; tests run a loop each)."""
-    loop = asyncio.get_running_loop()
-    if loop not in _by_loop:
-        for stale in [known for known in _by_loop if known.is_closed()]:
-            del _by_loop[stale]
-        _by_loop[loop] = PartialSaves()
-    return _by_loop[loop]
+# This event loop's (one per process in daphne; tests run a loop each).
+partial_saves = per_loop(PartialSaves)
