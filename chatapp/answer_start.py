@@ -37,8 +37,8 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
 def _payload(plan: services.AnswerPlan) -> dict:
     payload = {"model": settings.CHAT_MODEL, "messages": plan.prompt, "stream": True,
                "stream_options": {"include_usage": True}, **plan.sampling}
-    if plan.continue_final_message:
-        payload["continue_final_message"] = True
+    if plan.continue_final_message:  # both, or vLLM and llama.cpp refuse it (a new turn by default)
+        payload.update(continue_final_message=True, add_generation_prompt=False)
     return payload
 
 

@@ -18,8 +18,10 @@ SEED_RANGE = (-2**63, 2**64 - 1)
 ACCEPTED_FIELDS = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "stop", "seed", "n", "user",
-    # vLLM's extension: write on at the end of a final assistant message instead of answering it.
-    "continue_final_message",
+    # vLLM's extensions, which llama.cpp's server speaks too: write on at the end of a final
+    # assistant message (continue_final_message) instead of opening a new turn for the answer
+    # (add_generation_prompt, true unless the message is continued).
+    "continue_final_message", "add_generation_prompt",
 }
 
 
@@ -95,10 +97,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     _typed(body, "user", str, None)
 
     messages = _messages(body.get("messages"))
-    continue_final_message = _typed(body, "continue_final_message", bool, False)
-    if continue_final_message and messages[-1]["role"] != "assistant":
-        raise ProtocolError(400, "continue_final_message needs an assistant message last",
-                            "invalid_value", "continue_final_message")
+    continue_final_message = _continue_final_message(body, messages)
     return ChatRequest(
         model=model,
         messages=messages,
@@ -111,6 +110,24 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         seed=_seed(body),
         continue_final_message=continue_final_message,
     )
+
+
+def _continue_final_message(body: dict, messages: list[dict[str, str]]) -> bool:
+    """Whether to write on at the end of the last message, asked for as vLLM and llama.cpp ask:
+    continue_final_message with add_generation_prompt false (either alone, they refuse)."""
+    continue_final_message = _typed(body, "continue_final_message", bool, False)
+    add_generation_prompt = _typed(body, "add_generation_prompt", bool, True)
+    if continue_final_message and add_generation_prompt:
+        raise ProtocolError(400, "continue_final_message needs add_generation_prompt: false "
+                            "(no new turn opens for a message written on)", "invalid_value",
+                            "add_generation_prompt")
+    if not continue_final_message and not add_generation_prompt:
+        raise ProtocolError(400, "add_generation_prompt: false is supported with "
+                            "continue_final_message only", "invalid_value", "add_generation_prompt")
+    if continue_final_message and messages[-1]["role"] != "assistant":
+        raise ProtocolError(400, "continue_final_message needs an assistant message last",
+                            "invalid_value", "continue_final_message")
+    return continue_final_message
 
 
 def _typed(body: dict, name: str, kind: type, default, param: str | None = None):

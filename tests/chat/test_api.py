@@ -229,6 +229,7 @@ async def test_a_truncated_answer_can_be_continued_and_only_that(api, conversati
     assert text_of(events) == " and more."
     assert continued["content"] == "Hello, world! and more." and continued["status"] == "completed"
     assert upstream.requests[-1][0]["continue_final_message"] is True
+    assert upstream.requests[-1][0]["add_generation_prompt"] is False  # as vLLM and llama.cpp require
     assert upstream.requests[-1][0]["messages"][-1] == {"role": "assistant", "content": "Hello, world!"}
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_truncated"
 

@@ -108,6 +108,7 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_service_url):
 
 
 LONG = "word " * 400
+ANSWERED = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}]
 BAD_REQUESTS = [
     ("not json", "invalid_json", None),
     ("[1, 2]", "invalid_request", None),
@@ -134,6 +135,13 @@ BAD_REQUESTS = [
     (chat(n=2), "invalid_value", "n"),
     (chat(tools=[]), "unsupported_field", "tools"),
     (chat(logprobs=True), "unsupported_field", "logprobs"),
+    # vLLM's and llama.cpp's rule: writing on at the end of the last message is no new turn.
+    (chat() | {"messages": ANSWERED, "continue_final_message": True}, "invalid_value", "add_generation_prompt"),
+    (chat() | {"messages": ANSWERED, "continue_final_message": True, "add_generation_prompt": True},
+     "invalid_value", "add_generation_prompt"),
+    (chat(add_generation_prompt=False), "invalid_value", "add_generation_prompt"),
+    (chat(add_generation_prompt="no"), "invalid_type", "add_generation_prompt"),
+    (chat(continue_final_message=True, add_generation_prompt=False), "invalid_value", "continue_final_message"),
     (chat(LONG), "context_length_exceeded", "messages"),
     (chat(max_tokens=250), "context_length_exceeded", "max_tokens"),
     (chat(seed=2**64), "invalid_value", "seed"),
@@ -164,6 +172,16 @@ def test_a_bad_request_is_refused_with_400_before_any_stream_starts(tiny_service
     assert error["code"] == code
     assert error["param"] == param
     assert error["message"]
+
+
+def test_a_final_assistant_message_is_written_on_when_asked_as_vllm_asks_it(tiny_service_url):
+    body = chat(max_tokens=3, temperature=0) | {"messages": ANSWERED, "continue_final_message": True,
+                                                "add_generation_prompt": False}
+
+    response = httpx.post(f"{tiny_service_url}/v1/chat/completions", json=body)
+
+    assert response.status_code == 200
+    assert response.json()["usage"]["completion_tokens"] == 3
 
 
 def test_an_unknown_model_is_refused_with_404(tiny_service_url):
