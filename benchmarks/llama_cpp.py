@@ -15,6 +15,7 @@ Building takes about 10 minutes on 2 cores; nothing else in the benchmark needs 
 """
 
 import argparse
+import fcntl
 import logging
 import os
 import shutil
@@ -66,10 +67,20 @@ class LlamaCpp:
         return os.access(self.server_binary, os.X_OK)
 
     def build(self) -> Path:
-        """The llama-server binary, fetched and compiled the first time."""
+        """The llama-server binary, fetched and compiled the first time.
+
+        One build at a time per release folder: a second caller (the tests' background build and
+        a test that needs the binary, say) waits for the first and then finds the binary."""
         if self.is_built:
             return self.server_binary
         self.home.mkdir(parents=True, exist_ok=True)
+        with (self.home / "build.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not self.is_built:
+                self._build()
+        return self.server_binary
+
+    def _build(self) -> None:
         if not (self.source / "CMakeLists.txt").exists():
             self._unpack_source(self._download_sdist())
         logger.info("building llama-server %s in %s (about 10 minutes on 2 cores; log: %s)",
@@ -81,14 +92,16 @@ class LlamaCpp:
                    f"-j{self.jobs}"], "build.log")
         if not self.is_built:
             raise RuntimeError(f"the build finished without {self.server_binary}")
-        return self.server_binary
 
     def _download_sdist(self) -> Path:
         download = self.home / "download"
         sdist = download / f"llama_cpp_python-{self.version}.tar.gz"
         if not sdist.exists():
             logger.info("downloading the llama-cpp-python %s sdist", self.version)
-            self._run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            self._run([sys.executable, "-m", "pip", "download", "--no-deps",
+                       # The sdist itself; its build tools may come as wheels (from source, they
+                       # took minutes to prepare only the sdist's metadata).
+                       "--no-binary", "llama-cpp-python",
                        f"llama-cpp-python=={self.version}", "-d", str(download)], "download.log")
         return sdist
 
@@ -155,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "model to every GGUF precision, ahead of a run.")
     parser.add_argument("--dir", type=Path, default=DEFAULT_ROOT,
                         help=f"where releases are kept (default {DEFAULT_ROOT})")
+    parser.add_argument("--server-only", action="store_true",
+                        help="build llama-server and stop (the tests' upstream needs no conversion)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
@@ -163,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
 
     llama_cpp = LlamaCpp(args.dir)
     print(llama_cpp.build())
+    if args.server_only:
+        return 0
     model_dir = loader.converted_gguf(loader.default_model_path(),
                                       InferenceConfig.from_env().cache_dir)
     for outtype in OUTTYPES:

@@ -5,7 +5,20 @@ from contextlib import ExitStack
 import pytest
 
 from stack import nginx
-from tests import servers
+from tests import llama_server, servers
+
+
+def pytest_collection_modifyitems(config, items):
+    items[:] = llama_server.last(items)  # their server may still be building: see tests/llama_server.py
+
+
+def pytest_collection_finish(session):
+    if llama_server.needed_by(session.items):
+        llama_server.start_background_build()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    llama_server.stop_background_build()
 
 
 @pytest.fixture(autouse=True)
