@@ -1,26 +1,25 @@
 """llama.cpp's server as the chat app's upstream in tests, built once as the engine benchmark
 builds it (benchmarks/llama_cpp.py keeps the binary under ~/.cache/chatapp/llama.cpp/).
 
-The first build takes about 10 minutes of both cores. So that a fresh machine's `make test` does
-not spend them idle at the end, the build starts in the background as soon as pytest knows a
-selected test needs it (`pytest_collection_finish` in tests/conftest.py), at the lowest CPU
-priority so that it takes what the other tests leave, and those tests run last. A test that
-gets there first waits for it: the build holds a lock that `LlamaCpp.build` takes too.
+The tests' build (Build.TESTS: only ggml optimised) takes 5-8 minutes of both cores. So that a
+fresh machine's `make test` does not spend them idle at the end, the build starts in the
+background as soon as pytest knows a selected test needs it (`pytest_collection_finish` in
+tests/conftest.py), at the lowest CPU priority so that it takes what the other tests leave, and
+those tests run last; `.ci/run` starts it before the installs. A test that gets there first
+waits for it: the build holds a lock that `LlamaCpp.build` takes too.
 """
 
 import contextlib
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from benchmarks.llama_cpp import LlamaCpp
+from benchmarks.llama_cpp import Build, LlamaCpp
 from benchmarks.server_process import LlamaServerProcess
-from tests.servers import REPO_DIR
 
 MARK = "llama_cpp"
 
@@ -39,24 +38,8 @@ def last(items: list[pytest.Item]) -> list[pytest.Item]:
 def start_background_build() -> None:
     """Builds llama-server in a child process of the lowest priority, unless it is built."""
     global _background
-    llama_cpp = LlamaCpp()
-    if llama_cpp.is_built or _background is not None:
-        return
-    llama_cpp.home.mkdir(parents=True, exist_ok=True)
-    with (llama_cpp.home / "background-build.log").open("ab") as log:
-        _background = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.llama_cpp", "--server-only"], cwd=REPO_DIR,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=lambda: os.nice(19))
-    _lowest_priority(_background.pid)
-
-
-def _lowest_priority(pid: int) -> None:
-    """With autogroups (Linux's default for desktops and this machine) the CPU is shared between
-    sessions first, so a nice value alone would still give the build half of it: its session's
-    group is niced too. Where that is not allowed, the build just competes."""
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid}/autogroup").write_text("19")
+    if _background is None:
+        _background = LlamaCpp(build=Build.TESTS).build_in_background()
 
 
 def stop_background_build() -> None:
@@ -69,7 +52,8 @@ def stop_background_build() -> None:
 @contextlib.contextmanager
 def llama_server(model_file: Path, model_name: str, slots: int = 2) -> Iterator[LlamaServerProcess]:
     """llama-server on `model_file`, answering to `model_name`, started once the build is done."""
-    server = LlamaServerProcess(LlamaCpp().build(), model_file, slots=slots, threads=1, alias=model_name)
+    binary = LlamaCpp(build=Build.TESTS).build()
+    server = LlamaServerProcess(binary, model_file, slots=slots, threads=1, alias=model_name)
     try:
         server.start()
         yield server

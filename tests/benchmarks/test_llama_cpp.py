@@ -1,12 +1,16 @@
 """llama.cpp's source comes from the git directory the sdist vendors; a built release and a
-converted model are reused. No test here builds llama.cpp: that takes minutes."""
+converted model are reused; the tests' build optimises ggml alone. No test here builds
+llama.cpp (minutes): the last reads the build the llama.cpp tests make (tests/llama_server.py)."""
 
+import json
+import re
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from benchmarks.llama_cpp import LlamaCpp
+from benchmarks.llama_cpp import Build, LlamaCpp
 
 VERSION = "9.9.9"
 
@@ -71,3 +75,20 @@ def test_a_converted_model_is_reused_and_an_unknown_precision_refused(tmp_path):
     assert llama_cpp.gguf(tmp_path / "SmolLM2-abc", "f16") == converted
     with pytest.raises(ValueError, match="outtype"):
         llama_cpp.gguf(tmp_path / "SmolLM2-abc", "q4_0")
+
+
+@pytest.mark.llama_cpp
+@pytest.mark.timeout(1500)  # it may wait for the tests' build of llama-server
+def test_the_tests_build_optimises_ggml_and_nothing_else(tmp_path):
+    source = LlamaCpp(build=Build.TESTS).build().parents[2] / "src"
+    subprocess.run(["cmake", "-S", str(source), "-B", str(tmp_path), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+                    *Build.TESTS.cmake_flags], check=True, capture_output=True)
+
+    # Each object's last -O wins; objects lie under their source folder's name in the build.
+    last_level = {}
+    for entry in json.loads((tmp_path / "compile_commands.json").read_text()):
+        built = Path(entry["directory"], re.search(r" -o (\S+)", entry["command"])[1]).relative_to(tmp_path)
+        last_level[built.as_posix()] = re.findall(r" -O(\d)", entry["command"])[-1]
+    assert {level for built, level in last_level.items() if built.startswith("ggml/")} == {"3"}
+    assert {level for built, level in last_level.items() if not built.startswith("ggml/")} == {"0"}
+    assert any(built.startswith("tools/server/") for built in last_level)
