@@ -1,12 +1,28 @@
-"""Django admin: the audit log is for review only; nobody edits history."""
+"""Django admin: the audit log and its daily rollups are for review only; nobody edits history."""
 
 from django.contrib import admin
 
-from .models import Conversation, Generation, Message
+from .models import Conversation, DailyRollup, Generation, Message
+
+
+class ReviewOnlyAdmin(admin.ModelAdmin):
+    """Rows shown, never added, changed or deleted here."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Generation)
-class GenerationAdmin(admin.ModelAdmin):
+class GenerationAdmin(ReviewOnlyAdmin):
     list_display = [
         "request_id",
         "user",
@@ -36,15 +52,6 @@ class GenerationAdmin(admin.ModelAdmin):
     def get_exclude(self, request, obj=None):
         return list(self.ROUNDED)  # shown by the methods below instead
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
     @admin.display(description="TTFT (ms)", ordering="ttft_ms")
     def ttft(self, generation: Generation) -> str | None:
         return _tenths(generation.ttft_ms)
@@ -65,6 +72,32 @@ class GenerationAdmin(admin.ModelAdmin):
 
 def _tenths(milliseconds: float | None) -> str | None:
     return None if milliseconds is None else f"{milliseconds:.1f}"
+
+
+@admin.register(DailyRollup)
+class DailyRollupAdmin(ReviewOnlyAdmin):
+    """The days the staff page reads instead of their generations (chatapp/rollups.py)."""
+
+    list_display = ["day", "generations", "cancelled", "input_tokens", "output_tokens", "ttft_p50_ms",
+                    "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms", "errors", "computed_at"]
+    date_hierarchy = "day"
+    ordering = ["-day"]
+
+    @admin.display(description="TTFT p50 (ms)", ordering="ttft_p50")
+    def ttft_p50_ms(self, day: DailyRollup) -> str | None:
+        return _tenths(day.ttft_p50)
+
+    @admin.display(description="TTFT p95 (ms)", ordering="ttft_p95")
+    def ttft_p95_ms(self, day: DailyRollup) -> str | None:
+        return _tenths(day.ttft_p95)
+
+    @admin.display(description="ITL p50 (ms)", ordering="itl_p50")
+    def itl_p50_ms(self, day: DailyRollup) -> str | None:
+        return _tenths(day.itl_p50)
+
+    @admin.display(description="ITL p95 (ms)", ordering="itl_p95")
+    def itl_p95_ms(self, day: DailyRollup) -> str | None:
+        return _tenths(day.itl_p95)
 
 
 class MessageInline(admin.TabularInline):

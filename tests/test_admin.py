@@ -100,3 +100,40 @@ def test_a_user_who_is_not_staff_cannot_see_the_audit_log(client):
     page = client.get(reverse("admin:chatapp_generation_changelist"))
 
     assert page.status_code == 302
+
+
+def rollup(**fields):
+    from datetime import date
+
+    from chatapp.models import DailyRollup
+
+    defaults = {"day": date(2026, 11, 30), "generations": 120, "cancelled": 9, "input_tokens": 4000,
+                "output_tokens": 30000, "finish_reasons": {"stop": 100, "length": 11, "cancelled": 9},
+                "errors": {"upstream_timeout": 2}, "ttft_p50": 41.26, "ttft_p95": 180.04,
+                "itl_p50": 22.51, "itl_p95": 60.0}
+    return DailyRollup.objects.create(**{**defaults, **fields})
+
+
+def test_the_daily_rollups_are_listed_with_their_counts_and_percentiles(staff_client):
+    rollup()
+
+    page = staff_client.get(reverse("admin:chatapp_dailyrollup_changelist"))
+
+    text = page.content.decode()
+    assert page.status_code == 200
+    for shown in ["Nov. 30, 2026", "120", "30000", "41.3", "180.0", "22.5", "60.0"]:
+        assert shown in text
+    for heading in ["TTFT p50 (ms)", "TTFT p95 (ms)", "ITL p50 (ms)", "ITL p95 (ms)", "Errors"]:
+        assert heading in text
+
+
+def test_a_daily_rollup_cannot_be_added_changed_or_deleted(staff_client):
+    day = rollup()
+
+    add = staff_client.get(reverse("admin:chatapp_dailyrollup_add"))
+    change = staff_client.post(reverse("admin:chatapp_dailyrollup_change", args=[day.pk]), {"generations": 1})
+    delete = staff_client.post(reverse("admin:chatapp_dailyrollup_delete", args=[day.pk]), {"post": "yes"})
+    day.refresh_from_db()
+
+    assert (add.status_code, change.status_code, delete.status_code) == (403, 403, 403)
+    assert day.generations == 120
