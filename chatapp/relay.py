@@ -119,8 +119,8 @@ class Relay:
         truncated answer it continues was titled already). The task checks the rows again.
         """
         questions = sum(message["role"] == "user" for message in self.start.prompt)
-        return (settings.CHAT_MODEL_TITLES and questions == 1 and not self.start.continue_final_message
-                and generation.status in (GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED))
+        return titles.asked_for(questions=questions, continued=self.start.continue_final_message,
+                                status=generation.status)
 
     async def _upstream_items(self):
         """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.

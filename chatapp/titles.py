@@ -17,7 +17,7 @@ import httpx2
 from django.conf import settings
 from django.db import connections
 
-from common.vocabulary import MessageStatus
+from common.vocabulary import GenerationStatus, MessageStatus
 
 from . import inference_replicas
 from .models import Conversation, Message
@@ -107,6 +107,20 @@ def _title_in(response: httpx2.Response) -> str:
     if title is None:
         raise NoTitle(f"the answer is no title: {str(text)[:80]!r}")
     return title
+
+
+def asked_for(*, questions: int, continued: bool, status: str) -> bool:
+    """Whether an answer's end asks the model to name its conversation: the conversation's only
+    question answered well, and not by a continuation (the answer it continues was the one)."""
+    return (settings.CHAT_MODEL_TITLES and questions == 1 and not continued
+            and status in (GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED))
+
+
+def asked_for_watched(*, generation, continued: bool) -> bool:
+    """`asked_for`, read from the rows, for a page that watched the answer end rather than ran it."""
+    questions = Message.objects.filter(conversation_id=generation.conversation_id, role=Message.Role.USER,
+                                       pk__lt=generation.message_id).count()
+    return asked_for(questions=questions, continued=continued, status=generation.status)
 
 
 def title_conversation(conversation_id: int) -> str | None:

@@ -7,7 +7,8 @@ needs no channel to the process that streams the answer: the rows are shared. A 
 goes through the stop endpoint like any other.
 
 Events: `prefix` (the text saved so far), `delta` (only the new characters, as the relay's),
-then the relay's own `done` once the row is final. A Stop cuts the answer to what the stopping
+then the relay's own `done` once the row is final (saying `title_requested` as the relay's does
+when this watch saw the answer end). A Stop cuts the answer to what the stopping
 page saw, which may be less than this one was sent: then a second `prefix` carries the whole
 final text, to replace what is shown.
 """
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from django.conf import settings
 
-from . import selectors, sse
+from . import selectors, sse, titles
 from .database_threads import on_database_thread
 from .models import Generation
 
@@ -28,6 +29,7 @@ async def events(generation: Generation) -> AsyncIterator[bytes]:
     read = on_database_thread(selectors.generation_progress)
     progress = await read(generation_id=generation.pk)
     yield _prefix(progress)
+    watched_end = not progress.ended  # an answer ended before is no news of a title
     sent, last_sent = progress.text_length, time.monotonic()
     next_read = last_sent + settings.CHAT_WATCH_INTERVAL_SECONDS
     while not progress.ended:
@@ -48,7 +50,9 @@ async def events(generation: Generation) -> AsyncIterator[bytes]:
         if time.monotonic() >= ping_due:
             yield sse.HEARTBEAT
             last_sent = time.monotonic()
-    yield sse.done(progress.generation)
+    title_requested = watched_end and await on_database_thread(titles.asked_for_watched)(
+        generation=progress.generation, continued=progress.own_length < progress.text_length)
+    yield sse.done(progress.generation, title_requested=title_requested)
 
 
 def _prefix(progress: selectors.Progress) -> bytes:

@@ -24,12 +24,14 @@ def quick_saves(settings):
     settings.CHAT_WATCH_INTERVAL_SECONDS = 0.05
 
 
-async def start_answer(api, conversation) -> tuple[asyncio.Future, Generation]:
-    """Sends a message and reads its answer in the background; returns (the reading, the row)."""
+async def start_answer(api, conversation, latest: bool = False) -> tuple[asyncio.Future, Generation]:
+    """Sends a message and reads its answer in the background; returns (the reading, the row:
+    the conversation's only one, or with `latest` its newest)."""
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
                               json.dumps({"content": "go"}), content_type="application/json")
     reading = asyncio.ensure_future(read_events(response))
-    return reading, await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    rows = Generation.objects.select_related("message").filter(conversation=conversation)
+    return reading, await sync_to_async(lambda: rows.latest("pk") if latest else rows.get())()
 
 
 async def some_text_saved(generation: Generation) -> None:
@@ -61,6 +63,23 @@ async def test_a_watcher_gets_the_saved_prefix_then_the_new_text_then_the_relays
     assert 0 < len(prefix["text"]) < len(text_of(answered))
     assert shown(watched) == text_of(answered) == generation.message.content
     assert watched[-1] == answered[-1]  # the relay's own done
+
+
+async def test_a_watcher_of_a_conversations_first_answer_hears_that_the_model_names_it_and_of_the_second_not(
+        api, conversation, upstream, quick_saves, settings):
+    settings.CHAT_MODEL_TITLES = True
+    upstream.script.chunks = [f" w{i}" for i in range(20)]
+    upstream.script.interval_s = 0.05
+    ends = []
+    for _ in range(2):
+        reading, generation = await start_answer(api, conversation, latest=True)
+        await some_text_saved(generation)
+        watched = await read_events(await api.get(f"/api/generations/{generation.pk}/events"))
+        ends.append((watched[-1], (await reading)[-1]))
+
+    (first_watched, first_answered), (second_watched, second_answered) = ends
+    assert first_watched[1]["title_requested"] is True and first_watched == first_answered
+    assert "title_requested" not in second_watched[1] and second_watched == second_answered
 
 
 async def test_an_ended_answer_gives_its_text_and_done_at_once(api, user):
