@@ -54,7 +54,8 @@ class Build(enum.Enum):
     @property
     def cmake_flags(self) -> list[str]:
         if self is Build.TESTS:
-            return [*CMAKE_FLAGS, f"-DCMAKE_PROJECT_INCLUDE={Path(__file__).with_name('llama_cpp_tests.cmake')}"]
+            include = Path(__file__).with_name("llama_cpp_tests.cmake")
+            return [*CMAKE_FLAGS, f"-DCMAKE_PROJECT_INCLUDE={include}"]
         return CMAKE_FLAGS
 
 

@@ -81,8 +81,8 @@ _encode_string = json.JSONEncoder(ensure_ascii=False).encode
 def done(generation, title_requested: bool = False) -> bytes:
     """The last event of an answer's stream and of its watch stream: how the generation ended.
 
-    `title_requested` (the answer's own stream, and a watch stream that saw it end): the model is asked for the conversation's
-    title, which the page then reads again until it changes.
+    `title_requested` (the answer's own stream, and a watch stream that saw it end): the model
+    is asked for the conversation's title, which the page then reads again until it changes.
     """
     return event("done", {
         "generation_id": generation.pk, "message_id": generation.message_id,

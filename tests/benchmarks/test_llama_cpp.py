@@ -80,7 +80,9 @@ def test_a_converted_model_is_reused_and_an_unknown_precision_refused(tmp_path):
 @pytest.mark.llama_cpp
 @pytest.mark.timeout(1500)  # it may wait for the tests' build of llama-server
 def test_the_tests_build_optimises_ggml_and_nothing_else(tmp_path):
-    source = LlamaCpp(build=Build.TESTS).build().parents[2] / "src"
+    llama_cpp = LlamaCpp(build=Build.TESTS)
+    llama_cpp.build()  # its source, unpacked once
+    source = llama_cpp.source
     subprocess.run(["cmake", "-S", str(source), "-B", str(tmp_path), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
                     *Build.TESTS.cmake_flags], check=True, capture_output=True)
 
