@@ -16,6 +16,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "inference": ("benchmarks.inference_bench",
                   "the inference server against llama.cpp's server, HF generate, transformers' "
                   "continuous batching and a static batch; then multi-turn conversations"),
+    "step": ("benchmarks.step_profile",
+             "the engine's decode step alone at 1-16 streams and each precision: the weight "
+             "products against the rest, and the memory roofline"),
     "browser": ("benchmarks.browser_bench",
                 "the chat page in headless Chromium under a 20,000-token flood"),
     "relay": ("benchmarks.relay_bench",
