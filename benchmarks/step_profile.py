@@ -10,6 +10,13 @@ no event loop. Then a few more steps run under torch.profiler, and the self time
 products (and of attention) is read from its operator table: "the rest" is the unprofiled
 step's median minus the products, i.e. everything a faster matrix kernel would not remove.
 
+With `--baseline TREE` each precision also runs another checkout's engine just before this
+tree's, so that a change is compared within one run (TREE's own copy of this benchmark runs
+there: copy this file and roofline.py in when TREE is older than them).
+Figures on a shared machine swing with the other load (the "other CPU" column: cores' worth of
+work by other processes meanwhile); the fastest step and the CPU time per step (both threads)
+move less than the median.
+
 Last, with the children gone, this process measures the memory bandwidth (roofline.py): the
 weights one token reads divided by it is the fastest possible step for one stream.
 """
@@ -44,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed decode steps per count")
     parser.add_argument("--profiled-steps", type=int, default=6)
     parser.add_argument("--prompt-tokens", type=int, default=100)
+    parser.add_argument("--baseline", metavar="TREE",
+                        help="also step another checkout's engine (e.g. `git archive` of the base "
+                             "commit unpacked), each precision right before this tree's")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -51,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if args.child:
         print(json.dumps(_measure(args)))
         return 0
-    results = [_child(args, dtype) for dtype in args.dtypes.split(",")]
+    trees = [("baseline", args.baseline)] if args.baseline else []
+    trees.append(("this tree", None))
+    results = [_child(args, dtype, code, tree) for dtype in args.dtypes.split(",")
+               for code, tree in trees]
     bandwidth = roofline.bandwidth(threads=2)
     print(f"\nCommand: `{getattr(args, 'command', 'python -m benchmarks step')}`\n")
     print(_split_table(results))
@@ -59,15 +72,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _child(args: argparse.Namespace, dtype: str) -> dict:
+def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None) -> dict:
     command = [sys.executable, "-m", "benchmarks", "step", "--child", "--streams", args.streams,
                "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps),
                "--prompt-tokens", str(args.prompt_tokens)]
-    done = subprocess.run(command, env={**os.environ, "INFERENCE_DTYPE": dtype},
-                          capture_output=True, text=True, check=False)
+    env = {**os.environ, "INFERENCE_DTYPE": dtype}
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
     if done.returncode:
-        raise RuntimeError(f"the {dtype} child failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"the {dtype} child ({code}) failed:\n{done.stderr[-4000:]}")
+    return {"code": code, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 def _measure(args: argparse.Namespace) -> dict:
@@ -108,15 +123,18 @@ def _measure(args: argparse.Namespace) -> dict:
         engine.step()  # one untimed decode step
         times = []
         with ForeignLoad() as foreign:
+            cpu_started = time.process_time()
             for _ in range(args.steps):
                 started = time.perf_counter()
                 engine.step()
                 times.append((time.perf_counter() - started) * 1e3)
+            cpu_ms = (time.process_time() - cpu_started) * 1e3 / args.steps
         with profile() as profiler:
             for _ in range(args.profiled_steps):
                 engine.step()
         result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
                                  "fastest_ms": min(times), "p90_ms": spread(times)["p90"],
+                                 "cpu_ms": cpu_ms,
                                  "other_cpu": foreign.cores,
                                  **_attributed(profiler.key_averages(), args.profiled_steps)})
         engine.abort_all()
@@ -137,16 +155,18 @@ def _attributed(averages, steps: int) -> dict:
 
 
 def _split_table(results: list[dict]) -> str:
-    lines = ["| precision (matrices) | streams | step ms median (fastest) | products ms | the rest ms "
-             "(attention) | products share | largest of the rest, ms per step | other CPU |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| code | precision (matrices) | streams | step ms median (fastest) | CPU ms per step "
+             "| products ms | the rest ms (attention) | products share "
+             "| largest of the rest, ms per step | other CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for level in result["levels"]:
             rest = level["median_ms"] - level["products_ms"]
             largest = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in level["rest_largest"])
             lines.append(
-                f"| {result['dtype']} ({result['matrices']}) | {level['streams']} "
-                f"| {level['median_ms']:.1f} ({level['fastest_ms']:.1f}) | {level['products_ms']:.1f} "
+                f"| {result['code']} | {result['dtype']} ({result['matrices']}) | {level['streams']} "
+                f"| {level['median_ms']:.1f} ({level['fastest_ms']:.1f}) | {level['cpu_ms']:.1f} "
+                f"| {level['products_ms']:.1f} "
                 f"| {rest:.1f} ({level['attention_ms']:.1f}) "
                 f"| {level['products_ms'] / level['median_ms']:.0%} | {largest} "
                 f"| {_cores(level['other_cpu'])} |")
@@ -161,14 +181,15 @@ def _roofline_table(results: list[dict], bandwidth: dict[str, float]) -> str:
     best = max(bandwidth.values())
     lines = [f"Memory bandwidth, 2 threads: " + ", ".join(f"{name} {value / 1e9:.1f} GB/s"
                                                           for name, value in bandwidth.items()),
-             "", "| precision | weights read per token | roofline step (at the best bandwidth) "
-             "| ours at 1 stream, median (fastest) | ours / roofline |", "|---|---|---|---|---|"]
+             "", "| code | precision | weights read per token | roofline step (at the best bandwidth) "
+             "| ours at 1 stream, median (fastest) | ours / roofline |", "|---|---|---|---|---|---|"]
     for result in results:
         one = next((level for level in result["levels"] if level["streams"] == 1), None)
         if one is None:
             continue
         floor_ms = result["weight_bytes"] / best * 1e3
-        lines.append(f"| {result['dtype']} | {result['weight_bytes'] / 1e6:.0f} MB | {floor_ms:.1f} ms "
+        lines.append(f"| {result['code']} | {result['dtype']} | {result['weight_bytes'] / 1e6:.0f} MB "
+                     f"| {floor_ms:.1f} ms "
                      f"| {one['median_ms']:.1f} ({one['fastest_ms']:.1f}) ms "
                      f"| {one['median_ms'] / floor_ms:.2f}x ({one['fastest_ms'] / floor_ms:.2f}x) |")
     return "\n".join(lines) + "\n"
