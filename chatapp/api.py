@@ -19,6 +19,7 @@ from . import login_limit, request_input, selectors, services
 from .errors import ApiError
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
+from .staff import selectors as staff_selectors
 from .streaming import answer_start, watch
 from .streaming.relay import Relay, tell_relay_to_stop
 from .upstream.inference_client import UpstreamRefused
@@ -291,7 +292,7 @@ async def live_events(request, user):
 async def staff_stop(request, user, generation_id: int):
     """An admin's Stop of anyone's answer: as the user's, but the user keeps all they were sent."""
     staff_only(user)
-    found = await on_database_thread(live_view.generation_of_anyone)(generation_id=generation_id)
+    found = await on_database_thread(staff_selectors.generation_of_anyone)(generation_id=generation_id)
     return await _stopped(found, seen_chars=None, cancelled_by=CancelledBy.ADMIN)
 
 
