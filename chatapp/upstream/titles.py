@@ -22,7 +22,7 @@ from django.db import connections
 from common.vocabulary import GenerationStatus
 
 from .. import selectors, services
-from . import inference_replicas
+from . import inference_client, inference_replicas
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +73,9 @@ def ask(question: str, answer: str) -> str:
     """The model's title for a conversation that began with `question` and `answer`.
 
     With several replicas (INFERENCE_URL lists them) they take turns at being tried first, and
-    one that is unreachable or answers 5xx passes the request to the next. The relay's own
-    choice by load lives on the event loop; a request of 16 tokens does not need it.
+    a refusal that another replica might not repeat passes the request to the next, by the
+    relay's rules (inference_client.refusal, .unreachable). The relay's own choice by load lives
+    on the event loop; a request of 16 tokens does not need it.
     """
     replicas = inference_replicas.listed()
     start = next(_turn) % len(replicas)
@@ -89,18 +90,18 @@ def ask(question: str, answer: str) -> str:
                                        connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
             )
         except httpx2.HTTPError as error:
-            failures.append(f"{url} is unreachable ({error!r})")
-            continue
-        if response.status_code >= 500 or response.status_code == 429:
-            failures.append(f"{url} answered HTTP {response.status_code}")
-            continue
-        return _title_in(response)
+            refused = inference_client.unreachable(error)
+        else:
+            if response.status_code == 200:
+                return _title_in(response)
+            refused = inference_client.refusal(response.status_code, response.content)
+        if not refused.elsewhere:
+            raise NoTitle(refused.message)
+        failures.append(f"{url}: {refused.message}")
     raise NoTitle("; ".join(failures))
 
 
 def _title_in(response: httpx2.Response) -> str:
-    if response.status_code != 200:
-        raise NoTitle(f"the inference service answered HTTP {response.status_code}")
     try:
         text = response.json()["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as error:
