@@ -14,8 +14,9 @@ With `--baseline TREE` each precision also runs another checkout's engine just b
 tree's, so that a change is compared within one run (TREE's own copy of this benchmark runs
 there: copy this file and roofline.py in when TREE is older than them).
 Figures on a shared machine swing with the other load (the "other CPU" column: cores' worth of
-work by other processes meanwhile); the fastest step and the CPU time per step (both threads)
-move less than the median.
+work by other processes meanwhile); the fastest step moves less than the median. The CPU time
+per step counts both threads, OpenMP's spinning at the end of each product included, so it
+grows with contention too.
 
 Last, with the children gone, this process measures the memory bandwidth (roofline.py): the
 weights one token reads divided by it is the fastest possible step for one stream.

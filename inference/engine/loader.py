@@ -67,9 +67,9 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
 def fastest_dtype(device_type: str, has_bf16: bool) -> torch.dtype:
     """bf16 wherever the device multiplies it in hardware: it reads half the bytes per weight.
 
-    On CPUs with AVX-512 BF16 or AMX the step was faster in bf16 than in fp32 at every stream
-    count measured (BENCHMARKS.md, "The decode step alone"); elsewhere bf16 is emulated and
-    fp32 is faster. A GPU without bf16 (before Ampere) has fp16 units instead.
+    On CPUs with AVX-512 BF16 or AMX a bf16 step was faster than an fp32 one wherever measured
+    (BENCHMARKS.md, "The decode step alone, split"); elsewhere bf16 is emulated and fp32 is
+    faster. A GPU without bf16 (before Ampere) has fp16 units instead.
     """
     if has_bf16:
         return torch.bfloat16
