@@ -15,7 +15,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import answer_start, live_view, login_limit, request_input, selectors, services, watch
+from . import answer_start, live_view, login_limit, prompt_fit, request_input, selectors, services, watch
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused
@@ -104,7 +104,7 @@ def message_json(message) -> dict:
             "status": message.status, "created_at": message.created_at.isoformat(),
             "generation": None if latest is None else {
                 "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
-                "cancelled_by": latest.cancelled_by,
+                "cancelled_by": latest.cancelled_by, "context_from_message_id": latest.context_from_message_id,
                 "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
 
 
@@ -299,6 +299,7 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     only once both are done starts our stream (see chatapp/answer_start.py)."""
     started = time.monotonic()
     plan = await on_database_thread(plan_answer)()
+    await prompt_fit.fit(plan)
     try:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:

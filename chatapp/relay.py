@@ -79,6 +79,8 @@ class Relay:
         yield sse.event("start", {
             "message_id": self.start.message.pk, "generation_id": self.generation.pk,
             "request_id": str(self.generation.request_id), "model": self.generation.model,
+            # Older messages were left out to fit the model's context: it reads from this one on.
+            "context_from_message_id": self.generation.context_from_message_id,
             # The page ends a fetch that stays silent for two of these (a stalled connection).
             "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
         })
