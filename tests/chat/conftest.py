@@ -3,7 +3,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient
 
-from chatapp import prompt_fit
+from chatapp.streaming import prompt_fit
 from tests import factories, servers
 from tests.fakes.upstream import FakeUpstream, Script
 

@@ -7,7 +7,7 @@ what is left out goes by whole exchanges, so that the prompt starts at a questio
 such as Gemma's refuse a conversation that starts with an answer).
 
 One count per answer, by the upstream, of the prompt chosen from what earlier counts taught
-(chatapp/token_memory.py): only what is new since the conversation's last count is estimated.
+(chatapp/streaming/token_memory.py): only what is new since the conversation's last count is estimated.
 A choice the count proves too long loses its oldest messages, each taken at a floor of what it
 costs, until it surely fits; a newest message that leaves less room than asked gets a shorter
 answer (it may stop as `length`, with Continue). An upstream that cannot count (no such
@@ -16,10 +16,11 @@ endpoint) gets the conservative estimate, as its context does the fallback.
 
 from django.conf import settings
 
-from . import inference_replicas, token_counts, token_memory
-from .errors import ApiError
-from .models import Message
-from .services import AnswerPlan
+from ..errors import ApiError
+from ..models import Message
+from ..services import AnswerPlan
+from ..upstream import inference_replicas, token_counts
+from . import token_memory
 from .token_memory import MAX_BYTES_PER_TOKEN, Memory, Piece
 
 # The context assumed for an upstream that does not say its own, with no CHAT_CONTEXT_TOKENS.

@@ -8,7 +8,7 @@ question) is shared out among the new messages: each takes a template's tokens a
 the remainder in proportion to its bytes. Before any count, or for a message never counted, an
 estimate: the upstream's tokens per byte once learned, three bytes a token before.
 A share is exact for the sum of the messages counted new together, and near for each one: the
-fit (chatapp/prompt_fit.py) checks its choice by the count and never trusts a share for more
+fit (chatapp/streaming/prompt_fit.py) checks its choice by the count and never trusts a share for more
 than a floor. The first count of a conversation also holds the template's fixed tokens (a
 default system prompt, the answer's opening): they go to its messages' shares.
 """
@@ -18,7 +18,7 @@ import math
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from .models import Message
+from ..models import Message
 
 # A message's role and markers in a chat template (ChatML's <|im_start|>, role, newline,
 # <|im_end|>, newline; Llama 3's header and end of turn are as many).
