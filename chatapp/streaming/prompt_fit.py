@@ -36,7 +36,8 @@ def forget() -> None:
 async def fit(plan: AnswerPlan) -> None:
     """Fits the plan's prompt, and its max_tokens to the room left; raises 400 context_too_long
     when the newest message alone leaves the model no room to answer."""
-    url, model = inference_replicas.current_urls()[0], settings.CHAT_MODEL
+    # Every replica serves the same model: the first one listed counts (none: the estimate).
+    url, model = next(iter(inference_replicas.current_urls()), ""), settings.CHAT_MODEL
     context = await _context(url, model)
     budget = context - plan.sampling["max_tokens"]
     prompt = plan.conversation.system_prompt

@@ -77,6 +77,8 @@ def _whole(value) -> int | None:
 async def context_tokens(url: str, model: str) -> int | None:
     """The tokens the upstream reads (prompt and answer together); None if it does not say."""
     key = (url, model)
+    if not url:
+        return None
     if key not in _contexts:
         try:
             _contexts[key] = await _models_context(url, model) or await _props_context(url)
@@ -115,6 +117,8 @@ def template_body(model: str, messages: list[dict], continue_final_message: bool
 async def prompt_tokens(url: str, model: str, messages: list[dict], *,
                         continue_final_message: bool = False) -> int | None:
     """The prompt's tokens as the upstream counts them; None when it cannot say (estimate)."""
+    if not url:
+        return None
     body = template_body(model, messages, continue_final_message)
     counter = _counters.get(url)
     try:

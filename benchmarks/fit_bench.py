@@ -1,0 +1,124 @@
+"""The plan's extra time before the first token: fitting an answer's prompt to the model's
+context with the upstream's exact count, at one stream (chatapp/streaming/prompt_fit.py).
+
+Starts the inference service with the default model and its whole context (8,192 tokens), then
+plans `--conversations` conversations of `--turns` turns, each question about 2,500 characters
+of meeting notes (issue 27's conversation) and each answer a fixed 300 characters, and times
+`prompt_fit.fit` for every answer: the choice from what earlier counts taught, and its one
+`POST /tokenize`. No answer is generated: only the fit is timed, one at a time. For scale, the
+`/tokenize` round trip alone for the longest prompt.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from . import report
+from .server_process import ServerProcess
+
+SECTION = "fit"
+TARGET_MS = 5  # "a few milliseconds" before the first token (issue 27)
+ANSWER = "Summary: " + "the team agreed on the points above and will meet again. " * 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conversations", type=int, default=20, help="conversations planned (default 20)")
+    parser.add_argument("--turns", type=int, default=8, help="answers per conversation (default 8)")
+    report.add_publish_arguments(parser, "the BENCHMARKS.md section")
+
+
+def run(args: argparse.Namespace) -> int:
+    server = ServerProcess({"INFERENCE_MAX_MODEL_LEN": "8192", "INFERENCE_MAX_RUNNING": "1"})
+    try:
+        server.start()
+        with tempfile.TemporaryDirectory() as scratch:
+            figures = _measure(server.base_url, server.model_name, Path(scratch), args)
+    finally:
+        server.close()
+    return _report(args, figures)
+
+
+def _measure(url: str, model: str, scratch: Path, args) -> dict:
+    os.environ.update({"DATABASE_URL": f"sqlite:///{scratch / 'db.sqlite3'}",
+                       "DJANGO_SETTINGS_MODULE": "chatapp.settings",
+                       "DJANGO_SECRET_KEY": "fit-benchmark-only-not-a-secret", "DJANGO_DEBUG": "0",
+                       "DJANGO_LOG_LEVEL": "WARNING", "REDIS_URL": "", "INFERENCE_URL": url,
+                       "CHAT_MODEL": model, "CHAT_CONTEXT_TOKENS": "0"})
+    import django
+
+    django.setup()
+    from chatapp import services
+    from chatapp.models import Conversation, Message
+    from chatapp.streaming import prompt_fit
+    from tests.factories import meeting_notes
+
+    def plan(conversation: Conversation, said: list[Message]) -> services.AnswerPlan:
+        return services.AnswerPlan(None, conversation, [], said, [], {"max_tokens": 512})
+
+    async def fit_all() -> tuple[list[float], list[int]]:
+        times, kept = [], []
+        for number in range(args.conversations):
+            conversation, said = Conversation(pk=number + 1), []
+            for turn in range(args.turns):
+                said.append(Message(pk=len(said) + 1, role="user", content=meeting_notes(turn + number)))
+                planned = plan(conversation, list(said))
+                began = time.perf_counter()
+                await prompt_fit.fit(planned)
+                times.append((time.perf_counter() - began) * 1000)
+                kept.append(len(planned.prompt))
+                said.append(Message(pk=len(said) + 1, role="assistant", content=ANSWER))
+        return times, kept
+
+    times, kept = asyncio.run(fit_all())
+    longest = [{"role": "user" if i % 2 == 0 else "assistant",
+                "content": meeting_notes(i) if i % 2 == 0 else ANSWER} for i in range(2 * args.turns - 1)]
+    with httpx.Client(timeout=30) as client:
+        count = client.post(f"{url}/tokenize", json={"messages": longest}).json()["count"]
+        round_trips = [_timed(lambda: client.post(f"{url}/tokenize", json={"messages": longest}))
+                       for _ in range(args.conversations)]
+    return {"fit_ms": times, "kept": kept, "longest_tokens": count, "tokenize_ms": round_trips}
+
+
+def _timed(call) -> float:
+    began = time.perf_counter()
+    call()
+    return (time.perf_counter() - began) * 1000
+
+
+def _spread(times: list[float]) -> str:
+    ordered = sorted(times)
+    return (f"p50 {statistics.median(ordered):.2f} ms, p90 {ordered[int(0.9 * (len(ordered) - 1))]:.2f} ms, "
+            f"max {ordered[-1]:.2f} ms")
+
+
+def _report(args, figures: dict) -> int:
+    fits = figures["fit_ms"]
+    p50 = statistics.median(fits)
+    rows = {
+        f"fit of one answer's prompt ({len(fits)} answers, 1 to {2 * args.turns - 1} messages)": _spread(fits),
+        f"/tokenize alone, the longest prompt ({figures['longest_tokens']} tokens)": _spread(figures["tokenize_ms"]),
+    }
+    ok = p50 < TARGET_MS
+    lines = [f"| {name} | {value} |" for name, value in rows.items()]
+    verdict = f"- **{'PASS' if ok else 'FAIL'}** the fit's median under {TARGET_MS} ms: {p50:.2f} ms"
+    print("\n".join(lines + [verdict]))
+    print(f"command: {args.command}")
+    if report.publishing(args, args.conversations < 20 or args.turns != 8):
+        report.write_section(SECTION, "\n".join([
+            "## The plan's exact count at one stream", "",
+            f"Command: `{args.command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).", "",
+            "The time `prompt_fit.fit` adds before the first token: the prompt chosen from what earlier "
+            "counts taught, and one `POST /tokenize` of it to the inference service (default model, "
+            "8,192-token context); conversations of 8 questions of about 2,500 characters, one fit "
+            "at a time; client and service share the machine's cores.", "",
+            "| measure | value |", "|---|---|", *lines, "", verdict,
+        ]))
+    print(json.dumps(figures))
+    return 0 if ok else 1
