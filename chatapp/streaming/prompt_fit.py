@@ -16,6 +16,8 @@ endpoint) gets the conservative estimate, as its context does the fallback.
 
 from django.conf import settings
 
+from common.vocabulary import FinishReason
+
 from ..errors import ApiError
 from ..models import Message
 from ..services import AnswerPlan
@@ -36,8 +38,7 @@ def forget() -> None:
 async def fit(plan: AnswerPlan) -> None:
     """Fits the plan's prompt, and its max_tokens to the room left; raises 400 context_too_long
     when the newest message alone leaves the model no room to answer."""
-    # Every replica serves the same model: the first one listed counts (none: the estimate).
-    url, model = next(iter(inference_replicas.current_urls()), ""), settings.CHAT_MODEL
+    url, model = _counting_url(), settings.CHAT_MODEL
     context = await _context(url, model)
     budget = context - plan.sampling["max_tokens"]
     prompt = plan.conversation.system_prompt
@@ -62,6 +63,20 @@ async def fit(plan: AnswerPlan) -> None:
     plan.sampling = {**plan.sampling, "max_tokens": min(plan.sampling["max_tokens"], context - tokens)}
     left_out = start > 0 or len(reachable) < len(plan.said)
     plan.context_from = messages[start].message if left_out else None
+
+
+def answered(*, conversation_id: int, text: str, usage: dict | None, finish_reason: FinishReason | None) -> None:
+    """An answer ended whole (not stopped, not continued): the tokens its upstream generated
+    are what it will cost in the next prompt, near enough to split that prompt's count by."""
+    completion_tokens = (usage or {}).get("completion_tokens")
+    if isinstance(completion_tokens, int) and finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
+        Memory(_counting_url(), settings.CHAT_MODEL, conversation_id).answered(
+            text, completion_tokens, ended_by_stop=finish_reason == FinishReason.STOP)
+
+
+def _counting_url() -> str:
+    """Every replica serves the same model: the first one listed counts (none: the estimate)."""
+    return next(iter(inference_replicas.current_urls()), "")
 
 
 async def _context(url: str, model: str) -> int:

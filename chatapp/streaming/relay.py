@@ -35,7 +35,7 @@ from ..runtime.database_threads import on_database_thread
 from ..runtime.to_the_end import to_the_end
 from ..upstream import titles
 from ..upstream.inference_client import UpstreamBroken, UpstreamStream
-from . import sse
+from . import prompt_fit, sse
 from .partial_saves import partial_saves
 from .upstream_backlog import UpstreamBacklog
 
@@ -109,6 +109,10 @@ class Relay:
             await self._finish()
             raise
         generation = await self._finish()
+        if not self.start.continue_final_message and generation.status in (
+                GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED):
+            prompt_fit.answered(conversation_id=generation.conversation_id, text=generation.final_text,
+                                usage=self.outcome.usage, finish_reason=generation.finish_reason)
         title_requested = self._first_answer_completed(generation)
         if title_requested:
             titles.request_title(self.generation.conversation_id)  # after the write, off the loop

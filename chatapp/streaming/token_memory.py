@@ -7,7 +7,9 @@ but what changed since; the rest (the messages new to it, usually the last answe
 question) is shared out among the new messages: each takes a template's tokens and a part of
 the remainder in proportion to its bytes. Before any count, or for a message never counted, an
 estimate: the upstream's tokens per byte once learned, three bytes a token before.
-A share is exact for the sum of the messages counted new together, and near for each one: the
+An answer generated whole takes its share from the tokens the upstream generated for it, when
+it ends (Memory.answered). A share is exact for the sum of the messages counted new together,
+and near for each one: the
 fit (chatapp/streaming/prompt_fit.py) checks its choice by the count and never trusts a share for more
 than a floor. The first count of a conversation also holds the template's fixed tokens (a
 default system prompt, the answer's opening): they go to its messages' shares.
@@ -130,6 +132,13 @@ class Memory:
                 return start
             tokens -= self.estimate_of(piece)
         return len(messages) - 1
+
+    def answered(self, text: str, completion_tokens: int, ended_by_stop: bool) -> None:
+        """An answer the upstream generated whole: its tokens are the ones it counted (the end of
+        turn among them when it stopped), so that the next count has only the question new."""
+        if self._share(Piece.of("assistant", text)) is None:
+            content = completion_tokens - 1 if ended_by_stop else completion_tokens
+            _shares.put((*self.scope, Piece.of("assistant", text).key), TEMPLATE_TOKENS + max(content, 0))
 
     def learn(self, pieces: list[Piece], tokens: int) -> None:
         """The upstream counted `tokens` for exactly these pieces."""

@@ -161,9 +161,12 @@ class FakeUpstream:
         else:
             finish = "stop_sequence" if script.tgi_style and script.finish_reason == "stop" else script.finish_reason
             await data(chunk({}, finish))
+            # A token a chunk; with counts_every_byte, a token a byte and the end of turn.
+            completion = (sum(len(text.encode()) for text in script.chunks) + 1 if script.counts_every_byte
+                          else len(script.chunks))
             await data({"id": "x", "object": "chat.completion.chunk", "choices": [],
-                        "usage": {"prompt_tokens": 11, "completion_tokens": len(script.chunks),
-                                  "total_tokens": 11 + len(script.chunks)}})
+                        "usage": {"prompt_tokens": 11, "completion_tokens": completion,
+                                  "total_tokens": 11 + completion}})
             if script.send_done:
                 await data("[DONE]")
         body = b"".join(held)
