@@ -47,12 +47,10 @@ async def fit(plan: AnswerPlan) -> None:
     messages = [Piece.of(m.role, m.content, m) for m in reachable]
     memory = Memory(url, model, plan.conversation.pk)
     start = memory.start_that_fits(system, messages, budget)
-    counted = await token_counts.prompt_tokens(url, model, [p.entry for p in system + messages[start:]],
-                                               continue_final_message=plan.continue_final_message)
+    counted = await _count(url, model, memory, system + messages[start:], plan.continue_final_message)
     if counted is None:
         tokens = memory.estimate(system + messages[start:])
     else:
-        memory.learn(system + messages[start:], counted)
         tokens = counted
         while start < len(messages) - 1 and (tokens > budget or not messages[start].is_question):
             tokens -= messages[start].floor
@@ -63,6 +61,28 @@ async def fit(plan: AnswerPlan) -> None:
     plan.sampling = {**plan.sampling, "max_tokens": min(plan.sampling["max_tokens"], context - tokens)}
     left_out = start > 0 or len(reachable) < len(plan.said)
     plan.context_from = messages[start].message if left_out else None
+
+
+async def _count(url: str, model: str, memory: Memory, pieces: list[Piece], continuing: bool) -> int | None:
+    """The upstream's count of the prompt: of only the messages new since the conversation's
+    last count where the template adds messages up (a tenth of the text to tokenize in a long
+    conversation), else of all of it. A continuation's template ends differently: counted
+    whole, and no conversation's last count."""
+    if continuing:
+        memory.forget_last()
+        return await token_counts.prompt_tokens(url, model, [p.entry for p in pieces], continue_final_message=True)
+    since = memory.new_since_last(pieces)
+    fixed = None if since is None else await token_counts.list_tokens(url, model)
+    counted = None
+    if fixed is not None:
+        then, added = since
+        new = await token_counts.prompt_tokens(url, model, [p.entry for p in added])
+        counted = None if new is None else then + new - fixed
+    if counted is None:
+        counted = await token_counts.prompt_tokens(url, model, [p.entry for p in pieces])
+    if counted is not None:
+        memory.learn(pieces, counted)
+    return counted
 
 
 def answered(*, conversation_id: int, text: str, usage: dict | None, finish_reason: FinishReason | None) -> None:

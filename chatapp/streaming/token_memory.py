@@ -118,6 +118,20 @@ class Memory:
         removed = sum(shares_then[key] * times for key, times in (counts_then - now).items())
         return then, added, removed
 
+    def new_since_last(self, pieces: list[Piece]) -> tuple[int, list[Piece]] | None:
+        """The conversation's last count and the pieces added since, when they are the prompt's
+        end and all it held is still there; None otherwise (a first count, an edit, a cut)."""
+        if _last_counts.get(self.last_key) is None:
+            return None
+        then, added, removed = self._changes(pieces)
+        tail = [piece.key for piece in pieces[len(pieces) - len(added):]]
+        if removed or not added or tail != [piece.key for piece in added]:
+            return None
+        return then, added
+
+    def forget_last(self) -> None:
+        _last_counts.pop(self.last_key, None)
+
     def estimate(self, pieces: list[Piece]) -> int:
         """The tokens of a prompt: the conversation's last count, corrected by what changed."""
         then, added, removed = self._changes(pieces)

@@ -10,6 +10,7 @@ endpoint (404, 405, 501: the chat then estimates). A failure that may pass (unre
 timeout, a 5xx) is not remembered: that answer estimates, the next one asks again.
 """
 
+import asyncio
 import enum
 import json
 
@@ -30,12 +31,14 @@ _ABSENT = (404, 405, 501)
 
 _counters: dict[str, Counter] = {}
 _contexts: dict[tuple[str, str], int | None] = {}
+_list_tokens: dict[tuple[str, str], int | None] = {}
 
 
 def forget() -> None:
     """Learn every upstream's kind and context again (a replica replaced by another server)."""
     _counters.clear()
     _contexts.clear()
+    _list_tokens.clear()
 
 
 class _Unanswered(Exception):
@@ -169,3 +172,36 @@ async def _llama_cpp_count(url: str, body: dict) -> int:
     if not isinstance(tokens, list):
         raise _Unanswered("a /tokenize answer without tokens")
     return len(tokens)
+
+
+# --- the template's own tokens ---
+_X, _Y, _Z = ({"role": "user", "content": "Hello there."}, {"role": "assistant", "content": "Hi! How can I help?"},
+              {"role": "system", "content": "Be brief."})
+
+
+async def list_tokens(url: str, model: str) -> int | None:
+    """The tokens a prompt of messages (no system prompt among them) costs beyond what its
+    messages do, where the template adds messages up one by one whatever comes before them;
+    None where it does not (it merges a system prompt into the first question, or refuses two
+    questions in a row) or where the upstream cannot count.
+
+    Then the messages new since a prompt's count can be counted alone: their count less these.
+    Learned once per upstream and model, from six counts of short messages asked at once.
+    """
+    key = (url, model)
+    if key not in _list_tokens:
+        lists = [[_X], [_X, _X], [_X, _Y, _X], [_Y, _X], [_Z, _X], [_Z, _X, _Y, _X]]
+        counts = await asyncio.gather(*(prompt_tokens(url, model, messages) for messages in lists))
+        if None in counts and url not in _counters:
+            return None  # unreachable: asked again next time
+        _list_tokens[key] = None if None in counts else _added_up(*counts)
+    return _list_tokens[key]
+
+
+def _added_up(x: int, x_x: int, x_y_x: int, y_x: int, z_x: int, z_x_y_x: int) -> int | None:
+    """The template's own tokens, if every message costs the same wherever it stands."""
+    question = x_x - x
+    answer = x_y_x - x_x
+    fixed = x - question
+    same_everywhere = y_x == fixed + answer + question and z_x_y_x - z_x == answer + question
+    return fixed if same_everywhere and fixed >= 0 else None

@@ -59,7 +59,7 @@ async def test_the_context_is_the_upstreams_unless_the_setting_caps_it(api, conv
     assert (len(upstream.requests[-1][0]["messages"]) == 7) is whole
 
 
-async def test_each_prompt_is_counted_once_and_holds_every_earlier_message_that_fits(
+async def test_each_prompt_holds_every_earlier_exchange_that_fits_counted_by_the_upstream(
         api, conversation, upstream, settings):
     # A token per byte: the estimate (three bytes a token) falls far short of every count.
     upstream.script.context_tokens, upstream.script.counts_every_byte = 1000, True
@@ -73,12 +73,27 @@ async def test_each_prompt_is_counted_once_and_holds_every_earlier_message_that_
         sent, asked = upstream.requests[-1][0]["messages"], upstream.requests[-1][0]["max_tokens"]
         said = history[:-1]  # but this answer
         assert events[-1][1]["status"] == "completed"
-        assert len(upstream.counts) == i + 1  # one count per answer
         assert sent == said[len(said) - len(sent):] and sent[0]["role"] == "user"
         assert dense_count(sent) + asked <= 1000 and asked == 200
         if len(sent) < len(said):  # the exchange before would not have fitted
             assert dense_count(said[len(said) - len(sent) - 2:]) + 200 > 1000
     assert len(sent) < len(history) - 1  # the test's premise: old messages did drop
+
+
+async def test_one_count_an_answer_and_only_of_what_is_new_while_nothing_was_left_out(
+        api, conversation, upstream, settings):
+    upstream.script.context_tokens, upstream.script.counts_every_byte = 100_000, True
+    settings.CHAT_CONTEXT_TOKENS = 0
+    counted_per_answer = []
+    for i in range(4):
+        before = len(upstream.counts)
+        await ask(api, conversation, f"question {i} " + "note " * 100)
+        counted_per_answer.append(upstream.counts[before:])
+
+    # The second answer also learns, once for this upstream, what its template adds up to.
+    assert [len(counts) for counts in counted_per_answer] == [1, 7, 1, 1]
+    assert [len(counts[-1]["messages"]) for counts in counted_per_answer] == [1, 2, 2, 2]
+    assert counted_per_answer[-1][-1]["messages"][-1]["content"].startswith("question 3")
 
 
 async def test_a_question_that_leaves_less_room_than_asked_gets_a_shorter_answer_not_a_400(
