@@ -30,6 +30,9 @@ BYTES_PER_TOKEN = 3
 # No token of a byte-level BPE vocabulary is longer than this many bytes in practice: what
 # leaving a message out surely saves, and how far back a prompt can reach at all.
 MAX_BYTES_PER_TOKEN = 16
+# How far a prompt's estimate from shares may fall short: each share of a message counted with
+# others is near, not exact (a token or two on the real model).
+_ERROR_TOKENS = 16
 
 
 class _Bounded(OrderedDict):
@@ -138,11 +141,13 @@ class Memory:
         return then + sum(self.estimate_of(piece) for piece in added) - removed
 
     def start_that_fits(self, system: list[Piece], messages: list[Piece], budget: int) -> int:
-        """The index of the oldest question from which on the prompt fits, by estimate; the
-        newest message's when none does."""
+        """The index of the oldest question from which on the prompt may fit, by estimate; the
+        newest message's when none does. A prompt within the estimate's error of the budget
+        is taken: its count decides, and one that proves too long loses its oldest exchange,
+        so that an exchange is never left out that would have fitted."""
         tokens = self.estimate(system + messages)
         for start, piece in enumerate(messages[:-1]):
-            if tokens <= budget and piece.is_question:
+            if tokens <= budget + _ERROR_TOKENS + budget // 100 and piece.is_question:
                 return start
             tokens -= self.estimate_of(piece)
         return len(messages) - 1
