@@ -10,7 +10,7 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Length, Substr
 
-from common.vocabulary import GenerationStatus
+from common.vocabulary import GenerationStatus, MessageStatus
 
 from .errors import not_found
 from .models import Conversation, Generation, Message

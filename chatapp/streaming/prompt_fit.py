@@ -95,8 +95,8 @@ def answered(*, conversation_id: int, text: str, usage: dict | None, finish_reas
 
 
 def _counting_url() -> str:
-    """Every replica serves the same model: the first one listed counts (none: the estimate)."""
-    return next(iter(inference_replicas.current_urls()), "")
+    """Every replica serves the same model: one that lately answered counts (none: the estimate)."""
+    return inference_replicas.first_answering_url()
 
 
 async def _context(url: str, model: str) -> int:

@@ -151,3 +151,17 @@ async def test_the_system_prompt_stays_when_older_messages_go(api, user, upstrea
     assert sent[0] == {"role": "system", "content": "Be brief."}
     assert sent[-1]["content"].startswith("question 3") and len(sent) < 8
     assert dense_count(sent) + 100 <= 700
+
+
+async def test_a_replica_that_lately_refused_is_not_the_one_asked_to_count(api, conversation, upstream, settings):
+    upstream.script.context_tokens, upstream.script.counts_every_byte = 1000, True
+    settings.CHAT_CONTEXT_TOKENS = 0
+    settings.INFERENCE_URL = f"http://127.0.0.1:9,{settings.INFERENCE_URL}"  # nothing listens on port 9
+
+    first = await ask(api, conversation, "question 0")
+    counted_then = len(upstream.counts)
+    second = await ask(api, conversation, "question 1")
+
+    assert first[-1][1]["status"] == second[-1][1]["status"] == "completed"
+    assert counted_then == 0  # the first answer asked the dead replica, and estimated
+    assert len(upstream.counts) == 1
