@@ -120,16 +120,15 @@ async def session(request, user):
 @endpoint("POST", login_required=False)
 async def login(request, user):
     body = body_of(request)
-    username, address = request_input.text(body, "username", ""), login_limit.client_address(request)
-    wait = await login_limit.reserve_attempt(username, address)
-    if wait:
-        refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
-        refused["Retry-After"] = str(wait)
-        return refused
-    signed_in = await aauthenticate(request, username=username, password=request_input.text(body, "password", ""))
+    signed_in = await aauthenticate(request, username=request_input.text(body, "username", ""),
+                                    password=request_input.text(body, "password", ""))
     if signed_in is None:
+        wait = getattr(request, login_limit.REFUSED_FOR, 0)
+        if wait:
+            refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
+            refused["Retry-After"] = str(wait)
+            return refused
         raise ApiError(400, "invalid_credentials", "wrong username or password")
-    await login_limit.forgive_attempt(username, address)
     await alogin(request, signed_in)
     return JsonResponse({"user": user_json(signed_in)})
 

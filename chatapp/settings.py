@@ -70,8 +70,10 @@ try:
     INFERENCE_MAX_CONNECTIONS = env.integer("INFERENCE_MAX_CONNECTIONS", 1000, minimum=1)
     # Behind TLS: cookies only over HTTPS, and browsers told to use nothing else (HSTS).
     CHAT_SECURE_COOKIES = env.boolean("CHAT_SECURE_COOKIES", False)
-    # Failed sign-ins allowed per account and per address in a window, before 429.
+    # Failed sign-ins (chatapp/login_limit.py): per account from one address before that pair is
+    # refused for the window; per account or per address before each failure adds a growing delay.
     CHAT_LOGIN_ATTEMPTS = env.integer("CHAT_LOGIN_ATTEMPTS", 10, minimum=1)
+    CHAT_LOGIN_SPREAD_ATTEMPTS = env.integer("CHAT_LOGIN_SPREAD_ATTEMPTS", 100, minimum=1)
     CHAT_LOGIN_WINDOW_SECONDS = env.integer("CHAT_LOGIN_WINDOW_SECONDS", 300, minimum=1)
 except env.BadVariable as error:
     raise ImproperlyConfigured(str(error)) from error
@@ -144,6 +146,10 @@ TEMPLATES = [
         },
     },
 ]
+
+# Django's ModelBackend behind the sign-in limit: it refuses before any password is checked, for
+# the API and the admin alike.
+AUTHENTICATION_BACKENDS = ["chatapp.login_limit.SignInLimit"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
