@@ -17,13 +17,9 @@ from common.vocabulary import CancelledBy
 
 from . import answer_start, live_view, login_limit, request_input, selectors, services, watch
 from .database_threads import on_database_thread
-from .errors import ApiError
+from .errors import ApiError, error_response
 from .inference_client import UpstreamRefused
 from .relay import Relay, tell_relay_to_stop
-
-
-def error_response(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
 def endpoint(*methods: str, login_required: bool = True):

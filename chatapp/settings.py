@@ -169,6 +169,8 @@ FRONTEND_DIR = BASE_DIR / "frontend"
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the front end reads the token to send it in X-CSRFToken
+# JSON under /api/, Django's HTML page elsewhere (chatapp/error_views.py).
+CSRF_FAILURE_VIEW = "chatapp.error_views.csrf_failure"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = CHAT_SECURE_COOKIES
