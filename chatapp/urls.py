@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from . import api, audit_views, views
+from . import api, views
+from .staff import audit_views
 
 handler400 = "chatapp.error_views.bad_request"
 handler403 = "chatapp.error_views.permission_denied"

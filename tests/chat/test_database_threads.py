@@ -9,9 +9,9 @@ import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from chatapp.database_threads import close_broken_connections, on_database_thread
 from chatapp.models import Conversation
-from chatapp.sse import SSEParser
+from chatapp.runtime.database_threads import close_broken_connections, on_database_thread
+from chatapp.upstream.sse import SSEParser
 from tests import factories, servers
 from tests.fakes.upstream import Script
 
