@@ -5,6 +5,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psutil
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
@@ -48,12 +49,21 @@ def statuses_of_a_burst(client, count: int = 40) -> list[int]:
         return list(pool.map(lambda _: client.get("/api/conversations").status_code, range(count)))
 
 
-def terminate_the_other_backends() -> int:
-    """Every session on the test database but this one, as an administrator's restart would."""
+def terminate_the_servers_backends() -> int:
+    """Every session on the test database but this test process's own, as an administrator's
+    restart would end the app's. This process's are spared (told apart by their client ports):
+    the later tests use them."""
+    server_port = int(connection.settings_dict["PORT"] or 5432)
+    ours = [c.laddr.port for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == server_port]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND pid <> pg_backend_pid() AND NOT client_port = ANY(%s)", [ours])
         return len(cursor.fetchall())
+
+
+def terminate(backends: list[int]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s) AS pid", [backends])
 
 
 def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threads(signed_in_daphne):
@@ -70,11 +80,11 @@ def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threa
 def test_after_every_session_is_terminated_no_request_fails_at_once_or_one_by_one(signed_in_daphne):
     client = signed_in_daphne
     assert statuses_of_a_burst(client) == [200] * 40  # every thread holds a connection now
-    assert terminate_the_other_backends() >= settings.CHAT_DATABASE_THREADS
+    assert terminate_the_servers_backends() >= settings.CHAT_DATABASE_THREADS
 
     at_once = statuses_of_a_burst(client, 30)
     assert statuses_of_a_burst(client) == [200] * 40
-    assert terminate_the_other_backends() >= settings.CHAT_DATABASE_THREADS
+    assert terminate_the_servers_backends() >= settings.CHAT_DATABASE_THREADS
     one_by_one = [client.get("/api/conversations").status_code for _ in range(30)]
 
     assert at_once == [200] * 30
@@ -96,7 +106,7 @@ def test_after_every_session_is_terminated_under_streams_no_request_fails_and_th
                    for found, began in zip(conversations, started)]
         for began in started:
             assert began.wait(30), "an answer did not start"
-        assert terminate_the_other_backends() >= 1
+        assert terminate_the_servers_backends() >= 1
 
         statuses = [client.get("/api/conversations").status_code for _ in range(30)]
         endings = [answer.result(timeout=60) for answer in answers]
@@ -134,25 +144,26 @@ def test_a_connection_the_server_dropped_is_closed_so_the_next_call_opens_a_fres
         assert cursor.fetchone()[0] != dropped
 
 
-def warm_every_database_thread() -> None:
-    """Every database thread opens its connection (one call each, held until all have one)."""
+def backends_of_every_database_thread() -> list[int]:
+    """Every database thread opens its connection (one call each, held until all have one);
+    their server processes."""
     barrier = threading.Barrier(settings.CHAT_DATABASE_THREADS)
 
     def open_own():
         barrier.wait(30)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
 
     async def all_threads():
-        await asyncio.gather(*(on_database_thread(open_own)() for _ in range(settings.CHAT_DATABASE_THREADS)))
+        return await asyncio.gather(*(on_database_thread(open_own)() for _ in range(settings.CHAT_DATABASE_THREADS)))
 
-    asyncio.run(all_threads())
+    return asyncio.run(all_threads())
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
 def test_a_read_on_a_dead_connection_runs_once_more_and_a_write_does_not(user):
-    warm_every_database_thread()
-    terminate_the_other_backends()
+    terminate(backends_of_every_database_thread())
     runs = {"read": 0, "write": 0}
 
     def read():
@@ -164,8 +175,7 @@ def test_a_read_on_a_dead_connection_runs_once_more_and_a_write_does_not(user):
         return factories.conversation(owner=user)
 
     assert asyncio.run(on_database_thread(read)()) == 0
-    warm_every_database_thread()
-    terminate_the_other_backends()
+    terminate(backends_of_every_database_thread())
     with pytest.raises(OperationalError):
         asyncio.run(on_database_thread(write)())
 
