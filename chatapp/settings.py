@@ -80,7 +80,10 @@ except env.BadVariable as error:
 
 if CHAT_STALE_STREAM_SECONDS < 3 * CHAT_RELAY_HEARTBEAT_SECONDS:
     # A heartbeat or two may be late under load; a live answer must never look dead.
-    raise ImproperlyConfigured("CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS")
+    raise ImproperlyConfigured(
+        f"CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS "
+        f"({3 * CHAT_RELAY_HEARTBEAT_SECONDS:g}), got {CHAT_STALE_STREAM_SECONDS:g} "
+        f"(CHAT_STALE_STREAM_SECONDS={3 * CHAT_RELAY_HEARTBEAT_SECONDS:g} would do)")
 
 try:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
