@@ -6,9 +6,16 @@ relay that keeps up sends one event per chunk and one that falls behind sends fe
 ones. The first delta always goes alone. Nothing waits for the database either (the partial
 text is handed in at most once per interval to chatapp/partial_saves.py, which saves every
 relay's together, in the background). The relay ends in exactly one
-final write, whatever ends it: the upstream finishing or failing, the browser leaving (Django
-cancels us), a Stop from any process (the channel layer), or the time limit. That write is
-shielded from cancellation.
+final write, whatever ends it: the upstream finishing or failing, a Stop from any process (the
+channel layer), the time limit, or the browser leaving for good. That write is shielded from
+cancellation.
+
+An answer outlives its page's connection: when the browser leaves (Django cancels us) without a
+Stop, a task carries the answer on unattended, reading the upstream, for the page to resume
+from any process (chatapp/watch.py, over chatapp/live_channel.py). It ends as a departed
+client's, the upstream closed, once CHAT_RESUME_GRACE_SECONDS pass without a reader; an
+upstream that ends meanwhile waits the same for a reader before the final write, so that a
+Stop from the page still cuts the text to what its user saw.
 
 The audit counts upstream chunks, not events (`num_chunks`, the token count when the upstream
 sends no usage); the mean inter-token latency is the time from the first delta to the last
@@ -30,20 +37,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from . import selectors, services, sse, titles
+from . import live_channel, selectors, services, sse, titles
 from .database_threads import on_database_thread
 from .inference_client import UpstreamBroken, UpstreamStream
+from .live_channel import LivePublisher
 from .partial_saves import partial_saves
 from .to_the_end import to_the_end
 from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)
 
-_HEARTBEAT, _STOP, _TIMEOUT = (object() for _ in range(3))
-
-
-def stop_group(generation_id: int) -> str:
-    return f"generation-stop-{generation_id}"
+_HEARTBEAT, _STOP, _TIMEOUT, _NOBODY_BACK = (object() for _ in range(4))
+_unattended: set[asyncio.Task] = set()  # answers carried on after their page left, held until they end
 
 
 async def tell_relay_to_stop(generation_id: int) -> None:
@@ -51,7 +56,7 @@ async def tell_relay_to_stop(generation_id: int) -> None:
     them all at once. A failure is logged and no more: the row holds the Stop, and the relay's
     next heartbeat reads it."""
     try:
-        await get_channel_layer().group_send(stop_group(generation_id), {"type": "generation.stop"})
+        await live_channel.tell_relay(generation_id, {"type": live_channel.STOP})
     except Exception:
         logger.exception("telling the relay of generation %s to stop failed", generation_id)
 
@@ -65,6 +70,10 @@ class Relay:
         # Known at open: recorded however the answer ends, unless a final usage says otherwise.
         self.outcome = services.Outcome(prompt_tokens=upstream.prompt_tokens)
         self._sent: list[str] = []
+        self._length = 0  # code points in self._sent: the offset of the next delta
+        self._in_flight = None  # a delta taken for the page's connection, not yet out
+        self._live = LivePublisher(self.generation.pk)
+        self._left_at: float | None = None  # monotonic: when the page's connection went
         self._first_delta_at: float | None = None
         self._last_delta_at: float | None = None
         self._longest_gap = 0.0
@@ -81,6 +90,8 @@ class Relay:
             "request_id": str(self.generation.request_id), "model": self.generation.model,
             # The page ends a fetch that stays silent for two of these (a stalled connection).
             "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
+            # How long the page may take to come back and resume the answer after losing it.
+            "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS,
         })
         try:
             async with contextlib.aclosing(self._upstream_items()) as items:
@@ -93,24 +104,72 @@ class Relay:
                         break
                     else:
                         if item.text:
+                            self._in_flight = item
                             yield sse.delta(item.text)
+                            self._in_flight = None
                             self._sent_delta(item.text, item.chunks)  # once the event went out
-                        self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason
-                        self.outcome.usage = item.usage or self.outcome.usage
+                        self._ended_with(item)
         except UpstreamBroken as error:
             self.outcome.error_code, self.outcome.error_message = error.code, error.message
         except BaseException:
-            # Cancelled (the browser left) or closed: finish the rows, then let it propagate.
-            self.outcome.cancelled_by = CancelledBy.CLIENT_GONE
-            await self._finish()
+            # Cancelled (the browser left) or closed: carried on for the page to come back, or
+            # (no grace) the rows finished; then it propagates.
+            if settings.CHAT_RESUME_GRACE_SECONDS > 0 and self.outcome.cancelled_by is None:
+                self._carry_on()
+            else:
+                self.outcome.cancelled_by = self.outcome.cancelled_by or CancelledBy.CLIENT_GONE
+                await self._finish()
             raise
         generation = await self._finish()
-        title_requested = self._first_answer_completed(generation)
-        if title_requested:
-            titles.request_title(self.generation.conversation_id)  # after the write, off the loop
+        title_requested = self._title_asked(generation)
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
         yield sse.done(generation, title_requested=title_requested)
+
+    def _ended_with(self, item) -> None:
+        self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason
+        self.outcome.usage = item.usage or self.outcome.usage
+
+    def _title_asked(self, generation) -> bool:
+        title_requested = self._first_answer_completed(generation)
+        if title_requested:
+            titles.request_title(self.generation.conversation_id)  # after the write, off the loop
+        return title_requested
+
+    def _carry_on(self) -> None:
+        """The page's connection went: the answer goes on in a task of its own."""
+        self._left_at = time.monotonic()
+        if self._in_flight is not None:  # taken, never shown: the page gets it when it resumes
+            item, self._in_flight = self._in_flight, None
+            self._sent_delta(item.text, item.chunks)
+            self._ended_with(item)
+        task = asyncio.create_task(self._unattended())
+        _unattended.add(task)
+        task.add_done_callback(_unattended.discard)
+
+    async def _unattended(self) -> None:
+        """The answer with its page gone: read on until it ends, a Stop, or nobody back in time.
+
+        Readers from anywhere get its text over the live channel; the final write is the same.
+        """
+        try:
+            async with contextlib.aclosing(self._upstream_items(unattended=True)) as items:
+                async for item in items:
+                    if item is _STOP or item is _TIMEOUT or item is _NOBODY_BACK:
+                        self.outcome.cancelled_by = {_STOP: CancelledBy.USER, _TIMEOUT: CancelledBy.TIMEOUT,
+                                                     _NOBODY_BACK: CancelledBy.CLIENT_GONE}[item]
+                        break
+                    if item is not _HEARTBEAT:
+                        if item.text:
+                            self._sent_delta(item.text, item.chunks)
+                        self._ended_with(item)
+        except UpstreamBroken as error:
+            self.outcome.error_code, self.outcome.error_message = error.code, error.message
+        except BaseException:  # the process is stopping, or a fault of ours
+            self.outcome.cancelled_by = CancelledBy.SHUTDOWN
+            await self._finish()
+            raise
+        self._title_asked(await self._finish())
 
     def _first_answer_completed(self, generation) -> bool:
         """The answer to a conversation's only question ended well: the model may name it now.
@@ -122,17 +181,21 @@ class Relay:
         return titles.asked_for(questions=questions, continued=self.start.continue_final_message,
                                 status=generation.status)
 
-    async def _upstream_items(self):
-        """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.
+    async def _upstream_items(self, unattended: bool = False):
+        """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit,
+        and `unattended`, the grace period passing with nobody back.
 
         Nothing per chunk but taking it: the backlog's reader and the Stop helpers wake this
-        loop through one event, which is waited for only when nothing is ready.
+        loop through one event, which is waited for only when nothing is ready. Unattended, an
+        upstream that ended waits for a reader (or the grace) before the loop ends.
         """
         helpers = [asyncio.create_task(work) for work in (
-            self._listen_for_stop(), self._read_early_stop(), self._keep_alive())]
-        self._backlog = backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
+            self._listen_for_stop(), self._read_early_stop(at_once=unattended), self._keep_alive())]
+        if self._backlog is None:
+            self._backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
+        backlog = self._backlog
         deadline = self.started + settings.CHAT_GENERATION_TIMEOUT_SECONDS
-        first = True
+        first = self._length == 0
         try:
             while True:
                 if self._stop_asked:
@@ -141,16 +204,19 @@ class Relay:
                 if time.monotonic() >= deadline:
                     yield _TIMEOUT
                     return
+                if unattended and self._nobody_back():
+                    yield _NOBODY_BACK
+                    return
                 taken = backlog.take(alone=first)
                 if taken is not None:
                     first = first and not taken.text
                     yield taken
                     continue
-                if backlog.ended:
+                if backlog.ended and not (unattended and not self._reader_back()):
                     return
                 self._wake.clear()
                 try:
-                    async with asyncio.timeout(self._idle_wait(deadline)):
+                    async with asyncio.timeout(self._idle_wait(deadline, unattended)):
                         await self._wake.wait()
                 except TimeoutError:
                     if self._unsaved and self._save_due(time.monotonic()):
@@ -162,6 +228,15 @@ class Relay:
         finally:
             for task in helpers:
                 task.cancel()
+
+    def _reader_back(self) -> bool:
+        """Someone read the answer since its page left (the page resumed, or another watches)."""
+        seen = self._live.reader_seen_at
+        return seen is not None and seen >= self._left_at
+
+    def _nobody_back(self) -> bool:
+        since = max(self._left_at, self._live.reader_seen_at or self._left_at)
+        return not self._live.is_read_elsewhere() and time.monotonic() - since >= settings.CHAT_RESUME_GRACE_SECONDS
 
     def _ask_stop(self) -> None:
         self._stop_asked = True
@@ -183,9 +258,10 @@ class Relay:
         self._ask_stop()
 
     async def _channel_says_stop(self) -> None:
+        """Also hears the readers of the live channel, which announce themselves here."""
         layer = get_channel_layer()
         channel = await layer.new_channel()
-        group = stop_group(self.generation.pk)
+        group = live_channel.relay_group(self.generation.pk)
         try:
             await layer.group_add(group, channel)
             while True:
@@ -193,15 +269,20 @@ class Relay:
                     message = await layer.receive(channel)
                 except (TimeoutError, RedisTimeoutError):
                     continue  # nothing came within the layer's wait: not a Stop
-                if message.get("type") == "generation.stop":
+                if message.get("type") == live_channel.STOP:
                     return
+                if message.get("type") == live_channel.READER:
+                    self._live.reader(message, "".join(self._sent))
+                    self._wake.set()  # an unattended answer waiting for its reader may end now
         finally:  # also when cancelled while joining: a member left behind lingers for a day
             await asyncio.shield(layer.group_discard(group, channel))
 
-    async def _read_early_stop(self) -> None:
+    async def _read_early_stop(self, at_once: bool = False) -> None:
         """A Stop that came before we listened was sent to nobody; its row remembers it. The
-        row is read once the first delta is out, so that the read does not delay it."""
-        await self._first_delta_sent.wait()
+        row is read once the first delta is out, so that the read does not delay it, or
+        `at_once` when the page has just left (a Stop's page records it, then closes)."""
+        if not at_once:
+            await self._first_delta_sent.wait()
         try:
             if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
                 self._ask_stop()
@@ -237,19 +318,23 @@ class Relay:
             self._longest_gap = max(self._longest_gap, now - self._last_delta_at)
         self._last_delta_at = now
         self._sent.append(text)
+        self._live.delta(self._length, text)
+        self._length += len(text)
         self.outcome.num_chunks += chunks
         if self._save_due(now):
             self._save_partial(now)
         else:
             self._unsaved = True
 
-    def _idle_wait(self, deadline: float) -> float:
-        """How long to wait for the upstream: until the heartbeat, the time limit, or the save
-        of text still unsaved, whichever comes first."""
+    def _idle_wait(self, deadline: float, unattended: bool) -> float:
+        """How long to wait for the upstream: until the heartbeat, the time limit, the save
+        of text still unsaved, or (unattended) a check of whether anybody came back."""
         now = time.monotonic()
         wait = min(settings.CHAT_HEARTBEAT_SECONDS, deadline - now)
         if self._unsaved:
             wait = min(wait, self._last_save + settings.CHAT_SAVE_INTERVAL_SECONDS - now)
+        if unattended:
+            wait = min(wait, live_channel.presence_interval())
         return max(wait, 0)
 
     def _save_due(self, now: float) -> bool:
@@ -276,11 +361,13 @@ class Relay:
         await partial_saves().withdraw(self.generation.pk)  # no partial save lands after the final one
         finish = on_database_thread(services.generation_finish)
         try:
-            return await finish(generation_id=self.generation.pk, outcome=self.outcome)
+            generation = await finish(generation_id=self.generation.pk, outcome=self.outcome)
         except (InterfaceError, OperationalError):
             # A connection the database dropped (a restart) fails the first call made on it and
             # is replaced after it; the answer the user saw must not be lost to that. A retry is
             # safe: a write that did commit is final, and the second one is then dropped.
             logger.warning("the final write of generation %s met a dropped connection; once more",
                            self.generation.pk)
-            return await finish(generation_id=self.generation.pk, outcome=self.outcome)
+            generation = await finish(generation_id=self.generation.pk, outcome=self.outcome)
+        self._live.end()  # its readers read the final rows
+        return generation
