@@ -154,8 +154,10 @@ def _prefix(progress: selectors.Progress) -> bytes:
                                 # The text's first characters that came before this generation (a
                                 # continued answer's): a Stop's seen_chars does not count them.
                                 "earlier_chars": progress.text_length - progress.own_length,
-                                # As the answer's `start`: two of these silent is a stalled watch.
-                                "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS})
+                                # As the answer's `start`: two of these silent is a stalled watch,
+                                # and a lost watch may resume within the grace period.
+                                "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
+                                "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS})
 
 
 def _resume(progress: selectors.Progress, offset: int) -> bytes:

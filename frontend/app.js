@@ -132,6 +132,7 @@ function followLiveAnswer(lastMessage) {
     entry.el = el;
     msg.beginStreaming(el);
     if (!entry.generation.stopped) entry.generation.paintNow();
+    if (entry.generation.reconnecting) msg.setState(el, "Reconnecting…");
     return;
   }
   if (isStreamingAnswer && lastMessage?.generation) watchAnswer(last, lastMessage.generation.id);
@@ -287,6 +288,14 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
       if (follow) scrollToBottom();
     },
     onStart: (start) => { if (entry.el) entry.el.dataset.messageId = String(start.message_id); },
+    resume: api.resume,
+    // A lost connection is not an error yet: the answer goes on at the server while it is away.
+    onReconnecting: (on) => {
+      if (!entry.el) return;
+      entry.el.dataset.reconnecting = String(on);
+      msg.setState(entry.el, on ? "Reconnecting…" : "");
+      if (on) announce("Connection lost; reconnecting.");
+    },
   });
   entry = live.add(id, generation, el);
   entry.watching = watching;
