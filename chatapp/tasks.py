@@ -7,8 +7,10 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from . import retention, rollups, services, titles
+from . import services
 from .models import Generation
+from .staff import retention, rollups
+from .upstream import titles
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ def fail_interrupted_streams() -> int:
 
 @shared_task
 def purge_expired_records() -> dict:
-    """Deletes what is older than CHAT_RETENTION_DAYS (see chatapp/retention.py); off at 0.
+    """Deletes what is older than CHAT_RETENTION_DAYS (see chatapp/staff/retention.py); off at 0.
 
     The days about to lose their rows are rolled up first, so the staff charts keep them.
     """
@@ -61,5 +63,5 @@ def roll_up_audit_days() -> list[str]:
 
 @shared_task
 def title_conversation(conversation_id: int) -> str | None:
-    """Names a conversation after its first answer (chatapp/titles.py); None leaves its title."""
+    """Names a conversation after its first answer (chatapp/upstream/titles.py); None leaves its title."""
     return titles.title_conversation(conversation_id)

@@ -8,8 +8,8 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from chatapp import live_view
-from chatapp.replica_figures import parse_load, replica_loads
+from chatapp.staff import live_view
+from chatapp.upstream.replica_figures import parse_load, replica_loads
 from chatapp.models import Generation
 from common.vocabulary import GenerationStatus
 from tests import factories, servers

@@ -19,8 +19,8 @@ from django.db import connections
 
 from common.vocabulary import GenerationStatus, MessageStatus
 
+from ..models import Conversation, Message
 from . import inference_replicas
-from .models import Conversation, Message
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def request_title(conversation_id: int):
 
 
 def _enqueue(conversation_id: int) -> None:
-    from .tasks import title_conversation as task  # the tasks module imports this one
+    from ..tasks import title_conversation as task  # the tasks module imports this one
 
     try:
         task.delay(conversation_id)  # eager without Redis: the task runs here

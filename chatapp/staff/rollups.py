@@ -1,10 +1,10 @@
 """Daily rollups of the audit log: each past UTC day summed once into a DailyRollup row.
 
-The staff page (chatapp/audit_views.py) reads a rollup for every day that has one and the raw
+The staff page (chatapp/staff/audit_views.py) reads a rollup for every day that has one and the raw
 rows only for the others (today, or a day not rolled up yet), so it stays fast with millions of
 generations and is right even before the task first ran. A day is rolled up once it is over and
 none of its answers is still streaming; rolling a day up again gives the same row (idempotent).
-Rollups are kept when retention purges the rows beneath them (chatapp/retention.py rolls up first).
+Rollups are kept when retention purges the rows beneath them (chatapp/staff/retention.py rolls up first).
 """
 
 from dataclasses import asdict, fields
@@ -13,8 +13,8 @@ from datetime import UTC, date, datetime, timedelta
 from django.db.models import Min
 from django.utils import timezone
 
+from ..models import DailyRollup, Generation
 from .audit import FIELDS, DayTotals, Period, totals_by_day
-from .models import DailyRollup, Generation
 
 TOTALS_FIELDS = tuple(field.name for field in fields(DayTotals) if field.name != "day")
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Conversation, Generation, Message
+from ..models import Conversation, Generation, Message
 
 BATCH_SIZE = 1000
 

@@ -1,7 +1,7 @@
 """The watch stream: an answer followed live by another page, or resumed by its own, whichever
 process holds it.
 
-It joins the answer's live channel (chatapp/live_channel.py) first, then reads the rows once
+It joins the answer's live channel (live_channel.py) first, then reads the rows once
 for what came before, and announces itself to the relay with the offset it holds; the relay
 answers with the text from there and publishes every delta after. A delta whose offset is past
 what was sent (a message the layer dropped) is filled from the rows, read again until they hold
@@ -26,9 +26,11 @@ from django.conf import settings
 # redis-py's read timeout is its own class, not Python's TimeoutError.
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import live_channel, selectors, sse, titles
-from .database_threads import on_database_thread
-from .models import Generation
+from .. import selectors
+from ..models import Generation
+from ..runtime.database_threads import on_database_thread
+from ..upstream import titles
+from . import live_channel, sse
 
 
 async def events(generation: Generation, offset: int | None = None) -> AsyncIterator[bytes]:

@@ -1,6 +1,6 @@
 """The admins' live view: every answer streaming now and each inference replica's load, as SSE.
 
-Like the watch stream (chatapp/watch.py) it reads the shared rows, so it shows the answers held
+Like the watch stream (chatapp/streaming/watch.py) it reads the shared rows, so it shows the answers held
 by every daphne process, and it asks nothing of the relays. Every CHAT_WATCH_INTERVAL_SECONDS
 it sends a `live` event: the streams (who, which conversation, since when, how much text is
 saved so far: the relay saves it every CHAT_SAVE_INTERVAL_SECONDS) and the replicas' figures.
@@ -15,11 +15,11 @@ from django.conf import settings
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from . import sse
-from .database_threads import on_database_thread
-from .errors import not_found
-from .replica_figures import replica_loads
-from .models import Generation
+from ..errors import not_found
+from ..models import Generation
+from ..runtime.database_threads import on_database_thread
+from ..streaming import sse
+from ..upstream.replica_figures import replica_loads
 
 
 def streams_now() -> list[dict]:

@@ -5,7 +5,7 @@ and a pool sized for many concurrent streams. httpx2 is pydantic's maintained fo
 with the same API: httpx 0.28's pool scanned every connection for every request, a sixth of
 daphne's time at 50 streams (BENCHMARKS.md). Refusals before the first byte raise
 `UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk iterator. Of
-several replicas (chatapp/inference_replicas.py) the least loaded is asked first, and a refusal
+several replicas (chatapp/upstream/inference_replicas.py) the least loaded is asked first, and a refusal
 that another replica might not repeat (unreachable, 5xx, busy) passes the request on to the next.
 """
 
@@ -20,9 +20,9 @@ from django.conf import settings
 
 from common.vocabulary import FinishReason
 
+from ..runtime.per_loop import per_loop
 from . import inference_replicas
 from .inference_replicas import Replica
-from .per_loop import per_loop
 from .sse import SSEParser
 
 # Peers name the same ends differently; TGI says stop_sequence and eos_token.

@@ -1,5 +1,5 @@
 """An answer's live channel: its text, by character offset, to every page that reads it from
-anywhere but the relay's own connection (a watch, a resume: chatapp/watch.py), over the channel
+anywhere but the relay's own connection (a watch, a resume: watch.py), over the channel
 layer (Redis across processes, in memory within one).
 
 Two groups per answer. The relay listens on its inbox (`relay_group`): a Stop, and readers
