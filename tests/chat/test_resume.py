@@ -164,10 +164,13 @@ async def test_a_resume_from_a_bad_offset_is_refused_before_any_stream(api, conv
 
 
 async def test_a_watcher_gets_every_delta_live_from_the_relay_not_from_the_saved_rows(
-        api, conversation, upstream, settings):
+        api, conversation, upstream, settings, monkeypatch):
     # Rows saved and read too rarely to matter: whatever the watcher gets before the end came live.
     settings.CHAT_SAVE_INTERVAL_SECONDS = 60
     settings.CHAT_WATCH_INTERVAL_SECONDS = 60
+    reads = []
+    read = selectors.generation_progress
+    monkeypatch.setattr(selectors, "generation_progress", lambda **kwargs: reads.append(kwargs) or read(**kwargs))
     upstream.script.chunks = ANSWER
     upstream.script.interval_s = 0.02
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
@@ -184,6 +187,7 @@ async def test_a_watcher_gets_every_delta_live_from_the_relay_not_from_the_saved
     await owning
 
     assert still_streaming
+    assert len(reads) == 2  # the rows before it joined, and the final ones: no query per delta
     assert names(watched)[0] == "prefix" and names(watched)[-1] == "done"
     assert watched[0][1]["text"] + text_of(watched) == "".join(ANSWER)
     assert watched[-1] == owner.events[-1]
