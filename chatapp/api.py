@@ -20,7 +20,8 @@ from .errors import ApiError
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .streaming import answer_start, watch
-from .streaming.relay import Relay, tell_relay_to_stop
+from .streaming.relay import Relay
+from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream.inference_client import UpstreamRefused
 
 

@@ -28,16 +28,13 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
-# redis-py's read timeout is its own class, not Python's TimeoutError.
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from .. import selectors, services
+from .. import services
 from ..runtime.database_threads import on_database_thread
 from ..runtime.to_the_end import to_the_end
 from ..upstream import titles
@@ -45,22 +42,13 @@ from ..upstream.inference_client import UpstreamBroken, UpstreamStream
 from . import live_channel, sse
 from .live_channel import LivePublisher
 from .partial_saves import partial_saves
+from .relay_inbox import RelayInbox
 from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)
 
 _HEARTBEAT, _STOP, _TIMEOUT, _NOBODY_BACK = (object() for _ in range(4))
 _unattended: set[asyncio.Task] = set()  # answers carried on after their page left, held until they end
-
-
-async def tell_relay_to_stop(generation_id: int) -> None:
-    """After a Stop is recorded: the stream may be held by another daphne process, so tell
-    them all at once. A failure is logged and no more: the row holds the Stop, and the relay's
-    next heartbeat reads it."""
-    try:
-        await live_channel.tell_relay(generation_id, {"type": live_channel.STOP})
-    except Exception:
-        logger.exception("telling the relay of generation %s to stop failed", generation_id)
 
 
 class Relay:
@@ -85,6 +73,8 @@ class Relay:
         self._last_save = started
         self._unsaved = False  # text went out since the last partial save
         self._first_delta_sent = asyncio.Event()
+        self._inbox = RelayInbox(self.generation.pk, on_stop=self._ask_stop, on_reader=self._reader_announced,
+                                 first_delta_sent=self._first_delta_sent)
 
     async def events(self) -> AsyncIterator[bytes]:
         yield sse.event("start", {
@@ -191,8 +181,7 @@ class Relay:
         loop through one event, which is waited for only when nothing is ready. Unattended, an
         upstream that ended waits for a reader (or the grace) before the loop ends.
         """
-        helpers = [asyncio.create_task(work) for work in (
-            self._listen_for_stop(), self._read_early_stop(at_once=unattended), self._keep_alive())]
+        helpers = self._inbox.listen(at_once=unattended)
         if self._backlog is None:
             self._backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
         backlog = self._backlog
@@ -244,70 +233,9 @@ class Relay:
         self._stop_asked = True
         self._wake.set()
 
-    async def _listen_for_stop(self) -> None:
-        """A Stop may come from any process: it arrives over the channel layer.
-
-        Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's
-        receive may time out and is simply asked again. If the layer fails, the failure is logged
-        and is no Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
-        """
-        try:
-            await self._channel_says_stop()
-        except Exception:
-            logger.exception("the stop listener of generation %s failed; its heartbeat reads the row",
-                             self.generation.pk)
-            return
-        self._ask_stop()
-
-    async def _channel_says_stop(self) -> None:
-        """Also hears the readers of the live channel, which announce themselves here."""
-        layer = get_channel_layer()
-        channel = await layer.new_channel()
-        group = live_channel.relay_group(self.generation.pk)
-        try:
-            await layer.group_add(group, channel)
-            while True:
-                try:
-                    message = await layer.receive(channel)
-                except (TimeoutError, RedisTimeoutError):
-                    continue  # nothing came within the layer's wait: not a Stop
-                if message.get("type") == live_channel.STOP:
-                    return
-                if message.get("type") == live_channel.READER:
-                    self._live.reader(message, "".join(self._sent))
-                    self._wake.set()  # an unattended answer waiting for its reader may end now
-        finally:  # also when cancelled while joining: a member left behind lingers for a day
-            await asyncio.shield(layer.group_discard(group, channel))
-
-    async def _read_early_stop(self, at_once: bool = False) -> None:
-        """A Stop that came before we listened was sent to nobody; its row remembers it. The
-        row is read once the first delta is out, so that the read does not delay it, or
-        `at_once` when the page has just left (a Stop's page records it, then closes)."""
-        if not at_once:
-            await self._first_delta_sent.wait()
-        try:
-            if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
-                self._ask_stop()
-        except Exception:  # the heartbeat reads the row again within a beat
-            logger.exception("reading the early Stop of generation %s failed", self.generation.pk)
-
-    async def _keep_alive(self) -> None:
-        """Proves the relay alive on its own timer, so a slow answer is never reaped as dead.
-
-        The same write tells whether the row still says `streaming`: a Stop recorded there (its
-        channel message lost, say) or an end decided elsewhere stops the stream within a beat.
-        """
-        heartbeat = on_database_thread(services.generation_heartbeat)
-        while True:
-            await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
-            try:
-                streaming = await heartbeat(generation_id=self.generation.pk)
-            except Exception:  # a missed beat is not fatal; the reaper allows for several
-                logger.exception("the heartbeat of generation %s failed", self.generation.pk)
-                continue
-            if not streaming:
-                self._ask_stop()
-                return
+    def _reader_announced(self, message: dict) -> None:
+        self._live.reader(message, "".join(self._sent))
+        self._wake.set()  # an unattended answer waiting for its reader may end now
 
     def _sent_delta(self, text: str, chunks: int) -> None:
         now = time.monotonic()
