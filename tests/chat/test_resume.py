@@ -8,10 +8,11 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.test import AsyncClient
 
 from chatapp import selectors
 from chatapp.models import Generation, Message
-from tests import servers
+from tests import factories, servers
 from tests.chat.streams import Browser, EventReader, names, read_events, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,6 +133,23 @@ async def test_a_stop_while_the_page_is_away_stops_at_once_with_what_it_saw(api,
     assert generation.final_text == seen
     message = await sync_to_async(Message.objects.get)(pk=generation.message_id)
     assert message.content == seen
+
+
+async def test_an_admins_stop_while_the_page_is_away_stops_at_once_keeping_all_that_was_sent(
+        api, conversation, upstream, grace):
+    upstream.script.chunks = [f" w{i}" for i in range(1000)]
+    upstream.script.interval_s = 0.02
+    browser, generation = await leave_after(api, conversation, upstream, deltas=3)
+    admin = AsyncClient()
+    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+
+    stopped = await admin.post(f"/api/staff/generations/{generation.pk}/stop")
+    assert await asyncio.to_thread(upstream.hung_up.wait, GRACE_S / 2)
+    generation = await final(generation)
+
+    assert stopped.status_code == 202
+    assert (generation.status, generation.cancelled_by) == ("stopped", "admin")
+    assert generation.final_text.startswith(text_of(browser.events))
 
 
 async def test_a_resume_from_beyond_a_stop_gets_the_stopped_text_whole(api, conversation, upstream, grace):
