@@ -434,15 +434,26 @@ view.composer.addEventListener("keydown", (event) => {
   }
 });
 view.form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
-view.stop.addEventListener("click", () => liveHere()?.generation.stop(api.stop));
+/**
+ * A Stop of the answer on screen. One the server refuses because the answer had ended (it came
+ * back after the grace period, or crossed the answer's end) leaves the stored record as it is:
+ * the conversation is read again to show that, not what this page assumed.
+ */
+function stopHere() {
+  const id = conversationId;
+  liveHere()?.generation.stop((gid, seen) => api.stop(gid, seen).catch((error) => {
+    if (error instanceof ApiError && error.status === 409 && id === conversationId) reloadMessages(id);
+    throw error;
+  }));
+}
+view.stop.addEventListener("click", stopHere);
 view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
 
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || event.defaultPrevented) return;
-  const entry = liveHere();
-  if (entry) {
+  if (liveHere()) {
     event.preventDefault();
-    entry.generation.stop(api.stop);
+    stopHere();
   } else {
     sidebar.closeDrawer({ focusToggle: true });
   }
