@@ -7,7 +7,9 @@ answers with the text from there and publishes every delta after. A delta whose 
 what was sent (a message the layer dropped) is filled from the rows, read again until they hold
 the gap. While the channel is quiet for CHAT_WATCH_INTERVAL_SECONDS the rows are read too: a
 relay that died, or one that ended without its `end` reaching us. Nothing else reads the
-database while the channel delivers. A watcher's Stop goes through the stop endpoint.
+database while the channel delivers. The channel is read ahead, and what came while the last
+event was being written leaves as one delta (as the relay's backlog does), so a watcher that
+falls behind sends fewer, larger events. A watcher's Stop goes through the stop endpoint.
 
 Events of a watch: `prefix` (the text saved so far), `delta` (only the new characters, as the
 relay's), then the relay's own `done` once the row is final (saying `title_requested` as the
@@ -18,6 +20,7 @@ then a `prefix` carries the whole final text, to replace what is shown.
 """
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -31,6 +34,8 @@ from ..models import Generation
 from ..runtime.database_threads import on_database_thread
 from ..upstream import titles
 from . import live_channel, sse
+
+logger = logging.getLogger(__name__)
 
 
 async def events(generation: Generation, offset: int | None = None) -> AsyncIterator[bytes]:
@@ -82,46 +87,48 @@ class _Watch:
         yield sse.done(progress.generation, title_requested=title_requested)
 
     async def _live(self):
-        """Deltas as the relay publishes them, then the final rows (a Progress) once it ended."""
+        """Deltas as the relay publishes them, then the final rows (a Progress) once it ended.
+        Whatever came meanwhile leaves as one event: a watcher that falls behind sends fewer,
+        larger events, as the relay does."""
         presence = live_channel.presence_interval()
         next_announce = time.monotonic()
         last_sent = last_heard = time.monotonic()
-        while True:
-            now = time.monotonic()
-            if now >= next_announce:
-                await live_channel.tell_relay(self.generation_id, live_channel.reader_message(self.channel, self.sent))
-                next_announce = now + presence
-            wait = min(next_announce, last_sent + settings.CHAT_HEARTBEAT_SECONDS,
-                       last_heard + settings.CHAT_WATCH_INTERVAL_SECONDS) - now
-            message = await self._receive(max(wait, 0))
-            now = time.monotonic()
-            if message is not None:
-                last_heard = now
-            if message is not None and message.get("type") == live_channel.DELTA:
-                text = await self._deliver(message.get("offset"), message.get("text"))
-            elif (message is not None and message.get("type") == live_channel.END) or (
-                    now >= last_heard + settings.CHAT_WATCH_INTERVAL_SECONDS):
-                last_heard = now
-                progress = await self.read(generation_id=self.generation_id, after=self.earlier + self.sent)
-                if progress.ended:
-                    yield progress
-                    return
-                text = self._fill(progress)  # the channel is quiet: what the rows have
-            else:
-                text = ""
-            if text:
-                yield sse.delta(text)
-                last_sent = time.monotonic()
-            elif now >= last_sent + settings.CHAT_HEARTBEAT_SECONDS:
-                yield sse.HEARTBEAT
-                last_sent = now
-
-    async def _receive(self, wait: float) -> dict | None:
+        inbox = _Inbox(self.layer, self.channel)
         try:
-            async with asyncio.timeout(wait):
-                return await self.layer.receive(self.channel)
-        except (TimeoutError, RedisTimeoutError):  # the layer's own wait may end first (BRIEF §12)
-            return None
+            while True:
+                now = time.monotonic()
+                if now >= next_announce:
+                    await live_channel.tell_relay(self.generation_id,
+                                                  live_channel.reader_message(self.channel, self.sent))
+                    next_announce = now + presence
+                wait = min(next_announce, last_sent + settings.CHAT_HEARTBEAT_SECONDS,
+                           last_heard + settings.CHAT_WATCH_INTERVAL_SECONDS) - now
+                messages = await inbox.take(max(wait, 0))
+                now = time.monotonic()
+                text, has_ended = "", False
+                for message in messages:
+                    if message.get("type") == live_channel.DELTA:
+                        text += await self._deliver(message.get("offset"), message.get("text"))
+                    has_ended = has_ended or message.get("type") == live_channel.END
+                if messages:
+                    last_heard = now
+                if has_ended or now >= last_heard + settings.CHAT_WATCH_INTERVAL_SECONDS:
+                    last_heard = now  # the end, or the channel is quiet: what the rows have
+                    progress = await self.read(generation_id=self.generation_id, after=self.earlier + self.sent)
+                    if progress.ended:
+                        if text:
+                            yield sse.delta(text)
+                        yield progress
+                        return
+                    text += self._fill(progress)
+                if text:
+                    yield sse.delta(text)
+                    last_sent = time.monotonic()
+                elif now >= last_sent + settings.CHAT_HEARTBEAT_SECONDS:
+                    yield sse.HEARTBEAT
+                    last_sent = now
+        finally:
+            inbox.close()
 
     async def _deliver(self, offset, text) -> str:
         """The part of a published delta the page lacks; a gap before it is filled from the rows."""
@@ -147,6 +154,43 @@ class _Watch:
         while self.held and self.held[0][0] <= self.sent:
             released += self._take(*self.held.pop(0))
         return released
+
+
+class _Inbox:
+    """The watch's channel, read ahead by a task of its own, so that everything waiting is taken
+    at once."""
+
+    def __init__(self, layer, channel: str):
+        self._messages: list[dict] = []
+        self._ready = asyncio.Event()
+        self._reading = asyncio.create_task(self._read(layer, channel))
+
+    async def take(self, wait: float) -> list[dict]:
+        """What came, or [] when nothing did within `wait` seconds."""
+        if not self._messages:
+            self._ready.clear()
+            try:
+                async with asyncio.timeout(wait):
+                    await self._ready.wait()
+            except TimeoutError:
+                return []
+        taken, self._messages = self._messages, []
+        return taken
+
+    def close(self) -> None:
+        self._reading.cancel()
+
+    async def _read(self, layer, channel: str) -> None:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except (TimeoutError, RedisTimeoutError):  # the layer's own wait may end (BRIEF §12)
+                continue
+            except Exception:  # the watch reads the rows while the channel is quiet
+                logger.exception("the live channel %s failed", channel)
+                return
+            self._messages.append(message)
+            self._ready.set()
 
 
 def _prefix(progress: selectors.Progress) -> bytes:
