@@ -3,7 +3,8 @@
 The conversation core lives here: its rows (models), the writes (services) and reads
 (selectors) of them, request input and its errors; and the doors that tie the rooms together
 (api, views, urls, admin, tasks, settings, asgi, celery). The rooms are streaming/, upstream/,
-staff/ and runtime/, each saying in its `__init__` what it may import.
+staff/ and runtime/, each saying in its `__init__` what it may import; ARCHITECTURE.md draws the
+arrows, and tests/test_architecture.py holds them.
 """
 
 from .celery import app as celery_app

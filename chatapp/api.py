@@ -19,6 +19,7 @@ from . import login_limit, request_input, selectors, services
 from .errors import ApiError
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
+from .staff import selectors as staff_selectors
 from .streaming import answer_start, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
@@ -101,7 +102,7 @@ def conversation_json(conversation) -> dict:
 
 
 def message_json(message) -> dict:
-    generations = list(message.generations.all())
+    generations = list(message.generations.all())  # read with the message (selectors.message_list)
     latest = generations[-1] if generations else None
     return {"id": message.pk, "role": message.role, "content": message.content,
             "status": message.status, "created_at": message.created_at.isoformat(),
@@ -186,12 +187,8 @@ async def messages(request, conversation_id: int):
 @endpoint("GET", "POST")  # a POST goes to send_message; both are named in the 405 answer
 async def message_list(request, user, conversation_id: int):
     found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
-    listed = await on_database_thread(_messages_of)(found)
-    return JsonResponse({"conversation": conversation_json(found), "results": listed})
-
-
-def _messages_of(conversation) -> list[dict]:
-    return [message_json(m) for m in conversation.messages.prefetch_related("generations")]
+    listed = await on_database_thread(selectors.message_list)(conversation=found)
+    return JsonResponse({"conversation": conversation_json(found), "results": [message_json(m) for m in listed]})
 
 
 # The answer views run on a database thread, whole (see answer_endpoint): they only read.
@@ -302,7 +299,7 @@ async def live_events(request, user):
 async def staff_stop(request, user, generation_id: int):
     """An admin's Stop of anyone's answer: as the user's, but the user keeps all they were sent."""
     staff_only(user)
-    found = await on_database_thread(live_view.generation_of_anyone)(generation_id=generation_id)
+    found = await on_database_thread(staff_selectors.generation_of_anyone)(generation_id=generation_id)
     return await _stopped(found, seen_chars=None, cancelled_by=CancelledBy.ADMIN)
 
 
