@@ -99,7 +99,8 @@ async def test_a_page_back_within_the_grace_continues_the_same_answer_from_the_c
 
 
 async def test_an_answer_that_ends_while_nobody_reads_waits_for_its_page_within_the_grace(
-        api, conversation, upstream, grace):
+        api, conversation, upstream, settings):
+    settings.CHAT_RESUME_GRACE_SECONDS = 10  # the row is read while it waits, however busy the machine
     upstream.script.chunks = ["One", " two", " three"]
     upstream.script.interval_s = 0.05
     browser, generation = await leave_after(api, conversation, upstream, deltas=1)
