@@ -45,13 +45,15 @@ async def events(generation: Generation, offset: int | None = None) -> AsyncIter
     group = live_channel.live_group(generation.pk)
     await layer.group_add(group, channel)  # before the rows are read: nothing falls between
     try:
-        async for event in _Watch(generation.pk, layer, channel).events(offset):
+        async for event in Watch(generation.pk, layer, channel).events(offset):
             yield event
     finally:  # also when cancelled: a member left behind lingers for a day
         await asyncio.shield(layer.group_discard(group, channel))
 
 
-class _Watch:
+class Watch:
+    """One watch or resume stream: what it has sent, by offset, and what it still lacks."""
+
     def __init__(self, generation_id: int, layer, channel: str):
         self.generation_id, self.layer, self.channel = generation_id, layer, channel
         self.read = on_database_thread(selectors.generation_progress)
