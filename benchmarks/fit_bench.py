@@ -22,6 +22,7 @@ import httpx
 
 from . import report
 from .server_process import ServerProcess
+from .workload import meeting_notes
 
 SECTION = "fit"
 TARGET_MS = 5  # "a few milliseconds" before the first token (issue 27)
@@ -57,7 +58,6 @@ def _measure(url: str, model: str, scratch: Path, args) -> dict:
     from chatapp import services
     from chatapp.models import Conversation, Message
     from chatapp.streaming import prompt_fit
-    from tests.factories import meeting_notes
 
     def plan(conversation: Conversation, said: list[Message]) -> services.AnswerPlan:
         return services.AnswerPlan(None, conversation, [], said, [], {"max_tokens": 512})

@@ -3,6 +3,7 @@ messages drop, the page says where the model's reading starts, and the answer st
 
 import pytest
 
+from benchmarks.workload import meeting_notes
 from chatapp.models import Generation
 from tests import factories
 from tests.browser.conftest import running_stack, sign_in
@@ -28,7 +29,7 @@ def marked_message_id(page) -> str:
 def test_the_page_marks_the_first_message_the_model_read_live_and_after_a_reload(page, small_context_stack, user):
     conversation = factories.conversation(owner=user, title="Long notes")
     for turn in range(4):
-        factories.message(conversation, content=factories.meeting_notes(turn, 1500))
+        factories.message(conversation, content=meeting_notes(turn, 1500))
         factories.message(conversation, role="assistant", content=f"A summary of meeting {turn}.")
     first_id = conversation.messages.order_by("pk").first().pk
     sign_in(page, small_context_stack, user)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchmarks.workload import meeting_notes
 from chatapp.upstream import titles
 from chatapp.models import Conversation, Generation, Message
 from inference.engine import loader
@@ -131,7 +132,7 @@ async def test_a_conversation_longer_than_llama_cpps_context_leaves_its_oldest_m
     settings.CHAT_CONTEXT_TOKENS = 0  # llama.cpp's slot says its own (2,048)
     n_ctx = httpx.get(f"{upstream_is_llama.base_url}/props").json()["default_generation_settings"]["n_ctx"]
     for turn in range(4):
-        events = await ask(api, conversation, factories.meeting_notes(turn, 2500))
+        events = await ask(api, conversation, meeting_notes(turn, 2500))
 
     generation = await sync_to_async(lambda: generations_of(conversation)[-1])()
     sent = await sync_to_async(lambda: [

@@ -7,11 +7,11 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchmarks.workload import meeting_notes
 from chatapp import selectors
 from chatapp.models import Generation, Message
 from tests import factories, servers
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
-from tests.factories import meeting_notes
 from tests.inference.serving import metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -96,7 +96,8 @@ async def test_an_eight_turn_conversation_keeps_every_earlier_message_the_model_
     url = f"/api/conversations/{conversation.pk}/messages"
 
     for turn in range(8):
-        events = await read_events(await api.post(url, {"content": meeting_notes(turn)}, content_type="application/json"))
+        events = await read_events(await api.post(url, {"content": meeting_notes(turn)},
+                                                  content_type="application/json"))
         generation = await sync_to_async(Generation.objects.get)(conversation=conversation, pk=events[0][1]["generation_id"])
         sent = await sync_to_async(prompt_of)(generation, [])
 
