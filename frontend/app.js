@@ -292,7 +292,10 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     onStart: (start) => {
       if (!entry.el) return;
       entry.el.dataset.messageId = String(start.message_id);
-      if (id === conversationId) msg.markContextStart(view.messages, start.context_from_message_id);
+      // An answer's own stream says it; a watch stream's prefix does not (the history did).
+      if (id === conversationId && "context_from_message_id" in start) {
+        msg.markContextStart(view.messages, start.context_from_message_id);
+      }
     },
     resume: api.resume,
     // A lost connection is not an error yet: the answer goes on at the server while it is away.
