@@ -11,7 +11,6 @@ up: the upstream closed, a row already written ended as cancelled by client_gone
 import asyncio
 import contextlib
 
-from django.conf import settings
 
 from common.vocabulary import CancelledBy
 
@@ -35,7 +34,7 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
 
 
 def _payload(plan: services.AnswerPlan) -> dict:
-    payload = {"model": settings.CHAT_MODEL, "messages": plan.prompt, "stream": True,
+    payload = {"model": plan.model, "messages": plan.prompt, "stream": True,
                "stream_options": {"include_usage": True}, **plan.sampling}
     if plan.continue_final_message:  # both, or vLLM and llama.cpp refuse it (a new turn by default)
         payload.update(continue_final_message=True, add_generation_prompt=False)

@@ -15,11 +15,13 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import answer_start, live_view, login_limit, request_input, selectors, services, watch
+from . import (answer_start, conversation_settings, live_view, login_limit, request_input, selectors,
+               services, watch)
 from .database_threads import on_database_thread
 from .errors import ApiError
 from .inference_client import UpstreamRefused
 from .relay import Relay, tell_relay_to_stop
+from .upstream import models as upstream_models
 
 
 def error_response(status: int, code: str, message: str) -> JsonResponse:
@@ -92,7 +94,8 @@ def user_json(user) -> dict | None:
 
 def conversation_json(conversation) -> dict:
     return {"id": conversation.pk, "title": conversation.title,
-            "system_prompt": conversation.system_prompt,
+            "system_prompt": conversation.system_prompt, "model": conversation.model_name,
+            "temperature": conversation.temperature, "top_p": conversation.top_p,
             "created_at": conversation.created_at.isoformat(),
             "updated_at": conversation.updated_at.isoformat()}
 
@@ -106,6 +109,23 @@ def message_json(message) -> dict:
                 "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
                 "cancelled_by": latest.cancelled_by,
                 "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
+
+
+# --- models ---
+@endpoint("GET")
+async def models(request, user):
+    """The models the upstreams serve now, for the page's picker, and the settings' bounds."""
+    await upstream_models.fresh(waits=True)
+    last_used = await on_database_thread(selectors.last_used_model)(user=user)
+    return JsonResponse({"models": [_model_json(name) for name in upstream_models.names()],
+                         "default_model": settings.CHAT_MODEL, "last_used_model": last_used,
+                         **conversation_settings.limits_json()})
+
+
+def _model_json(name: str) -> dict:
+    # The upstream's own entry (vLLM's says max_model_len), its owner and dates left out.
+    entry = upstream_models.entry(name) or {}
+    return {"id": name, "max_model_len": entry.get("max_model_len")}
 
 
 # --- session ---
@@ -145,9 +165,8 @@ async def logout(request, user):
 async def conversations(request, user):
     if request.method == "POST":
         body = body_of(request)
-        created = await on_database_thread(services.conversation_create)(
-            owner=user, title=request_input.text(body, "title", ""),
-            system_prompt=request_input.text(body, "system_prompt", ""))
+        title, choices = request_input.text(body, "title", ""), await conversation_settings.checked(body)
+        created = await on_database_thread(services.conversation_create)(owner=user, title=title, choices=choices)
         return JsonResponse(conversation_json(created), status=201)
     page = await on_database_thread(_conversation_page)(
         user, request_input.query_text(request, "q"), request.GET.get("page", 1))
@@ -168,9 +187,10 @@ async def conversation(request, user, conversation_id: int):
         return JsonResponse({}, status=204)
     if request.method == "PATCH":
         body = body_of(request)
+        title = request_input.text(body, "title", None)
+        choices = await conversation_settings.checked(body, current_model=found.model_name)
         found = await on_database_thread(services.conversation_update)(
-            conversation=found, title=request_input.text(body, "title", None),
-            system_prompt=request_input.text(body, "system_prompt", None))
+            conversation=found, title=title, choices=choices)
     return JsonResponse(conversation_json(found))
 
 
@@ -201,8 +221,9 @@ def send_message(request, user, conversation_id: int) -> services.AnswerPlan:
 
 @answer_endpoint
 def regenerate(request, user, conversation_id: int) -> services.AnswerPlan:
+    model = request_input.text(body_of(request), "model", None)
     found = selectors.conversation_get(user=user, conversation_id=conversation_id)
-    return services.answer_regenerate(user=user, conversation=found)
+    return services.answer_regenerate(user=user, conversation=found, model=model)
 
 
 @answer_endpoint
@@ -299,6 +320,9 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     only once both are done starts our stream (see chatapp/answer_start.py)."""
     started = time.monotonic()
     plan = await on_database_thread(plan_answer)()
+    # A model picked for this answer must be known; the conversation's own may have gone since.
+    await (conversation_settings.served_model if plan.chosen_model is None
+           else conversation_settings.known_model)(plan.model)
     try:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:

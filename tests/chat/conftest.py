@@ -3,8 +3,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient
 
+from chatapp.upstream import models as upstream_models
 from tests import factories, servers
-from tests.fakes.upstream import FakeUpstream, Script
+from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +25,9 @@ def upstream(fake_upstream_server, settings):
     fake.hung_up.clear()
     fake.requested.clear()
     fake.metrics, fake.metrics_reads = "", 0
+    fake.models = [DEFAULT_MODEL]
     settings.INFERENCE_URL = url
+    upstream_models.forget()  # what it serves is read again
     return fake
 
 

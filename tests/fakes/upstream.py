@@ -6,9 +6,13 @@ its client hangs up, so a test can see that the relay closed the upstream connec
 """
 
 import asyncio
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
+
+# The model the tests' settings name (CHAT_MODEL's default), which the stand-in serves unless told.
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 
 
 @dataclass
@@ -31,6 +35,8 @@ class Script:
     # Each content chunk after the first waits for a release of this (by the test, once it has
     # read the previous delta): a relay that keeps up, proven without timing.
     gate: threading.Semaphore | None = None
+    # The answer is what the upstream was asked (each message as "role: content", a paragraph each).
+    echo: bool = False
 
 
 class FakeUpstream:
@@ -42,12 +48,17 @@ class FakeUpstream:
         self.requested = threading.Event()  # a request came in (a test waits for it, from any thread)
         self.metrics = ""  # what GET /metrics answers (a Prometheus exposition)
         self.metrics_reads = 0
+        # What GET /v1/models lists; None answers 404, as a peer without the endpoint would.
+        self.models: list[str] | None = [DEFAULT_MODEL]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["path"] == "/v1/models":
+            await self._list_models(send)
             return
         if scope["path"] == "/metrics":
             self.metrics_reads += 1
@@ -72,6 +83,9 @@ class FakeUpstream:
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": payload})
             return
+        if script.echo:
+            asked = self.requests[-1][0].get("messages", [])
+            script = dataclasses.replace(script, chunks=["\n\n".join(f"{m['role']}: {m['content']}" for m in asked)])
         listener = asyncio.create_task(self._notice_hang_up(receive))
         headers = [(b"content-type", b"text/event-stream")]
         if script.prompt_tokens_header is not None:
@@ -81,6 +95,16 @@ class FakeUpstream:
             await self._stream(script, send)
         finally:
             listener.cancel()
+
+    async def _list_models(self, send):
+        if self.models is None:
+            status, body = 404, {"error": {"message": "no such endpoint", "type": "invalid_request_error"}}
+        else:  # vLLM's shape: each entry says its context length
+            status, body = 200, {"object": "list", "data": [
+                {"id": name, "object": "model", "owned_by": "fake", "max_model_len": 2048} for name in self.models]}
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
     async def _notice_hang_up(self, receive):
         while (await receive())["type"] != "http.disconnect":
