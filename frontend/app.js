@@ -3,6 +3,7 @@
 import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
 import { createCharacterLimit } from "./character_limit.js";
+import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { answerLabel } from "./labels.js";
@@ -66,6 +67,8 @@ function handleError(error) {
   showAlert(sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars }));
 }
 
+const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
+
 const characterLimit = createCharacterLimit({
   composer: view.composer, counter: view.count, send: view.send, announce,
   isBusy: () => document.body.dataset.streaming === "true",
@@ -77,6 +80,7 @@ const auth = createAuth({
     isSignedIn = true;
     session += 1;
     sidebar.refresh();
+    conversationSettings.load();
     const { kind } = routeOf(location.hash);
     if (kind === ROUTE.NEW || kind === ROUTE.OTHER) showConversation(null);
     else followAddress();
@@ -101,8 +105,9 @@ const auth = createAuth({
 });
 
 // --- the open conversation ---
-function showConversation(id, title = "", messages = []) {
+function showConversation(id, title = "", messages = [], conversation = null) {
   conversationId = id;
+  conversationSettings.show(id === null ? null : conversation);
   sidebar.setCurrent(id);
   showInAddress(id, { replace: id === null });
   view.title.textContent = id === null ? "New conversation" : title || "New conversation";
@@ -145,7 +150,7 @@ async function openConversation(id) {
   try {
     const { conversation, results } = await api.messages(id);
     if (mine !== loading) return;
-    showConversation(conversation.id, conversation.title, results);
+    showConversation(conversation.id, conversation.title, results, conversation);
     view.composer.focus();
   } catch (error) {
     if (mine !== loading) return;
@@ -221,8 +226,8 @@ view.newConversation.addEventListener("click", async () => {
   // An empty conversation is already new: do not pile up untitled ones.
   if (conversationId !== null && !view.messages.children.length && !liveHere()) return view.composer.focus();
   try {
-    const created = await api.createConversation();
-    showConversation(created.id, created.title);
+    const created = await api.createConversation(conversationSettings.forNewConversation());
+    showConversation(created.id, created.title, [], created);
     await sidebar.refresh();
     view.composer.focus();
   } catch (error) {
@@ -286,7 +291,10 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
       window.chatappStats.paints += 1;
       if (follow) scrollToBottom();
     },
-    onStart: (start) => { if (entry.el) entry.el.dataset.messageId = String(start.message_id); },
+    onStart: (start) => {
+      conversationSettings.used(start.model);
+      if (entry.el) entry.el.dataset.messageId = String(start.message_id);
+    },
   });
   entry = live.add(id, generation, el);
   entry.watching = watching;
@@ -351,8 +359,8 @@ async function send() {
   if (conversationId === null) {
     creating = true;
     try {
-      const created = await api.createConversation();
-      showConversation(created.id, created.title);
+      const created = await api.createConversation(conversationSettings.forNewConversation());
+      showConversation(created.id, created.title, [], created);
       sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
     } catch (error) {
       return handleError(error);
