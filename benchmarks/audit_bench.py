@@ -2,7 +2,7 @@
 
 Fills a database of the run's own with generations spread over the last `--days` days (one
 INSERT … SELECT from generate_series per 100,000 rows: the server makes them, nothing crosses
-the wire), rolls the past days up (chatapp/rollups.py, timed), then times GET /staff/audit/
+the wire), rolls the past days up (chatapp/staff/rollups.py, timed), then times GET /staff/audit/
 through Django's whole request path (middleware, view, template; the test client, no socket)
 for the default 14 days and for a whole year. Target: every page under 300 ms with rollups.
 The page without rollups (the raw rows of 14 days) is timed too, for comparison.
@@ -79,7 +79,7 @@ def _measure(database_url: str, generations: int, days: int, requests: int) -> d
     from django.urls import reverse
     from django.utils import timezone
 
-    from chatapp.rollups import roll_up_missing_days
+    from chatapp.staff.rollups import roll_up_missing_days
     from tests import factories
 
     call_command("migrate", "--noinput", verbosity=0)

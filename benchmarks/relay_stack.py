@@ -112,7 +112,7 @@ def stand_in(interval_ms: float, first_token_ms: float) -> ChildProcess:
 
 def daphne(env: dict[str, str]) -> ChildProcess:
     port = free_port()
-    return child("daphne", [sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
+    return child("daphne", [sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
                             "chatapp.asgi:application"], env, f"http://127.0.0.1:{port}/healthz")
 
 

@@ -2,9 +2,9 @@
 
 Each value is checked before anything is stored, with a code of its own, so that the page can
 say which one is wrong. The sampling bounds are the inference service's own (and OpenAI's):
-temperature from 0 to 2, top_p above 0 up to 1. A model must be one an upstream serves now
-(chatapp/upstream/models.py); a conversation may keep a model that has since gone, and is then
-refused an answer (503 `model_unavailable`) until the user picks another.
+temperature from 0 to 2, top_p above 0 up to 1. Whether an upstream serves a model is the
+upstream room's to say (chatapp/upstream/models.py, asked by the API); a conversation may keep a
+model that has since gone, and is then refused an answer until the user picks another.
 """
 
 import math
@@ -14,7 +14,6 @@ from django.conf import settings
 
 from . import request_input
 from .errors import ApiError
-from .upstream import models as upstream_models
 
 
 @dataclass(frozen=True)
@@ -50,20 +49,14 @@ TOP_P = Bounds("top_p", 0.0, 1.0, is_low_open=True)
 _ABSENT = object()
 
 
-async def checked(body: dict, *, current_model: str | None = None) -> dict:
+def checked(body: dict) -> dict:
     """The settings `body` carries, checked, by field name; those it leaves out are left out.
-
-    A model is checked against what the upstreams serve, unless it is the conversation's
-    `current_model` (kept while other settings change, even if it has gone meanwhile).
-    """
+    A model is only checked to be a string here: whether it is served is asked of the upstreams."""
     found = {}
     if body.get("system_prompt", _ABSENT) is not _ABSENT:
         found["system_prompt"] = system_prompt(request_input.text(body, "system_prompt"))
     if body.get("model", _ABSENT) is not _ABSENT:
-        name = request_input.text(body, "model")
-        if name != current_model:
-            await known_model(name)
-        found["model"] = name
+        found["model"] = request_input.text(body, "model")
     for bounds in (TEMPERATURE, TOP_P):
         if bounds.name in body:
             found[bounds.name] = bounds.checked(body[bounds.name])
@@ -75,23 +68,6 @@ def system_prompt(text: str) -> str:
         raise ApiError(400, "system_prompt_too_long",
                        f"a system prompt holds at most {settings.CHAT_MAX_SYSTEM_PROMPT_CHARS} characters")
     return text
-
-
-async def known_model(name: str) -> str:
-    """`name`, when an upstream serves that model now; else 400 `unknown_model`."""
-    await upstream_models.fresh(name, waits=True)
-    if not upstream_models.is_served(name):
-        raise ApiError(400, "unknown_model", f"no upstream serves a model named {name[:200]!r}")
-    return name
-
-
-async def served_model(name: str) -> str:
-    """The conversation's own model, when an upstream still serves it; else 503."""
-    await upstream_models.fresh(name)
-    if not upstream_models.is_served(name):
-        raise ApiError(503, "model_unavailable",
-                       f"the model {name!r} is not served now; choose another model for this conversation")
-    return name
 
 
 def sampling(conversation) -> dict:

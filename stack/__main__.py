@@ -56,7 +56,7 @@ def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bo
         yield "inference", [python, "-m", "inference"]
     # Each its own child of the supervisor: one that crashes restarts while the others serve.
     for name, port in zip(web_processes.names(), web_processes.ports):
-        yield name, [python, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"]
+        yield name, [python, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"]
     if env.string("REDIS_URL"):
         # One local worker also runs the periodic schedule (beat), e.g. ending interrupted streams.
         yield "worker", [python, "-m", "celery", "-A", "chatapp", "worker", "--beat",

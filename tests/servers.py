@@ -116,7 +116,7 @@ def output_of(process: subprocess.Popen) -> str:
 
 def daphne_command(port: int, settings_module: str = "tests.probe_settings") -> tuple[list[str], dict]:
     return (
-        [sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"],
+        [sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"],
         {"DJANGO_SETTINGS_MODULE": settings_module},
     )
 
@@ -186,7 +186,7 @@ def nginx_and_daphne(env: dict[str, str], tmp_dir: Path) -> Iterator[str]:
     from stack import nginx
 
     daphne_port, public_port = free_port(), free_port()
-    daphne = [sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(daphne_port),
+    daphne = [sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(daphne_port),
               "chatapp.asgi:application"]
     site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=(f"127.0.0.1:{daphne_port}",))
     config = nginx.render(site, tmp_dir / "nginx")

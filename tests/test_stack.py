@@ -107,7 +107,7 @@ def daphne_pid(stack, port: int) -> int | None:
             command = child.cmdline()
         except psutil.Error:  # it ended meanwhile
             continue
-        if "chatapp.daphne_uvloop" in command and str(port) in command:
+        if "stack.daphne_uvloop" in command and str(port) in command:
             return child.pid
     return None
 

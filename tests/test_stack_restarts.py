@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from chatapp.sse import SSEParser
+from chatapp.upstream.sse import SSEParser
 from tests import servers
 
 pytestmark = pytest.mark.slow
@@ -155,13 +155,13 @@ def test_killing_the_inference_service_fails_the_open_stream_and_it_comes_back_w
 def test_killing_daphne_mid_answer_leaves_nginx_up_and_the_orphaned_answer_frees_its_user(stack):
     client = signed_in_client(stack)
     conversation_id = new_conversation(client)
-    old_pid, nginx_pid = stack.pid_of("chatapp.daphne_uvloop"), stack.nginx_master_pid()
+    old_pid, nginx_pid = stack.pid_of("stack.daphne_uvloop"), stack.nginx_master_pid()
     assert old_pid is not None and nginx_pid is not None, stack.log()
 
     cut = stream_answer(client, conversation_id, on_first_delta=lambda: os.kill(old_pid, signal.SIGKILL))
 
     assert "delta" in names(cut) and "done" not in names(cut)
-    servers.wait_until(lambda: restarted(stack, "chatapp.daphne_uvloop", old_pid), 60, "daphne to come back")
+    servers.wait_until(lambda: restarted(stack, "stack.daphne_uvloop", old_pid), 60, "daphne to come back")
     servers.wait_until(lambda: servers.healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
     assert stack.nginx_master_pid() == nginx_pid
     # The cut answer still holds the conversation (409) and the user's one stream (429) until

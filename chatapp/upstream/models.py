@@ -2,7 +2,7 @@
 
 `INFERENCE_URL` lists the upstreams, any OpenAI-compatible server (ours, llama.cpp's, vLLM);
 each serves one model or several, and the upstreams that serve one model are its replicas (the
-relay picks among them by load, chatapp/inference_replicas.py). Each entry keeps the whole of
+relay picks among them by load, inference_replicas.py). Each entry keeps the whole of
 what its upstream says of a model (vLLM adds `max_model_len`, for one), so that whoever needs
 a figure reads it here.
 
@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import httpx2
 from django.conf import settings
+
+from ..errors import ApiError
+from .http_client import client
 
 # A model asked for that no upstream lists is looked for again at once, at most this often: an
 # upstream that was restarting says so for a while (ours lists nothing while it loads).
@@ -77,19 +80,22 @@ def entry(name: str) -> dict | None:
 
 
 async def fresh(name: str | None = None, *, waits: bool = False) -> None:
-    """Makes sure every upstream was read once; refreshes old listings in the background, or
-    before returning when the caller `waits` (a choice of model, not an answer's start).
+    """Brings the listings up to date enough for the model `name`: old ones are read again in
+    the background, or before returning when the caller `waits` (a choice of model, not an
+    answer's start).
 
-    With a model `name` that no upstream lists, the listings are read again at once (if not
-    read within the last second), so that a model back after a restart is found.
+    With one upstream, an answer for the default model never waits for its first read (an
+    upstream not yet read serves it: one upstream costs nothing more than before models were
+    discovered); otherwise the upstreams not yet read are read first. A model that no upstream lists is looked for again at once (if
+    not within the last second), so that a model back after a restart is found.
     """
     global _refreshing
     now = time.monotonic()
     unread = [url for url in listed() if url not in _listings]
-    is_old = now - _oldest() >= settings.INFERENCE_MODELS_INTERVAL_SECONDS
-    if unread:
+    is_old = bool(unread) or now - _oldest() >= settings.INFERENCE_MODELS_INTERVAL_SECONDS
+    if unread and (waits or name != settings.CHAT_MODEL or len(listed()) > 1):
         await _read_all(unread)
-    elif (name is not None and not is_served(name) and now - _oldest() >= _RECHECK_SECONDS) or (waits and is_old):
+    elif (waits and is_old) or (name is not None and not is_served(name) and now - _oldest() >= _RECHECK_SECONDS):
         await _read_all(listed())
     elif is_old:
         running = _refreshing is not None and not _refreshing.done() and not _refreshing.get_loop().is_closed()
@@ -97,14 +103,29 @@ async def fresh(name: str | None = None, *, waits: bool = False) -> None:
             _refreshing = asyncio.get_running_loop().create_task(_read_all(listed()))
 
 
+async def known(name: str) -> None:
+    """A model the user picks must be served now: else 400 `unknown_model`."""
+    await fresh(name, waits=True)
+    if not is_served(name):
+        raise ApiError(400, "unknown_model", f"no upstream serves a model named {name[:200]!r}")
+
+
+async def still_served(name: str) -> None:
+    """A conversation's own model, asked for an answer: else 503 `model_unavailable`."""
+    await fresh(name)
+    if not is_served(name):
+        raise ApiError(503, "model_unavailable",
+                       f"the model {name[:200]!r} is not served now; choose another model for this conversation")
+
+
 def fresh_now() -> None:
     """`fresh` for a thread without an event loop (a Celery worker's task): reads what is old."""
     now = time.monotonic()
     old = [url for url in listed() if now - _listings.get(url, Listing()).read_at >= settings.INFERENCE_MODELS_INTERVAL_SECONDS]
-    with httpx2.Client(timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS) as client:
+    with httpx2.Client(timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS) as sync_client:
         for url in old:
             try:
-                response = client.get(f"{url}/v1/models")
+                response = sync_client.get(f"{url}/v1/models")
             except httpx2.HTTPError:
                 response = None
             _note(url, response)
@@ -120,9 +141,9 @@ def _oldest() -> float:
 
 
 async def _read_all(urls: list[str]) -> None:
-    async with httpx2.AsyncClient(timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS) as client:
-        responses = await asyncio.gather(*(client.get(f"{url}/v1/models") for url in urls),
-                                         return_exceptions=True)
+    timeout = settings.INFERENCE_CONNECT_TIMEOUT_SECONDS
+    responses = await asyncio.gather(*(client().get(f"{url}/v1/models", timeout=timeout) for url in urls),
+                                     return_exceptions=True)
     for url, response in zip(urls, responses):
         if isinstance(response, BaseException) and not isinstance(response, httpx2.HTTPError):
             raise response

@@ -8,7 +8,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp import titles
+from chatapp.upstream import titles
 from chatapp.models import Conversation, Generation, Message
 from chatapp.upstream import models as upstream_models
 from tests import factories, servers

@@ -7,7 +7,7 @@ import os
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp import titles
+from chatapp.upstream import titles
 from chatapp.models import Conversation
 from tests import factories, servers
 from tests.celery_worker import DEFAULT_QUEUE, celery_worker

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 
 from chatapp.models import Generation
-from chatapp.sse import SSEParser
+from chatapp.upstream.sse import SSEParser
 from tests import servers
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas
 
@@ -87,7 +87,7 @@ def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversati
     env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": django_settings.INFERENCE_URL,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40}
     ports = [servers.free_port(), servers.free_port()]
-    commands = [[sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(p), "chatapp.asgi:application"]
+    commands = [[sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(p), "chatapp.asgi:application"]
                 for p in ports]
     with servers.running(commands[0], env=env, ready_url=f"http://127.0.0.1:{ports[0]}/healthz"), \
             servers.running(commands[1], env=env, ready_url=f"http://127.0.0.1:{ports[1]}/healthz"):

@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from chatapp.models import Generation
-from chatapp.sse import SSEParser
+from chatapp.upstream.sse import SSEParser
 from stack import nginx
 from tests import factories, servers
 from tests.chat.streams import shown
@@ -65,7 +65,7 @@ def two_web_processes(upstream, nginx_binary, tmp_path):
     config = nginx.render(site, tmp_path / "nginx")
     with ExitStack() as running:
         for port, log in zip(ports, logs):
-            command = [sys.executable, "-m", "chatapp.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
+            command = [sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
                        "--access-log", str(log), "chatapp.asgi:application"]
             running.enter_context(servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"))
         running.enter_context(servers.running(nginx.command(config),
