@@ -21,10 +21,9 @@ logger = logging.getLogger(__name__)
 
 # --- conversations ---
 def conversation_create(*, owner, title: str = "", choices: dict | None = None) -> Conversation:
-    """`choices`: the conversation's settings, checked (chatapp/conversation_settings.py)."""
     title = _title(title)
-    choices = {"model": settings.CHAT_MODEL, **(choices or {})}
-    return Conversation.objects.create(owner=owner, title=title, title_set_by_user=bool(title), **choices)
+    return Conversation.objects.create(owner=owner, title=title, title_set_by_user=bool(title),
+                                       **{"model": settings.CHAT_MODEL, **(choices or {})})
 
 
 def conversation_update(*, conversation: Conversation, title: str | None = None,
@@ -200,12 +199,12 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
         model=plan.model, sampling=plan.sampling, prompt_messages=len(plan.prompt),
     )
-    # Newest first in the list; a title from the first message only where the user has not
-    # named the conversation since the plan's read (a rename meanwhile is theirs to keep).
-    Conversation.objects.filter(pk=plan.conversation.pk).update(updated_at=timezone.now(), **(
-        {} if plan.title is None else
-        {"title": Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))}), **(
-        {} if plan.chosen_model is None else {"model": plan.chosen_model}))
+    # Newest first in the list; a title from the first message only where the user has not named
+    # it since the plan's read (a rename meanwhile is theirs to keep); a model picked here stays.
+    changes = {"updated_at": timezone.now(), **({"model": plan.chosen_model} if plan.chosen_model else {})}
+    if plan.title is not None:
+        changes["title"] = Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))
+    Conversation.objects.filter(pk=plan.conversation.pk).update(**changes)
     return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message, plan.sampling)
 
 

@@ -86,8 +86,9 @@ async def fresh(name: str | None = None, *, waits: bool = False) -> None:
 
     With one upstream, an answer for the default model never waits for its first read (an
     upstream not yet read serves it: one upstream costs nothing more than before models were
-    discovered); otherwise the upstreams not yet read are read first. A model that no upstream lists is looked for again at once (if
-    not within the last second), so that a model back after a restart is found.
+    discovered); otherwise the upstreams not yet read are read first. A model that no upstream
+    lists is looked for again at once (if not within the last second), so that a model back
+    after a restart is found.
     """
     global _refreshing
     now = time.monotonic()
