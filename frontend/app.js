@@ -373,10 +373,10 @@ async function send() {
   view.messages.append(msg.createMessage({ role: "user", content }));
   const sentIn = conversationId;
   const outcome = await streamAnswer(newAnswer(), api.send(conversationId, content));
-  // Refused before anything was stored (502-504 store the failed answer, and the message):
-  // give the text back so it is not lost.
-  if (outcome.ending === ENDING.REFUSED && !(outcome.error?.status >= 502) && !view.composer.value
-      && sentIn === conversationId) {
+  // Refused before anything was stored (502-504 from the model store the failed answer, and
+  // the message; a model no longer served stores nothing): give the text back so it is not lost.
+  const isStored = outcome.error?.status >= 502 && outcome.error?.code !== "model_unavailable";
+  if (outcome.ending === ENDING.REFUSED && !isStored && !view.composer.value && sentIn === conversationId) {
     view.composer.value = content;
     composerChanged();
   }

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from chatapp.models import Conversation
+from chatapp.models import Conversation, Message
 from tests import servers
 from tests.browser.conftest import running_stack, sign_in
 from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
@@ -118,3 +118,26 @@ def test_a_model_gone_since_the_page_loaded_is_refused_with_a_sentence_and_nothi
     assert chat.locator("#settings-error").inner_text() == "That model is not available. Please choose another one."
     assert Conversation.objects.get(owner=user).model_name == DEFAULT_MODEL
     wait_for_true(chat, f"document.getElementById('model-picker').value === {DEFAULT_MODEL!r}")
+
+
+def test_a_conversation_whose_model_is_gone_says_so_keeps_the_message_and_can_switch(chat, user, upstreams):
+    chat.select_option("#model-picker", OTHER_MODEL)  # before the conversation exists
+    send(chat, "Hello")
+    wait_for_end(chat)
+    upstreams[1].models = []
+    wait_for_true(chat, "fetch('/api/models').then((r) => r.json()).then((j) => j.models.length === 1)")
+
+    send(chat, "Still there?")
+    chat.wait_for_selector("#alert:not([hidden])")
+    alert = chat.locator("#alert-text").inner_text()
+    wait_for_true(chat, "document.getElementById('composer').value === 'Still there?'")  # given back
+    stored = list(Message.objects.filter(conversation__owner=user).values_list("content", flat=True))
+    chat.select_option("#model-picker", DEFAULT_MODEL)
+    servers.wait_until(lambda: Conversation.objects.get(owner=user).model == DEFAULT_MODEL, 10,
+                       "the picked model to be stored")
+    chat.press("#composer", "Enter")
+    wait_for_end(chat)
+
+    assert alert.startswith("The model this conversation uses is not available right now.")
+    assert stored == ["Hello", "Answered by the other model."]
+    assert last_answer(chat).locator(".message-content").inner_text().splitlines()[-1] == "user: Still there?"
