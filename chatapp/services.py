@@ -98,7 +98,6 @@ class AnswerStart:
     generation: Generation
     prompt: list[dict]
     continue_final_message: bool = False  # writing on at the end of a truncated answer
-    sampling: dict = field(default_factory=dict)
 
 
 def validate_content(content) -> str:
@@ -205,7 +204,7 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     if plan.title is not None:
         changes["title"] = Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))
     Conversation.objects.filter(pk=plan.conversation.pk).update(**changes)
-    return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message, plan.sampling)
+    return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message)
 
 
 # --- ending an answer ---

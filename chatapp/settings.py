@@ -53,8 +53,12 @@ try:
     CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
     CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)
-    # A watch stream (chatapp/streaming/watch.py) reads its answer's saved rows this often.
+    # A watch stream (chatapp/streaming/watch.py) that hears nothing on its answer's live channel for this
+    # long reads the saved rows (a relay that died, a message the layer dropped).
     CHAT_WATCH_INTERVAL_SECONDS = env.number("CHAT_WATCH_INTERVAL_SECONDS", 1.0, minimum=0.01)
+    # An answer whose page's connection dropped goes on this long without a reader, for the page
+    # to come back to (chatapp/streaming/relay.py); 0 ends it at once, as a departed client's.
+    CHAT_RESUME_GRACE_SECONDS = env.number("CHAT_RESUME_GRACE_SECONDS", 60.0, minimum=0)
     CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
     # A relay proves it is alive on a timer of its own, tokens or not; a streaming answer whose
     # relay has not done so for CHAT_STALE_STREAM_SECONDS lost it (a crash) and is reaped.
@@ -74,15 +78,20 @@ try:
     INFERENCE_MAX_CONNECTIONS = env.integer("INFERENCE_MAX_CONNECTIONS", 1000, minimum=1)
     # Behind TLS: cookies only over HTTPS, and browsers told to use nothing else (HSTS).
     CHAT_SECURE_COOKIES = env.boolean("CHAT_SECURE_COOKIES", False)
-    # Failed sign-ins allowed per account and per address in a window, before 429.
+    # Failed sign-ins (chatapp/login_limit.py): per account from one address before that pair is
+    # refused for the window; per account or per address before each failure adds a growing delay.
     CHAT_LOGIN_ATTEMPTS = env.integer("CHAT_LOGIN_ATTEMPTS", 10, minimum=1)
+    CHAT_LOGIN_SPREAD_ATTEMPTS = env.integer("CHAT_LOGIN_SPREAD_ATTEMPTS", 100, minimum=1)
     CHAT_LOGIN_WINDOW_SECONDS = env.integer("CHAT_LOGIN_WINDOW_SECONDS", 300, minimum=1)
 except env.BadVariable as error:
     raise ImproperlyConfigured(str(error)) from error
 
 if CHAT_STALE_STREAM_SECONDS < 3 * CHAT_RELAY_HEARTBEAT_SECONDS:
     # A heartbeat or two may be late under load; a live answer must never look dead.
-    raise ImproperlyConfigured("CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS")
+    raise ImproperlyConfigured(
+        f"CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS "
+        f"({3 * CHAT_RELAY_HEARTBEAT_SECONDS:g}), got {CHAT_STALE_STREAM_SECONDS:g} "
+        f"(CHAT_STALE_STREAM_SECONDS={3 * CHAT_RELAY_HEARTBEAT_SECONDS:g} would do)")
 
 try:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
@@ -149,6 +158,10 @@ TEMPLATES = [
     },
 ]
 
+# Django's ModelBackend behind the sign-in limit: it refuses before any password is checked, for
+# the API and the admin alike.
+AUTHENTICATION_BACKENDS = ["chatapp.login_limit.SignInLimit"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -167,6 +180,8 @@ FRONTEND_DIR = BASE_DIR / "frontend"
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the front end reads the token to send it in X-CSRFToken
+# JSON under /api/, Django's HTML page elsewhere (chatapp/error_views.py).
+CSRF_FAILURE_VIEW = "chatapp.error_views.csrf_failure"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = CHAT_SECURE_COOKIES

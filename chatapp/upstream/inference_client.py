@@ -131,16 +131,12 @@ async def _response(replica: Replica, payload: dict, request_id: str) -> httpx2.
     )
     try:
         response = await client().send(request, stream=True)
-    except httpx2.TimeoutException as error:
-        raise UpstreamRefused(504, "upstream_timeout",
-                              f"the inference service did not answer in time ({error!r})", elsewhere=True) from error
     except httpx2.TransportError as error:
-        raise UpstreamRefused(502, "upstream_unreachable",
-                              f"the inference service is unreachable ({error!r})", elsewhere=True) from error
+        raise unreachable(error) from error
     if response.status_code != 200:
         body = await response.aread()
         await response.aclose()
-        raise _refusal(response.status_code, body)
+        raise refusal(response.status_code, body)
     return response
 
 
@@ -179,7 +175,18 @@ def _count(header: str | None) -> int | None:
     return int(digits)
 
 
-def _refusal(status: int, body: bytes) -> UpstreamRefused:
+# The refusal rules, one for the relay and the titles: what passes a request on to the next replica.
+def unreachable(error: httpx2.HTTPError) -> UpstreamRefused:
+    """No answer from the replica (a timeout, a connection that failed): another may answer."""
+    if isinstance(error, httpx2.TimeoutException):
+        return UpstreamRefused(504, "upstream_timeout",
+                               f"the inference service did not answer in time ({error!r})", elsewhere=True)
+    return UpstreamRefused(502, "upstream_unreachable", f"the inference service is unreachable ({error!r})",
+                           elsewhere=True)
+
+
+def refusal(status: int, body: bytes) -> UpstreamRefused:
+    """The replica's answer other than 200, as a refusal."""
     try:
         detail = json.loads(body)["error"]["message"]
     except (ValueError, KeyError, TypeError):

@@ -36,21 +36,6 @@ def answered(transactional_db):
     return conversation
 
 
-@pytest.mark.parametrize("said, title", [
-    ("Quick Soup Recipes", "Quick Soup Recipes"),
-    ('"Quick Soup Recipes."', "Quick Soup Recipes"),
-    ("Title: Quick   Soup Recipes\nThis conversation is about soup.", "Quick Soup Recipes"),
-    ("**Quick Soup Recipes**", "Quick Soup Recipes"),
-])
-def test_the_models_answer_becomes_a_title_of_its_first_line_without_quotes_or_label(said, title):
-    assert titles.cleaned(said) == title
-
-
-@pytest.mark.parametrize("said", ["", "  \n ", '"..."', " ".join(["soup"] * 11), "x" * 81])
-def test_an_answer_that_is_no_title_of_a_few_words_is_refused(said):
-    assert titles.cleaned(said) is None
-
-
 async def test_the_first_answers_done_says_a_title_was_asked_for_and_the_seconds_does_not(
         api, conversation, upstream, settings):
     settings.CHAT_MODEL_TITLES = True
@@ -81,6 +66,16 @@ def test_an_inference_service_that_refuses_leaves_the_first_line_title(answered,
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"
+
+
+@pytest.mark.parametrize("status, asked", [(503, 2), (429, 2), (500, 2), (400, 1)])
+def test_a_title_request_passes_to_the_next_replica_by_the_relays_refusal_rules(
+        answered, upstream, settings, status, asked):
+    settings.INFERENCE_URL = f"{settings.INFERENCE_URL},{settings.INFERENCE_URL}"  # the stand-in twice
+    upstream.script.status = status
+
+    assert titles.title_conversation(answered.pk) is None
+    assert len(upstream.requests) == asked  # busy or failing: the next; the request refused: nobody else
 
 
 def test_an_answer_that_is_no_chat_completion_leaves_the_first_line_title(answered, upstream):
