@@ -47,8 +47,8 @@ _refreshing: asyncio.Task | None = None
 
 
 def listed() -> list[str]:
-    """The upstreams `INFERENCE_URL` names, in its order."""
-    return list(dict.fromkeys(url.strip().rstrip("/") for url in settings.INFERENCE_URL.split(",") if url.strip()))
+    """The upstreams `INFERENCE_URL` names, in its order (one named twice is there twice)."""
+    return [url.strip().rstrip("/") for url in settings.INFERENCE_URL.split(",") if url.strip()]
 
 
 def serving(name: str) -> list[str]:
