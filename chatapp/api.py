@@ -20,7 +20,7 @@ from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import selectors as staff_selectors
-from .streaming import answer_start, watch
+from .streaming import answer_start, prompt_fit, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream import models as upstream_models
@@ -106,7 +106,7 @@ def message_json(message) -> dict:
             "status": message.status, "created_at": message.created_at.isoformat(),
             "generation": None if latest is None else {
                 "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
-                "cancelled_by": latest.cancelled_by,
+                "cancelled_by": latest.cancelled_by, "context_from_message_id": latest.context_from_message_id,
                 "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
 
 
@@ -335,6 +335,7 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     plan = await on_database_thread(plan_answer)()
     # A model picked for this answer must be known; the conversation's own may have gone since.
     await (upstream_models.still_served if plan.chosen_model is None else upstream_models.known)(plan.model)
+    await prompt_fit.fit(plan)
     try:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:

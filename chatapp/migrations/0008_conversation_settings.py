@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("chatapp", "0006_generation_cancelled_by_admin"),
+        ("chatapp", "0007_generation_context_from_message"),
     ]
 
     operations = [

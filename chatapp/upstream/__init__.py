@@ -2,8 +2,9 @@
 
 Here live the catalogue of the models each upstream serves (models.py, from their /v1/models),
 the streaming client and its failover between a model's replicas, the replicas' load read in
-the background, the figures the live view shows per replica, the SSE reader, and titles (a short
-request of their own to the conversation's model, passed on by the relay's refusal rules). It
-may import the conversation core (models, services, selectors, errors) and runtime/; never
-streaming/ or staff/, which import it.
+the background, the figures the live view shows per replica, the SSE reader, titles (a short
+request of their own to the conversation's model, passed on by the same refusal rules), and what
+the upstream says of prompts (its context, a prompt's token count: token_counts). It may import
+the conversation core (models, services, selectors, errors) and runtime/; never streaming/ or
+staff/, which import it.
 """

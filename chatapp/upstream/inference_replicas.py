@@ -89,6 +89,14 @@ def current_urls() -> list[str]:
     return [replica.url for replica in _current()]
 
 
+def first_answering_url(model: str) -> str:
+    """The first replica of `model` in the list that has not lately refused (else the first one;
+    "" for none): one that always answers the same questions, such as a prompt's token count."""
+    replicas, now = _current(upstream_models.serving(model)), time.monotonic()
+    answering = [replica for replica in replicas if replica.avoid_until <= now] or replicas
+    return answering[0].url if answering else ""
+
+
 def in_order(model: str) -> list[Replica]:
     """Every replica of `model`, the one to try first first: not lately refused, then least loaded."""
     replicas = _current(upstream_models.serving(model))

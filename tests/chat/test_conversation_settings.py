@@ -24,10 +24,10 @@ def two_models(settings):
     """Two stand-in upstreams, the first serving the default model and the second another."""
     with contextlib.ExitStack() as running:
         pair = []
-        for name, says in ((DEFAULT_MODEL, "from the default"), (OTHER_MODEL, "from the other")):
+        for name, says, context in ((DEFAULT_MODEL, "from the default", None), (OTHER_MODEL, "from the other", 4096)):
             fake = FakeUpstream()
             fake.url = running.enter_context(servers.uvicorn_in_thread(fake))
-            fake.models, fake.script = [name], Script(chunks=[says])
+            fake.models, fake.script = [name], Script(chunks=[says], context_tokens=context)
             pair.append(fake)
         settings.INFERENCE_URL = ",".join(fake.url for fake in pair)
         upstream_models.forget()
@@ -187,7 +187,7 @@ async def test_the_models_endpoint_lists_every_upstreams_models_and_the_last_one
     after = (await api.get("/api/models")).json()
 
     assert [model["id"] for model in before["models"]] == [DEFAULT_MODEL, OTHER_MODEL]
-    assert before["models"][1]["max_model_len"] == 2048  # the upstream's whole entry is kept
+    assert [m["max_model_len"] for m in before["models"]] == [None, 4096]  # as each upstream says
     assert before["default_model"] == DEFAULT_MODEL
     assert (before["last_used_model"], after["last_used_model"]) == (None, OTHER_MODEL)
     assert after["sampling"]["temperature"]["max"] == 2

@@ -37,6 +37,11 @@ class Script:
     gate: threading.Semaphore | None = None
     # The answer is what the upstream was asked (each message as "role: content", a paragraph each).
     echo: bool = False
+    # GET /v1/models says this context (max_model_len) of each model; None: it says none.
+    context_tokens: int | None = None
+    # POST /tokenize counts a token per byte of text, far denser than any estimate (a prompt the
+    # relay cannot guess); False: the endpoint is missing (404), as on TGI.
+    counts_every_byte: bool = False
 
 
 class FakeUpstream:
@@ -50,15 +55,13 @@ class FakeUpstream:
         self.metrics_reads = 0
         # What GET /v1/models lists; None answers 404, as a peer without the endpoint would.
         self.models: list[str] | None = [DEFAULT_MODEL]
+        self.counts: list[dict] = []  # the bodies of POST /tokenize
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
-            return
-        if scope["path"] == "/v1/models":
-            await self._list_models(send)
             return
         if scope["path"] == "/metrics":
             self.metrics_reads += 1
@@ -71,6 +74,9 @@ class FakeUpstream:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["path"] != "/v1/chat/completions":
+            await self._other(scope["path"], json.loads(body or b"{}"), send)
+            return
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         self.requests.append((json.loads(body or b"{}"), headers))
         self.clients.append(tuple(scope["client"]))
@@ -96,15 +102,23 @@ class FakeUpstream:
         finally:
             listener.cancel()
 
-    async def _list_models(self, send):
-        if self.models is None:
-            status, body = 404, {"error": {"message": "no such endpoint", "type": "invalid_request_error"}}
-        else:  # vLLM's shape: each entry says its context length
-            status, body = 200, {"object": "list", "data": [
-                {"id": name, "object": "model", "owned_by": "fake", "max_model_len": 2048} for name in self.models]}
+    async def _other(self, path: str, body: dict, send) -> None:
+        """/v1/models and /tokenize as the script says; anything else is not here."""
+        script, found = self.script, None
+        if path == "/v1/models" and self.models is not None:  # vLLM's shape
+            found = {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "fake",
+                                                 "max_model_len": script.context_tokens} for name in self.models]}
+        elif path == "/tokenize":
+            self.counts.append(body)
+        if path == "/tokenize" and script.counts_every_byte:
+            messages = body.get("messages", [])
+            count = sum(len(m["content"].encode()) + 5 for m in messages) + 3
+            found = {"count": count, "max_model_len": script.context_tokens, "tokens": [0] * count}
+        status = 404 if found is None else 200
+        payload = json.dumps(found or {"error": {"message": "not found", "type": "not_found", "code": "nope"}})
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+        await send({"type": "http.response.body", "body": payload.encode()})
 
     async def _notice_hang_up(self, receive):
         while (await receive())["type"] != "http.disconnect":
@@ -159,9 +173,12 @@ class FakeUpstream:
         else:
             finish = "stop_sequence" if script.tgi_style and script.finish_reason == "stop" else script.finish_reason
             await data(chunk({}, finish))
+            # A token a chunk; with counts_every_byte, a token a byte and the end of turn.
+            completion = (sum(len(text.encode()) for text in script.chunks) + 1 if script.counts_every_byte
+                          else len(script.chunks))
             await data({"id": "x", "object": "chat.completion.chunk", "choices": [],
-                        "usage": {"prompt_tokens": 11, "completion_tokens": len(script.chunks),
-                                  "total_tokens": 11 + len(script.chunks)}})
+                        "usage": {"prompt_tokens": 11, "completion_tokens": completion,
+                                  "total_tokens": 11 + completion}})
             if script.send_done:
                 await data("[DONE]")
         body = b"".join(held)
