@@ -15,7 +15,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import login_limit, request_input, selectors, services
+from . import conversation_settings, login_limit, request_input, selectors, services
 from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
@@ -23,6 +23,7 @@ from .staff import selectors as staff_selectors
 from .streaming import answer_start, prompt_fit, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
+from .upstream import models as upstream_models
 from .upstream.inference_client import UpstreamRefused
 
 
@@ -92,7 +93,8 @@ def user_json(user) -> dict | None:
 
 def conversation_json(conversation) -> dict:
     return {"id": conversation.pk, "title": conversation.title,
-            "system_prompt": conversation.system_prompt,
+            "system_prompt": conversation.system_prompt, "model": conversation.model_name,
+            "temperature": conversation.temperature, "top_p": conversation.top_p,
             "created_at": conversation.created_at.isoformat(),
             "updated_at": conversation.updated_at.isoformat()}
 
@@ -106,6 +108,23 @@ def message_json(message) -> dict:
                 "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
                 "cancelled_by": latest.cancelled_by, "context_from_message_id": latest.context_from_message_id,
                 "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
+
+
+# --- models ---
+@endpoint("GET")
+async def models(request, user):
+    """The models the upstreams serve now, for the page's picker, and the settings' bounds."""
+    await upstream_models.fresh(waits=True)
+    last_used = await on_database_thread(selectors.last_used_model)(user=user)
+    return JsonResponse({"models": [_model_json(name) for name in upstream_models.names()],
+                         "default_model": settings.CHAT_MODEL, "last_used_model": last_used,
+                         **conversation_settings.limits_json()})
+
+
+def _model_json(name: str) -> dict:
+    # The upstream's own entry (vLLM's says max_model_len), its owner and dates left out.
+    entry = upstream_models.entry(name) or {}
+    return {"id": name, "max_model_len": entry.get("max_model_len")}
 
 
 # --- session ---
@@ -144,13 +163,21 @@ async def logout(request, user):
 async def conversations(request, user):
     if request.method == "POST":
         body = body_of(request)
-        created = await on_database_thread(services.conversation_create)(
-            owner=user, title=request_input.text(body, "title", ""),
-            system_prompt=request_input.text(body, "system_prompt", ""))
+        title, choices = request_input.text(body, "title", ""), await _choices(body)
+        created = await on_database_thread(services.conversation_create)(owner=user, title=title, choices=choices)
         return JsonResponse(conversation_json(created), status=201)
     page = await on_database_thread(_conversation_page)(
         user, request_input.query_text(request, "q"), request.GET.get("page", 1))
     return JsonResponse(page)
+
+
+async def _choices(body: dict, current_model: str | None = None) -> dict:
+    """The conversation settings in `body`, checked; a model other than the conversation's
+    `current_model` (kept while other settings change, even once gone) must be served now."""
+    choices = conversation_settings.checked(body)
+    if choices.get("model", current_model) != current_model:
+        await upstream_models.known(choices["model"])
+    return choices
 
 
 def _conversation_page(user, query: str, page) -> dict:
@@ -167,9 +194,10 @@ async def conversation(request, user, conversation_id: int):
         return JsonResponse({}, status=204)
     if request.method == "PATCH":
         body = body_of(request)
+        title = request_input.text(body, "title", None)
+        choices = await _choices(body, current_model=found.model_name)
         found = await on_database_thread(services.conversation_update)(
-            conversation=found, title=request_input.text(body, "title", None),
-            system_prompt=request_input.text(body, "system_prompt", None))
+            conversation=found, title=title, choices=choices)
     return JsonResponse(conversation_json(found))
 
 
@@ -196,8 +224,9 @@ def send_message(request, user, conversation_id: int) -> services.AnswerPlan:
 
 @answer_endpoint
 def regenerate(request, user, conversation_id: int) -> services.AnswerPlan:
+    model = request_input.text(body_of(request), "model", None)
     found = selectors.conversation_get(user=user, conversation_id=conversation_id)
-    return services.answer_regenerate(user=user, conversation=found)
+    return services.answer_regenerate(user=user, conversation=found, model=model)
 
 
 @answer_endpoint
@@ -304,6 +333,8 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     only once both are done starts our stream (see chatapp/streaming/answer_start.py)."""
     started = time.monotonic()
     plan = await on_database_thread(plan_answer)()
+    # A model picked for this answer must be known; the conversation's own may have gone since.
+    await (upstream_models.still_served if plan.chosen_model is None else upstream_models.known)(plan.model)
     await prompt_fit.fit(plan)
     try:
         start, upstream = await answer_start.begin(plan)

@@ -26,6 +26,12 @@ class Conversation(models.Model):
     # The user named the conversation: the title no longer follows an edit of its first message.
     title_set_by_user = models.BooleanField(default=False)
     system_prompt = models.TextField(blank=True)
+    # The model its answers come from (blank: CHAT_MODEL, whatever it is now), and its own
+    # sampling (null: CHAT_TEMPERATURE, CHAT_TOP_P). A model no upstream serves any more stays
+    # here until the user picks another: nothing stored is lost with it.
+    model = models.CharField(max_length=200, blank=True)
+    temperature = models.FloatField(null=True, blank=True)
+    top_p = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # Soft delete: audit rows keep pointing at a conversation its owner removed.
@@ -39,6 +45,10 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+    @property
+    def model_name(self) -> str:
+        return self.model or settings.CHAT_MODEL
 
 
 class Message(models.Model):

@@ -123,5 +123,11 @@ def stop_requested(*, generation_id: int) -> bool:
     return Generation.objects.filter(pk=generation_id, status=GenerationStatus.STOP_REQUESTED).exists()
 
 
+def last_used_model(*, user) -> str | None:
+    """The model of the user's latest answer, in any conversation."""
+    return (Generation.objects.filter(user=user).order_by("-started_at")
+            .values_list("model", flat=True).first())
+
+
 def streams_open(*, user) -> int:
     return Generation.objects.filter(user=user, status__in=Generation.LIVE_STATUSES).count()

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
 
-from . import selectors
+from . import conversation_settings, selectors
 from .errors import ApiError, not_found
 from .models import Conversation, Generation, Message
 
@@ -20,20 +20,20 @@ logger = logging.getLogger(__name__)
 
 
 # --- conversations ---
-def conversation_create(*, owner, title: str = "", system_prompt: str = "") -> Conversation:
+def conversation_create(*, owner, title: str = "", choices: dict | None = None) -> Conversation:
     title = _title(title)
     return Conversation.objects.create(owner=owner, title=title, title_set_by_user=bool(title),
-                                       system_prompt=system_prompt)
+                                       **{"model": settings.CHAT_MODEL, **(choices or {})})
 
 
 def conversation_update(*, conversation: Conversation, title: str | None = None,
-                        system_prompt: str | None = None) -> Conversation:
+                        choices: dict | None = None) -> Conversation:
     if title is not None:
         # A name the user clears gives the title back to the first message.
         conversation.title = _title(title)
         conversation.title_set_by_user = bool(conversation.title)
-    if system_prompt is not None:
-        conversation.system_prompt = system_prompt
+    for name, value in (choices or {}).items():
+        setattr(conversation, name, value)
     conversation.save()
     return conversation
 
@@ -80,11 +80,16 @@ class AnswerPlan:
     dropped: list[Message] = field(default_factory=list)  # messages that go (regenerate, edit)
     continued: Message | None = None  # a truncated answer written on at its end (continue)
     title: str | None = None  # the conversation's title from its first message, when it takes one
+    chosen_model: str | None = None  # another model the user picked for this answer (regenerate)
     context_from: Message | None = None  # the first message the model reads, when older ones are left out
 
     @property
     def continue_final_message(self) -> bool:
         return self.continued is not None
+
+    @property
+    def model(self) -> str:
+        return self.chosen_model or self.conversation.model_name
 
 
 @dataclass
@@ -95,11 +100,6 @@ class AnswerStart:
     generation: Generation
     prompt: list[dict]
     continue_final_message: bool = False  # writing on at the end of a truncated answer
-
-
-def _sampling() -> dict:
-    return {"temperature": settings.CHAT_TEMPERATURE, "top_p": settings.CHAT_TOP_P,
-            "max_tokens": settings.CHAT_MAX_TOKENS}
 
 
 def validate_content(content) -> str:
@@ -129,7 +129,8 @@ def _plan(user, conversation: Conversation, history: list[Message], said: list[M
     said = [m for m in said if m.status not in (MessageStatus.FAILED, MessageStatus.STREAMING)]
     system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
     return AnswerPlan(user, conversation, [(m.pk, m.status) for m in history], said,
-                      system + [{"role": m.role, "content": m.content} for m in said], _sampling(), **rows)
+                      system + [{"role": m.role, "content": m.content} for m in said],
+                      conversation_settings.sampling(conversation), **rows)
 
 
 def message_send(*, user, conversation: Conversation, content: str) -> AnswerPlan:
@@ -156,12 +157,13 @@ def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPl
                  dropped=history[position + 1:], title=title)
 
 
-def answer_regenerate(*, user, conversation: Conversation) -> AnswerPlan:
+def answer_regenerate(*, user, conversation: Conversation, model: str | None = None) -> AnswerPlan:
+    """The last answer again, from the conversation's model or `model`, which it then keeps."""
     history = _check_limits(user, conversation)
     if not history or history[-1].role != Message.Role.ASSISTANT:
         raise ApiError(409, "nothing_to_regenerate", "the conversation does not end with an answer")
     # The old answer's audit rows stay, with the text the user saw.
-    return _plan(user, conversation, history, history[:-1], dropped=history[-1:])
+    return _plan(user, conversation, history, history[:-1], dropped=history[-1:], chosen_model=model)
 
 
 def answer_continue(*, user, message: Message) -> AnswerPlan:
@@ -199,14 +201,15 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     answer.save(update_fields=["status"] if plan.continued else None)
     generation = Generation.objects.create(
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
-        model=settings.CHAT_MODEL, sampling=plan.sampling, prompt_messages=len(plan.prompt),
+        model=plan.model, sampling=plan.sampling, prompt_messages=len(plan.prompt),
         context_from_message_id=plan.context_from and plan.context_from.pk,
     )
-    # Newest first in the list; a title from the first message only where the user has not
-    # named the conversation since the plan's read (a rename meanwhile is theirs to keep).
-    Conversation.objects.filter(pk=plan.conversation.pk).update(updated_at=timezone.now(), **(
-        {} if plan.title is None else
-        {"title": Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))}))
+    # Newest first in the list; a title from the first message only where the user has not named
+    # it since the plan's read (a rename meanwhile is theirs to keep); a model picked here stays.
+    changes = {"updated_at": timezone.now(), **({"model": plan.chosen_model} if plan.chosen_model else {})}
+    if plan.title is not None:
+        changes["title"] = Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))
+    Conversation.objects.filter(pk=plan.conversation.pk).update(**changes)
     return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message)
 
 

@@ -33,10 +33,13 @@ try:
     INFERENCE_METRICS_INTERVAL_SECONDS = env.number("INFERENCE_METRICS_INTERVAL_SECONDS", 2.0, minimum=0.1)
     INFERENCE_AVOID_SECONDS = env.number("INFERENCE_AVOID_SECONDS", 10.0, minimum=0)
     INFERENCE_RESOLVE_REPLICAS = env.boolean("INFERENCE_RESOLVE_REPLICAS", False)
+    # How often the upstreams' /v1/models are read again (chatapp/upstream/models.py).
+    INFERENCE_MODELS_INTERVAL_SECONDS = env.number("INFERENCE_MODELS_INTERVAL_SECONDS", 10.0, minimum=0.1)
     REDIS_URL = env.string("REDIS_URL")
     LOG_LEVEL = env.string("DJANGO_LOG_LEVEL", "INFO").upper()
     DATABASE_URL = env.string("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}")
     # The chat: what is asked of the inference service, and the limits that keep it alive.
+    # The model of a new conversation; every model the upstreams list may be chosen.
     CHAT_MODEL = env.string("CHAT_MODEL", "SmolLM2-135M-Instruct")
     CHAT_MAX_TOKENS = env.integer("CHAT_MAX_TOKENS", 512, minimum=1)
     # The default model loops under greedy decoding, so chat samples by default.
@@ -47,6 +50,7 @@ try:
     # The context is the upstream's own (chatapp/prompt_fit.py); this caps it when set (0: no cap).
     CHAT_CONTEXT_TOKENS = env.integer("CHAT_CONTEXT_TOKENS", 0, minimum=0)
     CHAT_MAX_MESSAGE_CHARS = env.integer("CHAT_MAX_MESSAGE_CHARS", 8000, minimum=1)
+    CHAT_MAX_SYSTEM_PROMPT_CHARS = env.integer("CHAT_MAX_SYSTEM_PROMPT_CHARS", 4000, minimum=1)
     CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
     CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)

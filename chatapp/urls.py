@@ -13,6 +13,7 @@ api_patterns = [
     path("auth/session", api.session, name="session"),
     path("auth/login", api.login, name="login"),
     path("auth/logout", api.logout, name="logout"),
+    path("models", api.models, name="models"),
     path("conversations", api.conversations, name="conversations"),
     path("conversations/<int:conversation_id>", api.conversation, name="conversation"),
     path("conversations/<int:conversation_id>/messages", api.messages, name="messages"),

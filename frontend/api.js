@@ -74,8 +74,11 @@ export const api = {
   logout: () => json("/api/auth/logout", { method: "POST" }),
 
   conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q, page })}`),
-  createConversation: () => json("/api/conversations", { method: "POST", body: {} }),
+  createConversation: (choices = {}) => json("/api/conversations", { method: "POST", body: choices }),
   conversation: (cid) => json(`/api/conversations/${id(cid)}`),
+  // The model, the system prompt, temperature and top_p (null: the default).
+  updateConversation: (cid, changes) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: changes }),
+  models: () => json("/api/models"),
   renameConversation: (cid, title) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: { title } }),
   deleteConversation: (cid) => json(`/api/conversations/${id(cid)}`, { method: "DELETE" }),
   messages: (cid) => json(`/api/conversations/${id(cid)}/messages`),

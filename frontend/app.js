@@ -3,6 +3,7 @@
 import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
 import { createCharacterLimit } from "./character_limit.js";
+import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { answerLabel } from "./labels.js";
@@ -66,6 +67,8 @@ function handleError(error) {
   showAlert(sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars }));
 }
 
+const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
+
 const characterLimit = createCharacterLimit({
   composer: view.composer, counter: view.count, send: view.send, announce,
   isBusy: () => document.body.dataset.streaming === "true",
@@ -77,6 +80,7 @@ const auth = createAuth({
     isSignedIn = true;
     session += 1;
     sidebar.refresh();
+    conversationSettings.load();
     const { kind } = routeOf(location.hash);
     if (kind === ROUTE.NEW || kind === ROUTE.OTHER) showConversation(null);
     else followAddress();
@@ -101,8 +105,9 @@ const auth = createAuth({
 });
 
 // --- the open conversation ---
-function showConversation(id, title = "", messages = []) {
+function showConversation(id, title = "", messages = [], conversation = null) {
   conversationId = id;
+  conversationSettings.show(id === null ? null : conversation);
   sidebar.setCurrent(id);
   showInAddress(id, { replace: id === null });
   view.title.textContent = id === null ? "New conversation" : title || "New conversation";
@@ -147,7 +152,7 @@ async function openConversation(id) {
   try {
     const { conversation, results } = await api.messages(id);
     if (mine !== loading) return;
-    showConversation(conversation.id, conversation.title, results);
+    showConversation(conversation.id, conversation.title, results, conversation);
     view.composer.focus();
   } catch (error) {
     if (mine !== loading) return;
@@ -224,8 +229,8 @@ view.newConversation.addEventListener("click", async () => {
   // An empty conversation is already new: do not pile up untitled ones.
   if (conversationId !== null && !view.messages.children.length && !liveHere()) return view.composer.focus();
   try {
-    const created = await api.createConversation();
-    showConversation(created.id, created.title);
+    const created = await api.createConversation(conversationSettings.forNewConversation());
+    showConversation(created.id, created.title, [], created);
     await sidebar.refresh();
     view.composer.focus();
   } catch (error) {
@@ -290,6 +295,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
       if (follow) scrollToBottom();
     },
     onStart: (start) => {
+      conversationSettings.used(start.model);
       if (!entry.el) return;
       entry.el.dataset.messageId = String(start.message_id);
       // An answer's own stream says it; a watch stream's prefix does not (the history did).
@@ -369,8 +375,8 @@ async function send() {
   if (conversationId === null) {
     creating = true;
     try {
-      const created = await api.createConversation();
-      showConversation(created.id, created.title);
+      const created = await api.createConversation(conversationSettings.forNewConversation());
+      showConversation(created.id, created.title, [], created);
       sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
     } catch (error) {
       return handleError(error);
@@ -383,10 +389,10 @@ async function send() {
   view.messages.append(msg.createMessage({ role: "user", content }));
   const sentIn = conversationId;
   const outcome = await streamAnswer(newAnswer(), api.send(conversationId, content));
-  // Refused before anything was stored (502-504 store the failed answer, and the message):
-  // give the text back so it is not lost.
-  if (outcome.ending === ENDING.REFUSED && !(outcome.error?.status >= 502) && !view.composer.value
-      && sentIn === conversationId) {
+  // Refused before anything was stored (502-504 from the model store the failed answer, and
+  // the message; a model no longer served stores nothing): give the text back so it is not lost.
+  const isStored = outcome.error?.status >= 502 && outcome.error?.code !== "model_unavailable";
+  if (outcome.ending === ENDING.REFUSED && !isStored && !view.composer.value && sentIn === conversationId) {
     view.composer.value = content;
     composerChanged();
   }

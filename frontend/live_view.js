@@ -35,7 +35,7 @@ function streamRow(stream) {
   const row = document.createElement("tr");
   row.dataset.generationId = String(stream.generation_id);
   const conversation = `#${stream.conversation_id} ${stream.conversation_title}`.trim();
-  row.append(cell(stream.username), cell(conversation), cell(stream.age_s.toFixed(0), "number"),
+  row.append(cell(stream.username), cell(conversation), cell(stream.model), cell(stream.age_s.toFixed(0), "number"),
     cell(String(stream.chars_so_far), "number"), cell(stream.status.replace("_", " ")));
   const action = document.createElement("td");
   action.append(stopButton(stream));

@@ -11,7 +11,6 @@ up: the upstream closed, a row already written ended as cancelled by client_gone
 import asyncio
 import contextlib
 
-from django.conf import settings
 
 from common.vocabulary import CancelledBy
 
@@ -36,7 +35,7 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
 
 
 def _payload(plan: services.AnswerPlan) -> dict:
-    return {**token_counts.template_body(settings.CHAT_MODEL, plan.prompt, plan.continue_final_message),
+    return {**token_counts.template_body(plan.model, plan.prompt, plan.continue_final_message),
             "stream": True, "stream_options": {"include_usage": True}, **plan.sampling}
 
 

@@ -38,7 +38,7 @@ def forget() -> None:
 async def fit(plan: AnswerPlan) -> None:
     """Fits the plan's prompt, and its max_tokens to the room left; raises 400 context_too_long
     when the newest message alone leaves the model no room to answer."""
-    url, model = _counting_url(), settings.CHAT_MODEL
+    url, model = _counting_url(plan.model), plan.model
     context = await _context(url, model)
     budget = context - plan.sampling["max_tokens"]
     prompt = plan.conversation.system_prompt
@@ -85,18 +85,19 @@ async def _count(url: str, model: str, memory: Memory, pieces: list[Piece], cont
     return counted
 
 
-def answered(*, conversation_id: int, text: str, usage: dict | None, finish_reason: FinishReason | None) -> None:
+def answered(*, conversation_id: int, model: str, text: str, usage: dict | None,
+             finish_reason: FinishReason | None) -> None:
     """An answer ended whole (not stopped, not continued): the tokens its upstream generated
     are what it will cost in the next prompt, near enough to split that prompt's count by."""
     completion_tokens = (usage or {}).get("completion_tokens")
     if isinstance(completion_tokens, int) and finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
-        Memory(_counting_url(), settings.CHAT_MODEL, conversation_id).answered(
+        Memory(_counting_url(model), model, conversation_id).answered(
             text, completion_tokens, ended_by_stop=finish_reason == FinishReason.STOP)
 
 
-def _counting_url() -> str:
-    """Every replica serves the same model: one that lately answered counts (none: the estimate)."""
-    return inference_replicas.first_answering_url()
+def _counting_url(model: str) -> str:
+    """Every replica of a model counts alike: one that lately answered counts (none: the estimate)."""
+    return inference_replicas.first_answering_url(model)
 
 
 async def _context(url: str, model: str) -> int:

@@ -117,8 +117,9 @@ class Relay:
         generation = await self._finish()
         if not self.start.continue_final_message and generation.status in (
                 GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED):
-            prompt_fit.answered(conversation_id=generation.conversation_id, text=generation.final_text,
-                                usage=self.outcome.usage, finish_reason=generation.finish_reason)
+            prompt_fit.answered(conversation_id=generation.conversation_id, model=generation.model,
+                                text=generation.final_text, usage=self.outcome.usage,
+                                finish_reason=generation.finish_reason)
         title_requested = self._title_asked(generation)
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})

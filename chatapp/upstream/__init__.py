@@ -1,9 +1,10 @@
-"""upstream: talking to the inference service, one replica or several.
+"""upstream: talking to the inference service, one replica or several, serving one model or several.
 
-Here live the streaming client and its failover between replicas, the replicas' load read in
+Here live the catalogue of the models each upstream serves (models.py, from their /v1/models),
+the streaming client and its failover between a model's replicas, the replicas' load read in
 the background, the figures the live view shows per replica, the SSE reader, titles (a short
-request of their own to the same replicas, passed on by the same refusal rules), and what the
-upstream says of prompts (its context, a prompt's token count: token_counts). It may import the
-conversation core (models, services, selectors, errors) and runtime/; never streaming/ or
+request of their own to the conversation's model, passed on by the same refusal rules), and what
+the upstream says of prompts (its context, a prompt's token count: token_counts). It may import
+the conversation core (models, services, selectors, errors) and runtime/; never streaming/ or
 staff/, which import it.
 """

@@ -72,9 +72,10 @@ class UpstreamStream:
 
     @classmethod
     async def open(cls, payload: dict, request_id: str) -> "UpstreamStream":
-        """A stream from the first replica, in `in_order`'s order, that does not refuse it."""
-        refusal = UpstreamRefused(502, "upstream_unreachable", "INFERENCE_URL names no inference service")
-        for replica in inference_replicas.in_order():
+        """A stream from the first replica of the payload's model, in `in_order`'s order, that
+        does not refuse it."""
+        refusal = UpstreamRefused(502, "upstream_unreachable", f"no upstream serves the model {payload['model']!r}")
+        for replica in inference_replicas.in_order(payload["model"]):
             try:
                 with replica.opening():
                     return cls(await _response(replica, payload, request_id), replica)

@@ -1,6 +1,7 @@
 """Which inference replica opens the next answer: the least loaded of those that lately answered.
 
-`INFERENCE_URL` may list several replicas, comma-separated. Each web process counts the streams
+`INFERENCE_URL` may list several upstreams, comma-separated; those serving the answer's model
+(chatapp/upstream/models.py) are its replicas. Each web process counts the streams
 it has open on each replica, and corrects that count from the replicas' /metrics, which also see
 the other web processes' streams. The metrics are read in the background, at most once every
 `INFERENCE_METRICS_INTERVAL_SECONDS` and only while answers are being started, never on a
@@ -24,6 +25,7 @@ import httpx2
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import models as upstream_models
 from .http_client import client
 
 # Sequences a replica is serving or holding, by the names its kind of server gives them: ours,
@@ -74,12 +76,9 @@ _polled_at = -math.inf
 _polling: asyncio.Task | None = None
 
 
-def listed() -> list[str]:
-    return [url.strip().rstrip("/") for url in settings.INFERENCE_URL.split(",") if url.strip()]
-
-
-def _current() -> list[Replica]:
-    urls = listed()
+def _current(urls: list[str] | None = None) -> list[Replica]:
+    """The replicas of `urls` (by default every upstream listed), each resolved address apart."""
+    urls = upstream_models.listed() if urls is None else urls
     if settings.INFERENCE_RESOLVE_REPLICAS:
         urls = [address for url in urls for address in _resolved.get(url, [url])]
     return [_replicas.setdefault(url, Replica(url)) for url in dict.fromkeys(urls)]
@@ -90,17 +89,17 @@ def current_urls() -> list[str]:
     return [replica.url for replica in _current()]
 
 
-def first_answering_url() -> str:
-    """The first replica in the list that has not lately refused (else the first one; "" for
-    none): one that always answers the same questions, such as a prompt's token count."""
-    replicas, now = _current(), time.monotonic()
+def first_answering_url(model: str) -> str:
+    """The first replica of `model` in the list that has not lately refused (else the first one;
+    "" for none): one that always answers the same questions, such as a prompt's token count."""
+    replicas, now = _current(upstream_models.serving(model)), time.monotonic()
     answering = [replica for replica in replicas if replica.avoid_until <= now] or replicas
     return answering[0].url if answering else ""
 
 
-def in_order() -> list[Replica]:
-    """Every replica, the one to try first first: not lately refused, then least loaded."""
-    replicas = _current()
+def in_order(model: str) -> list[Replica]:
+    """Every replica of `model`, the one to try first first: not lately refused, then least loaded."""
+    replicas = _current(upstream_models.serving(model))
     if len(replicas) == 1 and not settings.INFERENCE_RESOLVE_REPLICAS:
         return replicas
     _poll_when_due()
@@ -126,7 +125,7 @@ def _poll_when_due() -> None:
 async def poll() -> None:
     """Resolves the listed names (when asked to) and reads every replica's load once."""
     if settings.INFERENCE_RESOLVE_REPLICAS:
-        for url in listed():
+        for url in upstream_models.listed():
             with contextlib.suppress(OSError):
                 _resolved[url] = await _addresses(url)
     await asyncio.gather(*(_read_metrics(client(), replica) for replica in _current()))

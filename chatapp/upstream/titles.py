@@ -1,4 +1,4 @@
-"""Titles by the model: after a conversation's first answer, the inference service names it.
+"""Titles by the model: after a conversation's first answer, the conversation's model names it.
 
 The first answer's relay asks for it once its final write is done (`request_title`), off the
 event loop; the request itself (not streaming, a few tokens) runs in a Celery task defined here
@@ -22,7 +22,8 @@ from django.db import connections
 from common.vocabulary import GenerationStatus
 
 from .. import selectors, services
-from . import inference_client, inference_replicas
+from . import inference_client
+from . import models as upstream_models
 
 logger = logging.getLogger(__name__)
 
@@ -97,22 +98,25 @@ class NoTitle(Exception):
 _turn = itertools.count()
 
 
-def ask(question: str, answer: str) -> str:
-    """The model's title for a conversation that began with `question` and `answer`.
+def ask(question: str, answer: str, model: str) -> str:
+    """The title by `model` for a conversation that began with `question` and `answer`.
 
-    With several replicas (INFERENCE_URL lists them) they take turns at being tried first, and
-    a refusal that another replica might not repeat passes the request to the next, by the
-    relay's rules (inference_client.refusal, .unreachable). The relay's own choice by load lives
-    on the event loop; a request of 16 tokens does not need it.
+    With several replicas of the model they take turns at being tried first, and a refusal
+    that another replica might not repeat passes the request to the next, by the relay's rules
+    (inference_client.refusal, .unreachable). The relay's own choice by load lives on the event
+    loop; a request of 16 tokens does not need it.
     """
-    replicas = inference_replicas.listed()
+    upstream_models.fresh_now()
+    replicas = upstream_models.serving(model)
+    if not replicas:
+        raise NoTitle(f"no upstream serves the model {model!r}")
     start = next(_turn) % len(replicas)
     failures = []
     for url in replicas[start:] + replicas[:start]:
         try:
             response = httpx2.post(
                 f"{url}/v1/chat/completions",
-                json={"model": settings.CHAT_MODEL, "messages": prompt(question, answer), "stream": False,
+                json={"model": model, "messages": prompt(question, answer), "stream": False,
                       "max_tokens": MAX_TOKENS, "temperature": 0},
                 timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
                                        connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
@@ -167,7 +171,7 @@ def title_conversation(conversation_id: int) -> str | None:
     if first is None:
         return None
     try:
-        title = ask(first.question.content, first.answer.content)
+        title = ask(first.question.content, first.answer.content, first.conversation.model_name)
     except NoTitle as failure:
         logger.warning("conversation %s keeps its first-line title: %s", conversation_id, failure)
         return None

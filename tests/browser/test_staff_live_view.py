@@ -54,6 +54,7 @@ def test_an_admin_sees_the_streaming_answer_and_its_stop_ends_it_as_stopped_by_a
     stopped = Generation.objects.select_related("message").get()
 
     assert user.username in listed and f"#{Conversation.objects.get().pk}" in listed
+    assert generation.model in listed.split("\t")  # the answer's model, as its conversation chose
     # The stand-in says how many it runs and its cache use, but not how many wait.
     assert replica.split("\t") == [upstream.url, "1", "–", "25.0%"]
     assert (stopped.status, stopped.cancelled_by) == ("stopped", "admin")

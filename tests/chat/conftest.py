@@ -4,8 +4,9 @@ from django.db import connections
 from django.test import AsyncClient
 
 from chatapp.streaming import prompt_fit
+from chatapp.upstream import models as upstream_models
 from tests import factories, servers
-from tests.fakes.upstream import FakeUpstream, Script
+from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +26,11 @@ def upstream(fake_upstream_server, settings):
     fake.hung_up.clear()
     fake.requested.clear()
     fake.metrics, fake.metrics_reads = "", 0
+    fake.models = [DEFAULT_MODEL]
     fake.counts.clear()
     prompt_fit.forget()  # what it learned of the last test's upstream
     settings.INFERENCE_URL = url
+    upstream_models.forget()  # what it serves is read again
     return fake
 
 

@@ -159,13 +159,13 @@ async def test_a_resolved_name_stands_for_each_of_its_addresses(api, user, upstr
     assert upstream.metrics_reads >= 1
 
 
-async def test_an_inference_url_that_names_no_service_is_a_502_not_a_crash(api, user, settings):
+async def test_an_inference_url_that_names_no_service_serves_no_model_a_503_not_a_crash(api, user, settings):
     settings.INFERENCE_URL = " , "
 
     response = await response_to(api, user)
 
-    assert response.status_code == 502
-    assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "model_unavailable"
 
 
 @pytest.mark.parametrize("exposition, load", [

@@ -93,7 +93,7 @@ def test_a_conversation_renamed_before_the_task_runs_keeps_its_name(answered, mo
 
 
 def test_a_rename_that_lands_while_the_model_is_asked_is_kept(answered, monkeypatch):
-    def rename_meanwhile(question, answer):  # fault injection: the user renames mid-request
+    def rename_meanwhile(question, answer, model):  # fault injection: the user renames mid-request
         from chatapp import services
 
         services.conversation_update(conversation=Conversation.objects.get(pk=answered.pk), title="My soups")
@@ -107,7 +107,7 @@ def test_a_rename_that_lands_while_the_model_is_asked_is_kept(answered, monkeypa
 
 def test_a_first_message_edited_while_the_model_is_asked_keeps_the_title_of_its_new_first_line(
         answered, monkeypatch):
-    def edit_meanwhile(question, answer):
+    def edit_meanwhile(question, answer, model):
         Conversation.objects.filter(pk=answered.pk).update(title="Salad ideas")
         return "Quick Soup Recipes"
 

@@ -1,6 +1,8 @@
-"""A conversation over the API, answered by the real inference service with the default model."""
+"""A conversation over the API, answered by the real inference service with the default model;
+and two such services under two model names, each conversation answered by its own."""
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -10,6 +12,7 @@ from asgiref.sync import sync_to_async
 from benchmarks.workload import meeting_notes
 from chatapp import selectors
 from chatapp.models import Generation, Message
+from chatapp.upstream import models as upstream_models
 from tests import factories, servers
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
 from tests.inference.serving import metric, real_model_serving
@@ -167,3 +170,46 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
     assert generation.final_text.startswith(text_of(browser.events))
     assert len(generation.final_text) > len(text_of(browser.events))
     assert await sync_to_async(selectors.streams_open)(user=user) == 0
+
+
+# The same weights served again under another name: a second model to choose from.
+OTHER_MODEL = "smollm2-second"
+
+
+@pytest.fixture(scope="module")
+def second_inference_url():
+    with real_model_serving(OTHER_MODEL, max_running=4) as url:
+        yield url
+
+
+def cancelled_on(url: str) -> float:
+    """Requests the service ended because their client went away, once it runs nothing."""
+    servers.wait_until(lambda: metric(httpx.get(f"{url}/metrics").text, "inference_running_sequences") == 0,
+                       30, f"{url} to be working on nothing")
+    return metric(httpx.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
+
+
+async def test_two_conversations_side_by_side_are_each_answered_by_their_own_model_and_both_stop(
+        api, user, settings, real_inference_url, second_inference_url):
+    settings.INFERENCE_URL = f"{real_inference_url},{second_inference_url}"
+    settings.CHAT_MAX_TOKENS = 200
+    upstream_models.forget()
+    first, second = await sync_to_async(lambda: [
+        factories.conversation(owner=user), factories.conversation(owner=user, model=OTHER_MODEL)])()
+    question = "Tell me about the history of France."
+    before = [await sync_to_async(cancelled_on)(url) for url in (real_inference_url, second_inference_url)]
+
+    (stop_first, start_first, after_first), (stop_second, start_second, after_second) = await asyncio.gather(
+        stop_after_deltas(api, first, deltas=2, seen_chars=1, content=question),
+        stop_after_deltas(api, second, deltas=2, seen_chars=1, content=question))
+
+    after = [await sync_to_async(cancelled_on)(url) for url in (real_inference_url, second_inference_url)]
+    generations = await sync_to_async(lambda: [Generation.objects.get(conversation=c) for c in (first, second)])()
+    assert [json.loads(start[0].data)["model"] for start in (start_first, start_second)] == [
+        "SmolLM2-135M-Instruct", OTHER_MODEL]
+    assert [g.model for g in generations] == ["SmolLM2-135M-Instruct", OTHER_MODEL]
+    assert stop_first.status_code == stop_second.status_code == 202
+    assert after_first[-1][1]["status"] == after_second[-1][1]["status"] == "stopped"
+    assert all(g.status == "stopped" and g.cancelled_by == "user" for g in generations)
+    # Each service was asked one answer and freed it at its Stop.
+    assert [a - b for a, b in zip(after, before)] == [1, 1]

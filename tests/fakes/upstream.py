@@ -6,9 +6,13 @@ its client hangs up, so a test can see that the relay closed the upstream connec
 """
 
 import asyncio
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
+
+# The model the tests' settings name (CHAT_MODEL's default), which the stand-in serves unless told.
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 
 
 @dataclass
@@ -31,7 +35,9 @@ class Script:
     # Each content chunk after the first waits for a release of this (by the test, once it has
     # read the previous delta): a relay that keeps up, proven without timing.
     gate: threading.Semaphore | None = None
-    # GET /v1/models says this context (max_model_len); None: the endpoint is missing (404).
+    # The answer is what the upstream was asked (each message as "role: content", a paragraph each).
+    echo: bool = False
+    # GET /v1/models says this context (max_model_len) of each model; None: it says none.
     context_tokens: int | None = None
     # POST /tokenize counts a token per byte of text, far denser than any estimate (a prompt the
     # relay cannot guess); False: the endpoint is missing (404), as on TGI.
@@ -47,6 +53,8 @@ class FakeUpstream:
         self.requested = threading.Event()  # a request came in (a test waits for it, from any thread)
         self.metrics = ""  # what GET /metrics answers (a Prometheus exposition)
         self.metrics_reads = 0
+        # What GET /v1/models lists; None answers 404, as a peer without the endpoint would.
+        self.models: list[str] | None = [DEFAULT_MODEL]
         self.counts: list[dict] = []  # the bodies of POST /tokenize
 
     async def __call__(self, scope, receive, send):
@@ -81,6 +89,9 @@ class FakeUpstream:
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": payload})
             return
+        if script.echo:
+            asked = self.requests[-1][0].get("messages", [])
+            script = dataclasses.replace(script, chunks=["\n\n".join(f"{m['role']}: {m['content']}" for m in asked)])
         listener = asyncio.create_task(self._notice_hang_up(receive))
         headers = [(b"content-type", b"text/event-stream")]
         if script.prompt_tokens_header is not None:
@@ -94,8 +105,9 @@ class FakeUpstream:
     async def _other(self, path: str, body: dict, send) -> None:
         """/v1/models and /tokenize as the script says; anything else is not here."""
         script, found = self.script, None
-        if path == "/v1/models" and script.context_tokens is not None:
-            found = {"object": "list", "data": [{"id": "fake", "max_model_len": script.context_tokens}]}
+        if path == "/v1/models" and self.models is not None:  # vLLM's shape
+            found = {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "fake",
+                                                 "max_model_len": script.context_tokens} for name in self.models]}
         elif path == "/tokenize":
             self.counts.append(body)
         if path == "/tokenize" and script.counts_every_byte:

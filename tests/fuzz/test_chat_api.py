@@ -25,14 +25,15 @@ from tests.inference.serving import real_model_serving
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
 OPERATIONS = operations("openapi-chat.yaml")
+# A conversation's fields (docs/api.md, "A conversation's settings").
+SETTINGS = ("title", "system_prompt", "model", "temperature", "top_p")
 # Bodies with a slot for a hostile value, per endpoint that reads one ("{...}" filled in per test).
 BODY_TEMPLATES = {
     "POST /api/auth/login": {"username": {"username": hostile.SLOT, "password": "x"},
                              "password": {"username": "x", "password": hostile.SLOT}},
-    "POST /api/conversations": {"title": {"title": hostile.SLOT},
-                                "system_prompt": {"system_prompt": hostile.SLOT}},
-    "PATCH /api/conversations/{conversation_id}": {"title": {"title": hostile.SLOT},
-                                                   "system_prompt": {"system_prompt": hostile.SLOT}},
+    "POST /api/conversations": {name: {name: hostile.SLOT} for name in SETTINGS},
+    "PATCH /api/conversations/{conversation_id}": {name: {name: hostile.SLOT} for name in SETTINGS},
+    "POST /api/conversations/{conversation_id}/regenerate": {"model": {"model": hostile.SLOT}},
     "POST /api/conversations/{conversation_id}/messages": {"content": {"content": hostile.SLOT}},
     "POST /api/messages/{message_id}/edit": {"content": {"content": hostile.SLOT}},
     "POST /api/generations/{generation_id}/stop": {"seen_chars": {"seen_chars": hostile.SLOT}},

@@ -33,10 +33,10 @@ def serving(service: InferenceService):
 
 
 @contextmanager
-def real_model_serving(**limits):
-    """The default model served as the chat app names it; yields the base URL."""
+def real_model_serving(model_name: str = "SmolLM2-135M-Instruct", **limits):
+    """The default model served as the chat app names it (or as `model_name`); yields the base URL."""
     engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(**limits))
-    with serving(service_for(engine, "SmolLM2-135M-Instruct")) as url:
+    with serving(service_for(engine, model_name)) as url:
         yield url
 
 

@@ -1,0 +1,143 @@
+"""A conversation's settings in a real browser through nginx: the system prompt reaches the model
+first, the model picker moves the next answer to another upstream, both survive a reload, and a
+refused value is a sentence on the page with nothing stored. Two stand-in upstreams serve two
+models; the first echoes what it was asked."""
+
+import contextlib
+
+import pytest
+
+from chatapp.models import Conversation, Message
+from tests import servers
+from tests.browser.conftest import running_stack, sign_in
+from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
+from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+OTHER_MODEL = "llama-3.2-1b"
+PIRATE = "Talk like a pirate."
+
+
+@pytest.fixture(scope="module")
+def upstreams():
+    with contextlib.ExitStack() as running:
+        pair = []
+        for name in (DEFAULT_MODEL, OTHER_MODEL):
+            fake = FakeUpstream()
+            fake.url = running.enter_context(servers.uvicorn_in_thread(fake))
+            fake.models = [name]
+            pair.append(fake)
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, upstreams, tmp_path_factory):
+    with running_stack(",".join(fake.url for fake in upstreams), tmp_path_factory.mktemp("settings"),
+                       INFERENCE_MODELS_INTERVAL_SECONDS=0.2) as url:
+        yield url
+
+
+@pytest.fixture
+def chat(page, stack, user, upstreams):
+    ours, other = upstreams
+    for fake, name in ((ours, DEFAULT_MODEL), (other, OTHER_MODEL)):
+        fake.requests.clear()
+        fake.models = [name]
+    ours.script, other.script = Script(echo=True), Script(chunks=["Answered by ", "the other model."])
+    sign_in(page, stack, user)
+    wait_for_true(page, f"[...document.querySelectorAll('#model-picker option')].length === 2")
+    return page
+
+
+def open_settings(page) -> None:
+    if page.locator("#settings-panel").is_hidden():
+        page.click("#settings-toggle")
+
+
+def save_settings(page, *, system_prompt: str | None = None, temperature: str | None = None) -> None:
+    open_settings(page)
+    if system_prompt is not None:
+        page.fill("#settings-system-prompt", system_prompt)
+    if temperature is not None:
+        page.fill("#settings-temperature", temperature)
+    page.click("#settings-panel [type=submit]")
+
+
+def test_the_system_prompt_goes_first_the_picked_model_answers_next_and_a_reload_keeps_both(chat, user, upstreams):
+    ours, other = upstreams
+    save_settings(chat, system_prompt=PIRATE)
+    send(chat, "Hello")
+    wait_for_end(chat)
+    echoed = last_answer(chat).locator(".message-content").inner_text()
+
+    chat.select_option("#model-picker", OTHER_MODEL)
+    servers.wait_until(lambda: Conversation.objects.filter(owner=user, model=OTHER_MODEL).exists(), 10,
+                       "the picked model to be stored")
+    send(chat, "And now?")
+    wait_for_end(chat)
+    second = last_answer(chat).locator(".message-content").inner_text()
+    chat.reload()
+    chat.wait_for_selector("#composer")
+    wait_for_true(chat, f"document.getElementById('model-picker').value === {OTHER_MODEL!r}"
+                  " && document.querySelectorAll('#model-picker option').length === 2")
+    open_settings(chat)
+
+    assert echoed.splitlines()[0] == f"system: {PIRATE}"
+    assert ours.requests[0][0]["messages"][0] == {"role": "system", "content": PIRATE}
+    assert second == "Answered by the other model."
+    assert len(ours.requests) == 1 and len(other.requests) == 1
+    assert other.requests[0][0]["model"] == OTHER_MODEL
+    assert other.requests[0][0]["messages"][0] == {"role": "system", "content": PIRATE}
+    assert chat.locator("#settings-system-prompt").input_value() == PIRATE
+    assert chat.locator("#model-picker option").all_inner_texts() == [DEFAULT_MODEL, OTHER_MODEL]
+    assert chat.console_errors == []
+
+
+def test_a_temperature_out_of_range_is_a_sentence_and_nothing_is_stored(chat, user):
+    send(chat, "Hello")
+    wait_for_end(chat)
+
+    save_settings(chat, temperature="2.5")
+
+    chat.wait_for_selector("#settings-error:not([hidden])")
+    assert chat.locator("#settings-error").inner_text() == (
+        "Temperature must be a number from 0 to 2, or empty for the default.")
+    assert Conversation.objects.get(owner=user).temperature is None
+
+
+def test_a_model_gone_since_the_page_loaded_is_refused_with_a_sentence_and_nothing_is_stored(chat, user, upstreams):
+    send(chat, "Hello")
+    wait_for_end(chat)
+    upstreams[1].models = []  # the other upstream no longer serves its model
+    wait_for_true(chat, "fetch('/api/models').then((r) => r.json()).then((j) => j.models.length === 1)")
+    assert chat.locator("#model-picker option").count() == 2  # as the page read them at sign-in
+
+    chat.select_option("#model-picker", OTHER_MODEL)
+
+    chat.wait_for_selector("#settings-error:not([hidden])")
+    assert chat.locator("#settings-error").inner_text() == "That model is not available. Please choose another one."
+    assert Conversation.objects.get(owner=user).model_name == DEFAULT_MODEL
+    wait_for_true(chat, f"document.getElementById('model-picker').value === {DEFAULT_MODEL!r}")
+
+
+def test_a_conversation_whose_model_is_gone_says_so_keeps_the_message_and_can_switch(chat, user, upstreams):
+    chat.select_option("#model-picker", OTHER_MODEL)  # before the conversation exists
+    send(chat, "Hello")
+    wait_for_end(chat)
+    upstreams[1].models = []
+    wait_for_true(chat, "fetch('/api/models').then((r) => r.json()).then((j) => j.models.length === 1)")
+
+    send(chat, "Still there?")
+    chat.wait_for_selector("#alert:not([hidden])")
+    alert = chat.locator("#alert-text").inner_text()
+    wait_for_true(chat, "document.getElementById('composer').value === 'Still there?'")  # given back
+    stored = list(Message.objects.filter(conversation__owner=user).values_list("content", flat=True))
+    chat.select_option("#model-picker", DEFAULT_MODEL)
+    servers.wait_until(lambda: Conversation.objects.get(owner=user).model == DEFAULT_MODEL, 10,
+                       "the picked model to be stored")
+    chat.press("#composer", "Enter")
+    wait_for_end(chat)
+
+    assert alert.startswith("The model this conversation uses is not available right now.")
+    assert stored == ["Hello", "Answered by the other model."]
+    assert last_answer(chat).locator(".message-content").inner_text().splitlines()[-1] == "user: Still there?"
