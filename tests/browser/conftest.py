@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import web_stack
+from harness.page_probes import CHROMIUM, CHROMIUM_ARGS
 from tests import factories, servers
-from tests.browser.page_probes import CHROMIUM, CHROMIUM_ARGS
 from tests.fakes.upstream import FakeUpstream, Script
 
 PASSWORD = "a-long-test-password"
@@ -41,7 +42,7 @@ def running_stack(inference_url: str, tmp_dir: Path, **settings):
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_LOG_LEVEL": "WARNING",
            "DJANGO_SECRET_KEY": "browser-test-secret-" + "x" * 40,
            **{key: str(value) for key, value in settings.items()}}
-    with servers.nginx_and_daphne(env, tmp_dir) as url:
+    with web_stack.nginx_and_daphne(env, tmp_dir) as url:
         yield url
 
 

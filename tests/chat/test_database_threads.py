@@ -2,7 +2,7 @@
 
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import httpx2
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
@@ -18,7 +18,7 @@ def signed_in_daphne(user):
     """A real daphne on the test database (the test client never closes connections) and a
     client signed in to it."""
     with servers.daphne_on(servers.shared_database_url()) as base_url, \
-            httpx.Client(base_url=base_url, timeout=30) as client:
+            httpx2.Client(base_url=base_url, timeout=30) as client:
         servers.sign_in(client, user)
         yield client
 
@@ -27,6 +27,7 @@ def connections_opened(client) -> int:
     return client.get("/api/_probe/connections").json()["opened"]
 
 
+@pytest.mark.process
 def test_requests_one_after_another_open_at_most_one_connection_per_thread(signed_in_daphne):
     client = signed_in_daphne
     before = connections_opened(client)
@@ -51,6 +52,7 @@ def terminate_the_other_backends() -> int:
         return len(cursor.fetchall())
 
 
+@pytest.mark.process
 def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threads(signed_in_daphne):
     client = signed_in_daphne
     before = connections_opened(client)
@@ -61,6 +63,7 @@ def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threa
     assert connections_opened(client) - before <= settings.CHAT_DATABASE_THREADS < 40
 
 
+@pytest.mark.process
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
 def test_losing_every_connection_costs_at_most_one_failed_request_not_one_per_thread(signed_in_daphne):
     client = signed_in_daphne

@@ -5,7 +5,7 @@ The same default model (the GGUF file our service loads, as it is) answers throu
 behaviour the chat app shows with our service to the same account with llama.cpp's.
 """
 
-import httpx
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -50,7 +50,7 @@ def generations_of(conversation) -> list[Generation]:
 
 
 def llama_metric(llama, name: str) -> float:
-    return metric(httpx.get(f"{llama.base_url}/metrics").text, f"llamacpp:{name}")
+    return metric(httpx2.get(f"{llama.base_url}/metrics").text, f"llamacpp:{name}")
 
 
 async def tokens_predicted(llama) -> float:

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 
 from chatapp import titles
 from chatapp.models import Conversation
+from harness import ports
 from tests import factories, servers
 from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 from tests.chat.streams import read_events
@@ -70,7 +71,7 @@ async def test_no_title_is_asked_for_when_model_titles_are_off(api, conversation
 
 
 def test_an_unreachable_inference_service_leaves_the_first_line_title(answered, settings):
-    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()}"
+    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()}"
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"
@@ -167,7 +168,7 @@ def test_the_real_models_title_is_not_saved_over_a_rename(answered, settings, re
 @pytest.mark.slow
 def test_a_replica_that_cannot_be_reached_passes_the_title_request_to_the_next(
         answered, settings, real_inference_url):
-    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()},{real_inference_url}"
+    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()},{real_inference_url}"
 
     for _ in range(2):  # the replicas take turns at being tried first: each is, once
         Conversation.objects.filter(pk=answered.pk).update(title="Soup recipes")
@@ -176,7 +177,7 @@ def test_a_replica_that_cannot_be_reached_passes_the_title_request_to_the_next(
 
 
 def test_no_replica_that_answers_leaves_the_first_line_title(answered, settings):
-    settings.INFERENCE_URL = ",".join(f"http://127.0.0.1:{servers.free_port()}" for _ in range(2))
+    settings.INFERENCE_URL = ",".join(f"http://127.0.0.1:{ports.free_port()}" for _ in range(2))
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"

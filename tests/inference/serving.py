@@ -3,8 +3,10 @@
 import json
 from contextlib import contextmanager
 
-import httpx
+import httpx2
 
+from chatapp.inference_replicas import metric_values
+from chatapp.sse import SSEParser
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
 from inference.server import create_app
@@ -45,25 +47,20 @@ def chat(content: str = "Hello there", **fields) -> dict:
     return body
 
 
-def stream(url: str, body: dict, headers=None) -> tuple[httpx.Response, list]:
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+def stream(url: str, body: dict, headers=None) -> tuple[httpx2.Response, list]:
+    with httpx2.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
                       timeout=60) as response:
-        lines = list(response.iter_lines())
-    return response, sse_events(lines)
+        body = response.read()
+    return response, sse_events(body)
 
 
-def sse_events(lines) -> list:
-    """`data:` payloads of an SSE body, in order: JSON objects, or the string "[DONE]"."""
-    events = []
-    for line in lines:
-        if line.startswith("data: "):
-            payload = line[len("data: "):]
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+def sse_events(body: bytes) -> list:
+    """The events of an SSE body, in order, read by the relay's own parser: the JSON objects,
+    or the string "[DONE]"."""
+    return [event.data if event.data == "[DONE]" else json.loads(event.data)
+            for event in SSEParser().feed(body)]
 
 
 def metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)
+    """One sample's value in a Prometheus text exposition (summed over its labels)."""
+    return metric_values(text)[name]
