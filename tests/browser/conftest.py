@@ -56,7 +56,9 @@ def inference_url():
         yield url
 
 
-@pytest.fixture(scope="module")
+# One stand-in and one stack for every module that needs no settings of its own: each test
+# resets the stand-in's script (`upstream`) and signs in a user of its own.
+@pytest.fixture(scope="session")
 def fake_upstream():
     upstream = FakeUpstream()
     with servers.uvicorn_in_thread(upstream) as url:
@@ -64,7 +66,7 @@ def fake_upstream():
         yield upstream
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack_with_fake_upstream(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
     with running_stack(fake_upstream.url, tmp_path_factory.mktemp("stack")) as url:
         yield url

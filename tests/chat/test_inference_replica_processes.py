@@ -25,9 +25,9 @@ REPLICA_ENV = {"INFERENCE_HOST": "127.0.0.1", "INFERENCE_MATRICES": "plain", "IN
                "INFERENCE_MAX_RUNNING": "4", "INFERENCE_MAX_CACHED_TOKENS": "4096"}
 
 
-@pytest.fixture
-def replica_processes(settings):
-    """Two inference processes, listed in INFERENCE_URL; yields [(url, process)]."""
+@pytest.fixture(scope="module")
+def started_replicas():
+    """Two inference processes, started once for the module: the test that kills one runs last."""
     with contextlib.ExitStack() as running:
         pair = []
         for _ in range(2):
@@ -37,9 +37,15 @@ def replica_processes(settings):
                 commands.inference(), env={**REPLICA_ENV, "INFERENCE_PORT": str(port)},
                 ready_url=f"{url}/health", timeout_s=180))
             pair.append((url, process))
-        settings.INFERENCE_URL = ",".join(url for url, _ in pair)
-        settings.CHAT_MAX_TOKENS = 4
         yield pair
+
+
+@pytest.fixture
+def replica_processes(started_replicas, settings):
+    """The two replicas, listed in INFERENCE_URL; [(url, process)]."""
+    settings.INFERENCE_URL = ",".join(url for url, _ in started_replicas)
+    settings.CHAT_MAX_TOKENS = 4
+    return started_replicas
 
 
 def prompts_served(url: str) -> float:
@@ -63,6 +69,7 @@ async def test_answers_spread_over_both_real_replicas(api, user, replica_process
     assert all(prompts_served(url) > 0 for url, _ in replica_processes)
 
 
+# Last in the module: it kills one of the replicas the module shares.
 async def test_a_real_replica_killed_between_requests_is_skipped_without_an_error(api, user, replica_processes):
     (_, killed), (survivor, _) = replica_processes
     await completed_answer(api, user)
