@@ -2,7 +2,7 @@
 
 Fills a database of the run's own with generations spread over the last `--days` days (one
 INSERT … SELECT from generate_series per 100,000 rows: the server makes them, nothing crosses
-the wire), rolls the past days up (chatapp/rollups.py, timed), then times GET /staff/audit/
+the wire), rolls the past days up (chatapp/staff/rollups.py, timed), then times GET /staff/audit/
 through Django's whole request path (middleware, view, template; the test client, no socket)
 for the default 14 days and for a whole year. Target: every page under 300 ms with rollups.
 The page without rollups (the raw rows of 14 days) is timed too, for comparison.
@@ -73,18 +73,19 @@ def _measure(database_url: str, generations: int, days: int, requests: int) -> d
     import django
 
     django.setup()
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
     from django.urls import reverse
     from django.utils import timezone
 
-    from chatapp.rollups import roll_up_missing_days
-    from tests import factories
+    from chatapp.models import Conversation
+    from chatapp.staff.rollups import roll_up_missing_days
 
     call_command("migrate", "--noinput", verbosity=0)
-    staff = factories.user(is_staff=True)
-    conversation = factories.conversation(owner=staff)
+    staff = get_user_model().objects.create_user("audit-bench", is_staff=True)
+    conversation = Conversation.objects.create(owner=staff)
     started = time.perf_counter()
     with connection.cursor() as cursor:
         for first in range(0, generations, BATCH):

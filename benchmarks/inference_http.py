@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx2
 
-from chatapp.sse import SSEParser
+from chatapp.upstream.sse import SSEParser
 from harness.child_process import ChildProcess
 from harness.ports import free_port
 

@@ -74,7 +74,7 @@ class Target:
 
     async def stream(self, connection: Connection, tokens: int, conversation: int | None,
                      go: asyncio.Event, delay_s: float) -> Stream:
-        from chatapp.sse import SSEParser  # late: importing chatapp loads its Celery app
+        from chatapp.upstream.sse import SSEParser  # late: importing chatapp loads its Celery app
 
         stream, parser = Stream(), SSEParser()
         if self.path == DIRECT:

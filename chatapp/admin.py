@@ -76,7 +76,7 @@ class GenerationAdmin(ReviewOnlyAdmin):
 
 @admin.register(DailyRollup)
 class DailyRollupAdmin(ReviewOnlyAdmin):
-    """The days the staff page reads instead of their generations (chatapp/rollups.py)."""
+    """The days the staff page reads instead of their generations (chatapp/staff/rollups.py)."""
 
     list_display = ["day", "generations", "cancelled", "input_tokens", "output_tokens", "ttft_p50_ms",
                     "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms", "errors", "computed_at"]

@@ -2,7 +2,7 @@
 
 Session authentication, CSRF on every unsafe method (Django's middleware), and every object
 scoped to its owner. Errors before any stream starts are `{"error": {"code", "message"}}` with
-the right status; after the first byte they travel as stream events (see chatapp/relay.py).
+the right status; after the first byte they travel as stream events (see chatapp/streaming/relay.py).
 """
 
 import functools
@@ -15,11 +15,14 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import answer_start, live_view, login_limit, request_input, selectors, services, watch
-from .database_threads import on_database_thread
+from . import login_limit, request_input, selectors, services
 from .errors import ApiError
-from .inference_client import UpstreamRefused
-from .relay import Relay, tell_relay_to_stop
+from .runtime.database_threads import on_database_thread
+from .staff import live_view
+from .staff import selectors as staff_selectors
+from .streaming import answer_start, watch
+from .streaming.relay import Relay, tell_relay_to_stop
+from .upstream.inference_client import UpstreamRefused
 
 
 def error_response(status: int, code: str, message: str) -> JsonResponse:
@@ -245,7 +248,7 @@ async def generation(request, user, generation_id: int):
 
 @endpoint("GET")
 async def generation_events(request, user, generation_id: int):
-    """The watch stream: another page follows an answer it did not start (chatapp/watch.py)."""
+    """The watch stream: another page follows an answer it did not start (chatapp/streaming/watch.py)."""
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     return event_stream(watch.events(found))
 
@@ -272,7 +275,7 @@ async def _stopped(generation, *, seen_chars: int | None, cancelled_by: Cancelle
     return JsonResponse({"id": generation.pk, "status": stopping.status}, status=202)
 
 
-# --- staff: the live view (chatapp/live_view.py) ---
+# --- staff: the live view (chatapp/staff/live_view.py) ---
 def staff_only(user) -> None:
     if not user.is_staff:
         raise ApiError(403, "staff_only", "only staff may use this")
@@ -289,14 +292,14 @@ async def live_events(request, user):
 async def staff_stop(request, user, generation_id: int):
     """An admin's Stop of anyone's answer: as the user's, but the user keeps all they were sent."""
     staff_only(user)
-    found = await on_database_thread(live_view.generation_of_anyone)(generation_id=generation_id)
+    found = await on_database_thread(staff_selectors.generation_of_anyone)(generation_id=generation_id)
     return await _stopped(found, seen_chars=None, cancelled_by=CancelledBy.ADMIN)
 
 
 # --- streaming ---
 async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     """Decides every refusal first, then opens the upstream and writes the rows at once, and
-    only once both are done starts our stream (see chatapp/answer_start.py)."""
+    only once both are done starts our stream (see chatapp/streaming/answer_start.py)."""
     started = time.monotonic()
     plan = await on_database_thread(plan_answer)()
     try:

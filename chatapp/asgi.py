@@ -4,7 +4,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
 
-from chatapp.asgi_handler import application as django_asgi_application  # noqa: E402
+from chatapp.runtime.asgi_handler import application as django_asgi_application  # noqa: E402
 
 # Django must be set up before anything imports models.
 django_application = django_asgi_application()

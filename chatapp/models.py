@@ -138,7 +138,7 @@ class Generation(models.Model):
 
 
 class DailyRollup(models.Model):
-    """One UTC day of the audit log summed up (chatapp/rollups.py), so the staff page reads a row
+    """One UTC day of the audit log summed up (chatapp/staff/rollups.py), so the staff page reads a row
     per past day instead of every generation; the fields are those of audit.DayTotals."""
 
     day = models.DateField(unique=True)

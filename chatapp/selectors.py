@@ -1,4 +1,8 @@
-"""Reads, always scoped to their owner."""
+"""Reads of the conversation core, scoped to their owner where a user asks.
+
+The background work's reads (the titles, the reaper) name the rows they mean instead. The staff
+pages' reads, across every owner, are staff/selectors.py.
+"""
 
 from dataclasses import dataclass
 
@@ -78,6 +82,39 @@ def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
                        own_length=Length("final_text"))
              .get())
     return Progress(found, found.saved_length, found.saved_after, found.own_length)
+
+
+def generations_stale(*, cutoff) -> list[Generation]:
+    """The live generations whose relay last beat before `cutoff`: their text saved so far."""
+    return list(Generation.objects.filter(status__in=Generation.LIVE_STATUSES, heartbeat_at__lt=cutoff)
+                .only("pk", "final_text"))
+
+
+def questions_before(*, conversation_id: int, message_id: int) -> int:
+    """The user's messages in the conversation before the message `message_id`."""
+    return Message.objects.filter(conversation_id=conversation_id, role=Message.Role.USER,
+                                  pk__lt=message_id).count()
+
+
+@dataclass(frozen=True)
+class FirstExchange:
+    conversation: Conversation
+    question: Message
+    answer: Message
+
+
+def first_exchange(*, conversation_id: int) -> FirstExchange | None:
+    """A conversation its user has not named, with its first question and that question's
+    complete answer; None when it is gone, named, or its first answer is not complete."""
+    conversation = Conversation.objects.filter(pk=conversation_id, title_set_by_user=False).first()
+    if conversation is None:
+        return None
+    first = list(conversation.messages.filter(role__in=[Message.Role.USER, Message.Role.ASSISTANT])
+                 .order_by("pk")[:2])
+    if ([m.role for m in first] != [Message.Role.USER, Message.Role.ASSISTANT]
+            or first[1].status not in (MessageStatus.COMPLETED, MessageStatus.TRUNCATED)):
+        return None
+    return FirstExchange(conversation, *first)
 
 
 def stop_requested(*, generation_id: int) -> bool:

@@ -43,6 +43,13 @@ def conversation_delete(*, conversation: Conversation) -> None:
     conversation.save(update_fields=["deleted_at"])
 
 
+def conversation_title_by_model(*, conversation_id: int, title: str, replacing: str) -> bool:
+    """The model's title, saved unless the user named the conversation or its title is no longer
+    `replacing` (a rename, or an edit of the first message, since the read wins)."""
+    return bool(Conversation.objects.filter(pk=conversation_id, title_set_by_user=False, title=replacing)
+                .update(title=title))
+
+
 def _title(title: str) -> str:
     if len(title) > 200:
         raise ApiError(400, "title_too_long", "a title holds at most 200 characters")

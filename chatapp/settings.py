@@ -28,7 +28,7 @@ try:
     )
     ALLOWED_HOSTS = env.words("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
     CSRF_TRUSTED_ORIGINS = env.words("CSRF_TRUSTED_ORIGINS")
-    # One or several replicas, comma-separated (chatapp/inference_replicas.py).
+    # One or several replicas, comma-separated (chatapp/upstream/inference_replicas.py).
     INFERENCE_URL = env.string("INFERENCE_URL", "http://127.0.0.1:8001").rstrip("/")
     INFERENCE_METRICS_INTERVAL_SECONDS = env.number("INFERENCE_METRICS_INTERVAL_SECONDS", 2.0, minimum=0.1)
     INFERENCE_AVOID_SECONDS = env.number("INFERENCE_AVOID_SECONDS", 10.0, minimum=0)
@@ -42,14 +42,14 @@ try:
     # The default model loops under greedy decoding, so chat samples by default.
     CHAT_TEMPERATURE = env.number("CHAT_TEMPERATURE", 0.7, minimum=0)
     CHAT_TOP_P = env.number("CHAT_TOP_P", 0.9, minimum=0.01)
-    # After a conversation's first answer the model names it (chatapp/titles.py).
+    # After a conversation's first answer the model names it (chatapp/upstream/titles.py).
     CHAT_MODEL_TITLES = env.boolean("CHAT_MODEL_TITLES", True)
     CHAT_CONTEXT_TOKENS = env.integer("CHAT_CONTEXT_TOKENS", 2048, minimum=64)
     CHAT_MAX_MESSAGE_CHARS = env.integer("CHAT_MAX_MESSAGE_CHARS", 8000, minimum=1)
     CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
     CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)
-    # A watch stream (chatapp/watch.py) reads its answer's saved rows this often.
+    # A watch stream (chatapp/streaming/watch.py) reads its answer's saved rows this often.
     CHAT_WATCH_INTERVAL_SECONDS = env.number("CHAT_WATCH_INTERVAL_SECONDS", 1.0, minimum=0.01)
     CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
     # A relay proves it is alive on a timer of its own, tokens or not; a streaming answer whose
@@ -58,11 +58,11 @@ try:
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
     # How often that check runs: Celery beat with Redis, `manage.py reap_streams` without.
     CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 15.0, minimum=0.1)
-    # Audit rows and deleted conversations older than this many days are purged (chatapp/retention.py);
+    # Audit rows and deleted conversations older than this many days are purged (chatapp/staff/retention.py);
     # 0 keeps them forever.
     CHAT_RETENTION_DAYS = env.integer("CHAT_RETENTION_DAYS", 0, minimum=0)
     # Threads that run the async views' database work, each with a connection it keeps
-    # (chatapp/database_threads.py): at most this many connections per daphne process.
+    # (chatapp/runtime/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
     INFERENCE_CONNECT_TIMEOUT_SECONDS = env.number("INFERENCE_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1)
     # Between two upstream reads; the inference service sends a heartbeat every 15 s while quiet.
@@ -89,8 +89,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Writers queue for the lock instead of failing with "database is locked" when a
     # transaction that began reading must upgrade to writing; within one process they queue in
-    # Python (chatapp/sqlite_queue), which hands the lock on at once.
-    DATABASES["default"]["ENGINE"] = "chatapp.sqlite_queue"
+    # Python (chatapp/runtime/sqlite_queue), which hands the lock on at once.
+    DATABASES["default"]["ENGINE"] = "chatapp.runtime.sqlite_queue"
     # WAL: readers go on while one writes. synchronous=NORMAL: a commit appends to the log
     # without waiting for the disk (an fsync, milliseconds, in front of every answer's first
     # token); the log is synced at checkpoints, so a crash of the process loses nothing and a
@@ -115,15 +115,15 @@ INSTALLED_APPS = [
 ]
 
 # Django's standard stack, each class a subclass whose hooks run on the event loop under ASGI
-# instead of a hop to a worker thread apiece (chatapp/middleware.py).
+# instead of a hop to a worker thread apiece (chatapp/runtime/middleware.py).
 MIDDLEWARE = [
-    "chatapp.middleware.Security",
-    "chatapp.middleware.Session",
-    "chatapp.middleware.Common",
-    "chatapp.middleware.Csrf",
-    "chatapp.middleware.Authentication",
-    "chatapp.middleware.Messages",
-    "chatapp.middleware.XFrameOptions",
+    "chatapp.runtime.middleware.Security",
+    "chatapp.runtime.middleware.Session",
+    "chatapp.runtime.middleware.Common",
+    "chatapp.runtime.middleware.Csrf",
+    "chatapp.runtime.middleware.Authentication",
+    "chatapp.runtime.middleware.Messages",
+    "chatapp.runtime.middleware.XFrameOptions",
 ]
 
 ROOT_URLCONF = "chatapp.urls"
@@ -167,7 +167,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = CHAT_SECURE_COOKIES
 SECURE_HSTS_SECONDS = 365 * 24 * 3600 if CHAT_SECURE_COOKIES else 0
-# The checks look for Django's middleware by its dotted path; chatapp.middleware.Security,
+# The checks look for Django's middleware by its dotted path; chatapp.runtime.middleware.Security,
 # Csrf and XFrameOptions are subclasses of those very classes (they only run their hooks on the
 # event loop), so the protection is in place and these warnings do not apply. Django then skips
 # the HSTS checks too: tests/test_settings.py checks the cookie and HSTS values itself.

@@ -1,4 +1,8 @@
-"""Background work (Celery; run eagerly in-process when REDIS_URL is unset)."""
+"""Background work (Celery; run eagerly in-process when REDIS_URL is unset).
+
+The model's titles are a task of their own, next to the request they make (upstream/titles.py;
+celery.py has the worker import it).
+"""
 
 import logging
 from datetime import timedelta
@@ -7,8 +11,8 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from . import retention, rollups, services, titles
-from .models import Generation
+from . import selectors, services
+from .staff import retention, rollups
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +27,8 @@ def fail_interrupted_streams() -> int:
     counts as theirs.
     """
     cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_STREAM_SECONDS)
-    stale = Generation.objects.filter(status__in=Generation.LIVE_STATUSES, heartbeat_at__lt=cutoff)
     ended = 0
-    for generation in stale.only("pk", "final_text"):
+    for generation in selectors.generations_stale(cutoff=cutoff):
         finished = services.generation_finish(
             generation_id=generation.pk, unless_heartbeat_since=cutoff, outcome=services.Outcome(
                 text=generation.final_text, error_code="interrupted",
@@ -38,7 +41,7 @@ def fail_interrupted_streams() -> int:
 
 @shared_task
 def purge_expired_records() -> dict:
-    """Deletes what is older than CHAT_RETENTION_DAYS (see chatapp/retention.py); off at 0.
+    """Deletes what is older than CHAT_RETENTION_DAYS (see chatapp/staff/retention.py); off at 0.
 
     The days about to lose their rows are rolled up first, so the staff charts keep them.
     """
@@ -57,9 +60,3 @@ def roll_up_audit_days() -> list[str]:
     if days:
         logger.info("rolled up %d day(s) of the audit log, up to %s", len(days), days[-1])
     return [day.isoformat() for day in days]
-
-
-@shared_task
-def title_conversation(conversation_id: int) -> str | None:
-    """Names a conversation after its first answer (chatapp/titles.py); None leaves its title."""
-    return titles.title_conversation(conversation_id)

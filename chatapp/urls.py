@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from . import api, audit_views, views
+from . import api, views
+from .staff import audit_views
 
 api_patterns = [
     path("auth/session", api.session, name="session"),

@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.static import serve
 
-from .database_threads import on_database_thread
+from .runtime.database_threads import on_database_thread
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-// The staff's live view (staff/live/, chatapp/live_view.py): the answers streaming now and each
+// The staff's live view (staff/live/, chatapp/staff/live_view.py): the answers streaming now and each
 // inference replica's load, redrawn from each `live` event, with a Stop for every answer.
 import { api } from "./api.js";
 

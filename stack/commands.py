@@ -5,7 +5,7 @@ among a machine's processes by the same module names)."""
 import sys
 from pathlib import Path
 
-DAPHNE_MODULE = "chatapp.daphne_uvloop"
+DAPHNE_MODULE = "stack.daphne_uvloop"
 INFERENCE_MODULE = "inference"
 ASGI_APPLICATION = "chatapp.asgi:application"
 

@@ -2,7 +2,7 @@
 
 Several processes share the work only when they share a channel layer (Redis): a Stop sent to
 one must reach the stream another holds. Without Redis, on SQLite (whose writers queue for the
-file's lock within one process only: chatapp/sqlite_queue), or without nginx to spread requests
+file's lock within one process only: chatapp/runtime/sqlite_queue), or without nginx to spread requests
 over them, one process serves, whatever was asked.
 """
 

@@ -43,7 +43,7 @@ def pytest_sessionfinish(session, exitstatus):
 def database_threads_close_their_connections_after_each_test():
     """The async views keep connections on their threads: the test database is dropped at the end."""
     yield
-    database_threads = sys.modules.get("chatapp.database_threads")  # imported only by app tests
+    database_threads = sys.modules.get("chatapp.runtime.database_threads")  # imported only by app tests
     if database_threads is not None:
         database_threads.close_connections()
 

@@ -5,7 +5,7 @@ import json
 from asgiref.testing import ApplicationCommunicator
 from django.core.handlers.asgi import ASGIHandler
 
-from chatapp.asgi_handler import SharedThreadASGIHandler
+from chatapp.runtime.asgi_handler import SharedThreadASGIHandler
 
 
 async def thread_of_one_request(handler) -> str:

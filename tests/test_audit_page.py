@@ -6,9 +6,9 @@ import pytest
 from django.urls import reverse
 from django.utils.html import escape
 
-from chatapp.audit import BadPeriod, parse_period
+from chatapp.staff.audit import BadPeriod, parse_period
 from chatapp.models import Generation
-from chatapp.svg_charts import line_chart
+from chatapp.staff.svg_charts import line_chart
 from common.vocabulary import CancelledBy, FinishReason
 from tests import factories
 

@@ -112,7 +112,7 @@ def test_without_redis_everything_runs_in_process():
     assert loaded["CHANNEL_LAYERS"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     assert loaded["CACHES"]["default"]["BACKEND"].endswith("LocMemCache")
     assert loaded["CELERY_TASK_ALWAYS_EAGER"] is True
-    assert loaded["ENGINE"] == "chatapp.sqlite_queue"  # SQLite, its writers queued in Python
+    assert loaded["ENGINE"] == "chatapp.runtime.sqlite_queue"  # SQLite, its writers queued in Python
 
 
 @pytest.mark.process

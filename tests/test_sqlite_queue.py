@@ -9,7 +9,7 @@ from django.db.utils import ConnectionHandler
 @pytest.fixture
 def database(tmp_path, django_db_blocker):
     """A SQLite file of its own, outside the test database (which may be PostgreSQL)."""
-    queued = {"ENGINE": "chatapp.sqlite_queue", "NAME": str(tmp_path / "queued.sqlite3"),
+    queued = {"ENGINE": "chatapp.runtime.sqlite_queue", "NAME": str(tmp_path / "queued.sqlite3"),
               "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 5}}
     handler = ConnectionHandler({"default": queued, "queued": queued})
     with django_db_blocker.unblock():

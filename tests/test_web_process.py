@@ -7,7 +7,7 @@ import subprocess
 import httpx2
 import pytest
 
-from chatapp.daphne_uvloop import LISTEN_BACKLOG
+from stack.daphne_uvloop import LISTEN_BACKLOG
 
 
 def test_the_web_process_runs_daphne_on_uvloops_event_loop(probe_app_port):

@@ -2,7 +2,7 @@
 
 import json
 
-from chatapp.sse import SSEParser
+from chatapp.upstream.sse import SSEParser
 
 
 async def read_events(response, gate=None) -> list[tuple[str, dict | None]]:

@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from chatapp.database_threads import close_broken_connections
+from chatapp.runtime.database_threads import close_broken_connections
 from tests import servers
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp.database_threads import on_database_thread
+from chatapp.runtime.database_threads import on_database_thread
 from chatapp.models import Generation, Message
 from tests import servers
 from tests.chat.streams import Browser, text_of

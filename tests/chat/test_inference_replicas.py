@@ -10,7 +10,7 @@ import threading
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp import inference_replicas
+from chatapp.upstream import inference_replicas
 from tests import factories, servers
 from tests.chat.streams import read_events, text_of
 from tests.fakes.upstream import FakeUpstream, Script

@@ -8,7 +8,8 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from chatapp import live_view
+from chatapp.staff import selectors as staff_selectors
+from chatapp.upstream.replica_figures import parse_load, replica_loads
 from chatapp.models import Generation
 from chatapp.replica_figures import parse_load, replica_loads
 from common.vocabulary import GenerationStatus
@@ -88,7 +89,7 @@ def test_the_streams_listed_are_every_users_live_answers_only(user, other_user):
     theirs = answer_in(factories.conversation(owner=other_user))
     answer_in(mine.conversation, finish_reason="stop")
 
-    streams = live_view.streams_now()
+    streams = staff_selectors.streams_now()
 
     assert [s["generation_id"] for s in streams] == [mine.pk, theirs.pk]
     assert streams[0]["username"] == user.username and streams[0]["conversation_title"] == "Mine"

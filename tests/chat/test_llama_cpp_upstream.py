@@ -9,7 +9,7 @@ import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp import titles
+from chatapp.upstream import titles
 from chatapp.models import Conversation, Generation, Message
 from inference.engine import loader
 from tests import factories, servers

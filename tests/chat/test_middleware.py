@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient
 
-from chatapp import middleware
+from chatapp.runtime import middleware
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

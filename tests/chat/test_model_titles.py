@@ -7,7 +7,7 @@ import os
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp import titles
+from chatapp.upstream import titles
 from chatapp.models import Conversation
 from harness import ports
 from tests import factories, servers
@@ -82,6 +82,16 @@ def test_an_inference_service_that_refuses_leaves_the_first_line_title(answered,
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"
+
+
+@pytest.mark.parametrize("status, asked", [(503, 2), (429, 2), (500, 2), (400, 1)])
+def test_a_title_request_passes_to_the_next_replica_by_the_relays_refusal_rules(
+        answered, upstream, settings, status, asked):
+    settings.INFERENCE_URL = f"{settings.INFERENCE_URL},{settings.INFERENCE_URL}"  # the stand-in twice
+    upstream.script.status = status
+
+    assert titles.title_conversation(answered.pk) is None
+    assert len(upstream.requests) == asked  # busy or failing: the next; the request refused: nobody else
 
 
 def test_an_answer_that_is_no_chat_completion_leaves_the_first_line_title(answered, upstream):

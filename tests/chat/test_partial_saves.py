@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from chatapp import services
-from chatapp.database_threads import on_database_thread
+from chatapp.runtime.database_threads import on_database_thread
 from chatapp.models import Generation, Message
-from chatapp.partial_saves import PartialSaves
+from chatapp.streaming.partial_saves import PartialSaves
 from common.vocabulary import GenerationStatus
 from tests import factories
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from chatapp.models import Conversation, DailyRollup, Generation, Message
-from chatapp.retention import purge_expired
+from chatapp.staff.retention import purge_expired
 from chatapp.tasks import purge_expired_records
 from harness import waiting
 from tests import factories

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 
 from chatapp.models import Generation
-from chatapp.sse import SSEParser
+from chatapp.upstream.sse import SSEParser
 from harness import child_process, ports
 from stack import commands
 from tests import servers

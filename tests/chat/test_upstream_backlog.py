@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from chatapp.inference_client import UpstreamBroken, UpstreamChunk
-from chatapp.upstream_backlog import UpstreamBacklog
+from chatapp.upstream.inference_client import UpstreamBroken, UpstreamChunk
+from chatapp.streaming.upstream_backlog import UpstreamBacklog
 
 async def scripted(chunks, then=None):
     for chunk in chunks:

@@ -5,8 +5,8 @@ from contextlib import contextmanager
 
 import httpx2
 
-from chatapp.inference_replicas import metric_values
-from chatapp.sse import SSEParser
+from chatapp.upstream.inference_replicas import metric_values
+from chatapp.upstream.sse import SSEParser
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
 from inference.server import create_app

@@ -1,10 +1,10 @@
 """The relay: one answer, from the inference service to the browser.
 
 It sends what is ready and never waits: the upstream's chunks are read ahead into a backlog
-(chatapp/upstream_backlog.py), and everything waiting there leaves as one `delta` event, so a
+(chatapp/streaming/upstream_backlog.py), and everything waiting there leaves as one `delta` event, so a
 relay that keeps up sends one event per chunk and one that falls behind sends fewer, larger
 ones. The first delta always goes alone. Nothing waits for the database either (the partial
-text is handed in at most once per interval to chatapp/partial_saves.py, which saves every
+text is handed in at most once per interval to chatapp/streaming/partial_saves.py, which saves every
 relay's together, in the background). The relay ends in exactly one
 final write, whatever ends it: the upstream finishing or failing, the browser leaving (Django
 cancels us), a Stop from any process (the channel layer), or the time limit. That write is
@@ -30,11 +30,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from . import selectors, services, sse, titles
-from .database_threads import on_database_thread
-from .inference_client import UpstreamBroken, UpstreamStream
+from .. import selectors, services
+from ..runtime.database_threads import on_database_thread
+from ..runtime.to_the_end import to_the_end
+from ..upstream import titles
+from ..upstream.inference_client import UpstreamBroken, UpstreamStream
+from . import sse
 from .partial_saves import partial_saves
-from .to_the_end import to_the_end
 from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)

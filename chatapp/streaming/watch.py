@@ -19,9 +19,11 @@ from collections.abc import AsyncIterator
 
 from django.conf import settings
 
-from . import selectors, sse, titles
-from .database_threads import on_database_thread
-from .models import Generation
+from .. import selectors
+from ..models import Generation
+from ..runtime.database_threads import on_database_thread
+from ..upstream import titles
+from . import sse
 
 
 async def events(generation: Generation) -> AsyncIterator[bytes]:

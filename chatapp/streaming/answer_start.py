@@ -15,10 +15,10 @@ from django.conf import settings
 
 from common.vocabulary import CancelledBy
 
-from . import services
-from .database_threads import on_database_thread
-from .inference_client import UpstreamRefused, UpstreamStream
-from .to_the_end import to_the_end
+from .. import services
+from ..runtime.database_threads import on_database_thread
+from ..runtime.to_the_end import to_the_end
+from ..upstream.inference_client import UpstreamRefused, UpstreamStream
 
 
 async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, UpstreamStream]:

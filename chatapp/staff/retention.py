@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from .models import Conversation, Generation, Message
+from . import services
 
 BATCH_SIZE = 1000
 
@@ -43,30 +42,6 @@ def purge_expired(now: datetime | None = None, batch_size: int = BATCH_SIZE) -> 
     before = cutoff(now)
     if before is None:
         return Purged()
-    generations = _delete_in_batches(
-        Generation.objects.filter(started_at__lt=before).exclude(status__in=Generation.LIVE_STATUSES),
-        batch_size)
-    # A conversation with an audit row left (one still streaming) waits for a later round.
-    expired = Conversation.objects.filter(deleted_at__lt=before, generations__isnull=True)
-    messages = conversations = 0
-    for conversation_ids in _id_batches(expired, batch_size):
-        messages += _delete_in_batches(Message.objects.filter(conversation_id__in=conversation_ids), batch_size)
-        conversations += _delete_in_batches(Conversation.objects.filter(pk__in=conversation_ids), batch_size)
+    generations = services.generations_purge(before=before, batch_size=batch_size)
+    conversations, messages = services.conversations_purge(before=before, batch_size=batch_size)
     return Purged(generations=generations, conversations=conversations, messages=messages)
-
-
-def _id_batches(queryset, batch_size: int):
-    """Successive batches of the queryset's primary keys, each read afresh after the last is done."""
-    last = 0
-    while ids := list(queryset.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:batch_size]):
-        yield ids
-        last = ids[-1]
-
-
-def _delete_in_batches(queryset, batch_size: int) -> int:
-    deleted = 0
-    for ids in _id_batches(queryset, batch_size):
-        with transaction.atomic():
-            # Plain DELETE by primary key: what refers to these rows is gone already or SET_NULL.
-            deleted += queryset.model.objects.filter(pk__in=ids).delete()[1].get(queryset.model._meta.label, 0)
-    return deleted

@@ -24,8 +24,10 @@ import httpx2
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from .http_client import client
+
 # Sequences a replica is serving or holding, by the names its kind of server gives them: ours,
-# vLLM's, llama.cpp's (the live view shows them apart, chatapp/replica_figures.py).
+# vLLM's, llama.cpp's (the live view shows them apart, chatapp/upstream/replica_figures.py).
 RUNNING_METRICS = ("inference_running_sequences", "vllm:num_requests_running", "llamacpp:requests_processing")
 WAITING_METRICS = ("inference_waiting_sequences", "vllm:num_requests_waiting", "llamacpp:requests_deferred")
 _LOAD_METRICS = {*RUNNING_METRICS, *WAITING_METRICS}
@@ -115,8 +117,6 @@ def _poll_when_due() -> None:
 
 async def poll() -> None:
     """Resolves the listed names (when asked to) and reads every replica's load once."""
-    from .inference_client import client  # which imports this module
-
     if settings.INFERENCE_RESOLVE_REPLICAS:
         for url in listed():
             with contextlib.suppress(OSError):

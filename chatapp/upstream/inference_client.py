@@ -1,12 +1,10 @@
 """The client side of any OpenAI-compatible streaming upstream (our service, vLLM, TGI, llama.cpp).
 
-One `httpx2.AsyncClient` per process and event loop, with timeouts fit for a slow first token
-and a pool sized for many concurrent streams. httpx2 is pydantic's maintained fork of httpx,
-with the same API: httpx 0.28's pool scanned every connection for every request, a sixth of
-daphne's time at 50 streams (BENCHMARKS.md). Refusals before the first byte raise
-`UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk iterator. Of
-several replicas (chatapp/inference_replicas.py) the least loaded is asked first, and a refusal
-that another replica might not repeat (unreachable, 5xx, busy) passes the request on to the next.
+Requests go through the process's client for their loop (http_client.py). Refusals before the
+first byte raise `UpstreamRefused`; trouble after it raises `UpstreamBroken` from the chunk
+iterator. Of several replicas (inference_replicas.py) the least loaded is asked first, and a
+refusal that another replica might not repeat (unreachable, 5xx, busy) passes the request on to
+the next.
 """
 
 import asyncio
@@ -21,8 +19,8 @@ from django.conf import settings
 from common.vocabulary import FinishReason
 
 from . import inference_replicas
+from .http_client import client
 from .inference_replicas import Replica
-from .per_loop import per_loop
 from .sse import SSEParser
 
 # Peers name the same ends differently; TGI says stop_sequence and eos_token.
@@ -55,18 +53,6 @@ class UpstreamChunk:
     text: str = ""
     finish_reason: FinishReason | None = None
     usage: dict | None = None
-
-
-def _new_client() -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
-                               connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
-        limits=httpx2.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,
-                             max_keepalive_connections=100),
-    )
-
-
-client = per_loop(_new_client)  # its connections belong to the loop they were opened on
 
 
 # How long the end of a finished answer's HTTP body may take to arrive after [DONE]: it is
@@ -144,16 +130,12 @@ async def _response(replica: Replica, payload: dict, request_id: str) -> httpx2.
     )
     try:
         response = await client().send(request, stream=True)
-    except httpx2.TimeoutException as error:
-        raise UpstreamRefused(504, "upstream_timeout",
-                              f"the inference service did not answer in time ({error!r})", elsewhere=True) from error
     except httpx2.TransportError as error:
-        raise UpstreamRefused(502, "upstream_unreachable",
-                              f"the inference service is unreachable ({error!r})", elsewhere=True) from error
+        raise unreachable(error) from error
     if response.status_code != 200:
         body = await response.aread()
         await response.aclose()
-        raise _refusal(response.status_code, body)
+        raise refusal(response.status_code, body)
     return response
 
 
@@ -192,7 +174,18 @@ def _count(header: str | None) -> int | None:
     return int(digits)
 
 
-def _refusal(status: int, body: bytes) -> UpstreamRefused:
+# The refusal rules, one for the relay and the titles: what passes a request on to the next replica.
+def unreachable(error: httpx2.HTTPError) -> UpstreamRefused:
+    """No answer from the replica (a timeout, a connection that failed): another may answer."""
+    if isinstance(error, httpx2.TimeoutException):
+        return UpstreamRefused(504, "upstream_timeout",
+                               f"the inference service did not answer in time ({error!r})", elsewhere=True)
+    return UpstreamRefused(502, "upstream_unreachable", f"the inference service is unreachable ({error!r})",
+                           elsewhere=True)
+
+
+def refusal(status: int, body: bytes) -> UpstreamRefused:
+    """The replica's answer other than 200, as a refusal."""
     try:
         detail = json.loads(body)["error"]["message"]
     except (ValueError, KeyError, TypeError):

@@ -1,7 +1,7 @@
 """The numbers behind the staff audit page: period parsing, per-day totals, percentiles.
 
 A day's totals come from its raw rows (fetched with `.values_list`) or from its rollup
-(chatapp/rollups.py, which computes them with the same code); rows are aggregated in Python, so the same code runs on
+(chatapp/staff/rollups.py, which computes them with the same code); rows are aggregated in Python, so the same code runs on
 SQLite and PostgreSQL (no database-specific percentile or date-truncation functions).
 """
 

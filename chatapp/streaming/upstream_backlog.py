@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from common.vocabulary import FinishReason
 
-from .inference_client import UpstreamChunk
+from ..upstream.inference_client import UpstreamChunk
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
-"""Server-sent events: an incremental parser for upstream streams and the writer for ours.
+"""Server-sent events read from upstream: an incremental parser.
 
 The parser takes network reads as they come: half an event, several events, a multi-byte
 character split across reads, CRLF or CR line ends, comments, multi-line `data:`.
 """
 
 import codecs
-import json
 from dataclasses import dataclass
 
 
@@ -64,32 +63,3 @@ def _split_line(text: str) -> tuple[str, str | None, str]:
         return "", None, text  # a CR alone or the start of CRLF: wait for the next read
     end = 2 if text[carriage + 1] == "\n" else 1
     return text[:carriage], text[carriage:carriage + end], text[carriage + end:]
-
-
-def event(name: str, payload: dict) -> bytes:
-    """One named event; JSON never contains a raw newline, so one `data:` line suffices."""
-    return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
-
-
-def delta(text: str) -> bytes:
-    """A `delta` event, the one sent per token: only the text is encoded, the rest is fixed."""
-    return b'event: delta\ndata: {"text": ' + _encode_string(text).encode() + b"}\n\n"
-
-
-_encode_string = json.JSONEncoder(ensure_ascii=False).encode
-
-def done(generation, title_requested: bool = False) -> bytes:
-    """The last event of an answer's stream and of its watch stream: how the generation ended.
-
-    `title_requested` (the answer's own stream, and a watch stream that saw it end): the model
-    is asked for the conversation's title, which the page then reads again until it changes.
-    """
-    return event("done", {
-        "generation_id": generation.pk, "message_id": generation.message_id,
-        "finish_reason": generation.finish_reason, "status": generation.status,
-        "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
-        "ttft_ms": generation.ttft_ms, **({"title_requested": True} if title_requested else {}),
-    })
-
-
-HEARTBEAT = b": ping\n\n"

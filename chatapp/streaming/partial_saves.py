@@ -15,9 +15,9 @@ that holds it is waited for, so that no partial save lands after the final one.
 import asyncio
 import logging
 
-from . import services
-from .database_threads import on_database_thread
-from .per_loop import per_loop
+from .. import services
+from ..runtime.database_threads import on_database_thread
+from ..runtime.per_loop import per_loop
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,20 @@
 """Daily rollups of the audit log: each past UTC day summed once into a DailyRollup row.
 
-The staff page (chatapp/audit_views.py) reads a rollup for every day that has one and the raw
+The staff page (chatapp/staff/audit_views.py) reads a rollup for every day that has one and the raw
 rows only for the others (today, or a day not rolled up yet), so it stays fast with millions of
 generations and is right even before the task first ran. A day is rolled up once it is over and
 none of its answers is still streaming; rolling a day up again gives the same row (idempotent).
-Rollups are kept when retention purges the rows beneath them (chatapp/retention.py rolls up first).
+Rollups are kept when retention purges the rows beneath them (chatapp/staff/retention.py rolls up first).
 """
 
-from dataclasses import asdict, fields
+from dataclasses import fields
 from datetime import UTC, date, datetime, timedelta
 
-from django.db.models import Min
 from django.utils import timezone
 
-from .audit import FIELDS, DayTotals, Period, totals_by_day
-from .models import DailyRollup, Generation
+from ..models import DailyRollup
+from . import selectors, services
+from .audit import DayTotals, Period, totals_by_day
 
 TOTALS_FIELDS = tuple(field.name for field in fields(DayTotals) if field.name != "day")
 
@@ -22,11 +22,11 @@ TOTALS_FIELDS = tuple(field.name for field in fields(DayTotals) if field.name !=
 def roll_up_missing_days(now: datetime | None = None) -> list[date]:
     """Rolls up every ended day since the first generation that has no rollup yet; returns them."""
     today = (now or timezone.now()).astimezone(UTC).date()
-    first = Generation.objects.aggregate(first=Min("started_at"))["first"]
+    first = selectors.first_started_at()
     if first is None:
         return []
     start = first.astimezone(UTC).date()
-    have = set(DailyRollup.objects.filter(day__gte=start, day__lt=today).values_list("day", flat=True))
+    have = {rollup.day for rollup in selectors.rollups_of(first=start, last=today - timedelta(1))}
     days = [start + timedelta(n) for n in range((today - start).days) if start + timedelta(n) not in have]
     return [day for day in days if roll_up(day)]
 
@@ -34,24 +34,19 @@ def roll_up_missing_days(now: datetime | None = None) -> list[date]:
 def roll_up(day: date) -> DailyRollup | None:
     """Computes one day's rollup from its rows and saves it; None while an answer of it streams."""
     start, end = Period(day, day).bounds()
-    rows = Generation.objects.filter(started_at__gte=start, started_at__lt=end).order_by()
-    if rows.filter(status__in=Generation.LIVE_STATUSES).exists():
+    if selectors.any_streaming(start=start, end=end):
         return None  # its totals would change when that answer ends: a later round rolls it up
-    totals = totals_by_day(list(rows.values_list(*FIELDS)), [day])[0]
-    values = {name: value for name, value in asdict(totals).items() if name != "day"}
-    rollup, _ = DailyRollup.objects.update_or_create(day=day, defaults=values)
-    return rollup
+    return services.daily_rollup_save(totals=totals_by_day(selectors.audit_rows(start=start, end=end), [day])[0])
 
 
 def period_totals(period: Period, today: date) -> list[DayTotals]:
     """Each day of the period: its rollup when it has one, else computed from its raw rows."""
     rolled = {rollup.day: _totals(rollup)
-              for rollup in DailyRollup.objects.filter(day__gte=period.start, day__lte=period.end, day__lt=today)}
+              for rollup in selectors.rollups_of(first=period.start, last=min(period.end, today - timedelta(1)))}
     raw: dict[date, DayTotals] = {}
     for run in _runs([day for day in period.days if day not in rolled]):
         start, end = Period(run[0], run[-1]).bounds()
-        rows = Generation.objects.filter(started_at__gte=start, started_at__lt=end).order_by().values_list(*FIELDS)
-        raw.update((totals.day, totals) for totals in totals_by_day(list(rows), run))
+        raw.update((totals.day, totals) for totals in totals_by_day(selectors.audit_rows(start=start, end=end), run))
     return [rolled.get(day) or raw[day] for day in period.days]
 
 

@@ -5,7 +5,7 @@ Django enters a fresh `ThreadSensitiveContext` per request, so the first thread-
 until that thread runs, many milliseconds when the database threads hold the GIL). Here the
 only such calls are Django's own request signals (`reset_queries`, `close_old_connections`)
 and the sync views (the admin): the API's database work runs on the database threads
-(chatapp/database_threads.py). py-spy put the thread's start and end at 15% of daphne's loop
+(chatapp/runtime/database_threads.py). py-spy put the thread's start and end at 15% of daphne's loop
 with 500 answers starting, and each start held the loop for as long as it waited.
 
 Without the per-request context, that thread-sensitive work runs on asgiref's one shared

@@ -1,11 +1,12 @@
 """Titles by the model: after a conversation's first answer, the inference service names it.
 
 The first answer's relay asks for it once its final write is done (`request_title`), off the
-event loop; the request itself (not streaming, a few tokens) runs in a Celery task
-(chatapp/tasks.py), in a worker with Redis and in-process without. Until it lands, and whenever
-it fails (the upstream down, an answer that is no title), the conversation keeps the first line
-of its first message. The save is one conditional UPDATE: a title the user chose meanwhile, or
-one that an edit of the first message changed, is never overwritten.
+event loop; the request itself (not streaming, a few tokens) runs in a Celery task defined here
+(`title_conversation`), in a worker with Redis and in-process without. Until it lands, and
+whenever it fails (the upstream down, an answer that is no title), the conversation keeps the
+first line of its first message. The save is conditional (services.conversation_title_by_model):
+a title the user chose meanwhile, or one that an edit of the first message changed, is never
+overwritten.
 """
 
 import itertools
@@ -14,13 +15,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
+from celery import shared_task
 from django.conf import settings
 from django.db import connections
 
-from common.vocabulary import GenerationStatus, MessageStatus
+from common.vocabulary import GenerationStatus
 
-from . import inference_replicas
-from .models import Conversation, Message
+from .. import selectors, services
+from . import inference_client, inference_replicas
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +73,9 @@ def ask(question: str, answer: str) -> str:
     """The model's title for a conversation that began with `question` and `answer`.
 
     With several replicas (INFERENCE_URL lists them) they take turns at being tried first, and
-    one that is unreachable or answers 5xx passes the request to the next. The relay's own
-    choice by load lives on the event loop; a request of 16 tokens does not need it.
+    a refusal that another replica might not repeat passes the request to the next, by the
+    relay's rules (inference_client.refusal, .unreachable). The relay's own choice by load lives
+    on the event loop; a request of 16 tokens does not need it.
     """
     replicas = inference_replicas.listed()
     start = next(_turn) % len(replicas)
@@ -87,18 +90,18 @@ def ask(question: str, answer: str) -> str:
                                        connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
             )
         except httpx2.HTTPError as error:
-            failures.append(f"{url} is unreachable ({error!r})")
-            continue
-        if response.status_code >= 500 or response.status_code == 429:
-            failures.append(f"{url} answered HTTP {response.status_code}")
-            continue
-        return _title_in(response)
+            refused = inference_client.unreachable(error)
+        else:
+            if response.status_code == 200:
+                return _title_in(response)
+            refused = inference_client.refusal(response.status_code, response.content)
+        if not refused.elsewhere:
+            raise NoTitle(refused.message)
+        failures.append(f"{url}: {refused.message}")
     raise NoTitle("; ".join(failures))
 
 
 def _title_in(response: httpx2.Response) -> str:
-    if response.status_code != 200:
-        raise NoTitle(f"the inference service answered HTTP {response.status_code}")
     try:
         text = response.json()["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as error:
@@ -118,33 +121,30 @@ def asked_for(*, questions: int, continued: bool, status: str) -> bool:
 
 def asked_for_watched(*, generation, continued: bool) -> bool:
     """`asked_for`, read from the rows, for a page that watched the answer end rather than ran it."""
-    questions = Message.objects.filter(conversation_id=generation.conversation_id, role=Message.Role.USER,
-                                       pk__lt=generation.message_id).count()
+    questions = selectors.questions_before(conversation_id=generation.conversation_id,
+                                           message_id=generation.message_id)
     return asked_for(questions=questions, continued=continued, status=generation.status)
 
 
+# Named as when it lived in chatapp/tasks.py: a queued message names its task, and a worker of
+# either version reads the other's.
+@shared_task(name="chatapp.tasks.title_conversation")
 def title_conversation(conversation_id: int) -> str | None:
     """Asks for the title of a conversation whose first answer is complete and saves it.
 
     Returns the title saved, or None: the conversation is gone, named by its user, its first
     answer is not complete, the model gave no title, or the title changed while it was asked.
     """
-    conversation = Conversation.objects.filter(pk=conversation_id, title_set_by_user=False).first()
-    if conversation is None:
-        return None
-    first = list(conversation.messages.filter(role__in=[Message.Role.USER, Message.Role.ASSISTANT])
-                 .order_by("pk")[:2])
-    if ([m.role for m in first] != [Message.Role.USER, Message.Role.ASSISTANT]
-            or first[1].status not in (MessageStatus.COMPLETED, MessageStatus.TRUNCATED)):
+    first = selectors.first_exchange(conversation_id=conversation_id)
+    if first is None:
         return None
     try:
-        title = ask(first[0].content, first[1].content)
+        title = ask(first.question.content, first.answer.content)
     except NoTitle as failure:
         logger.warning("conversation %s keeps its first-line title: %s", conversation_id, failure)
         return None
-    # Conditional in SQL: a rename, or an edit of the first message, since the read above wins.
-    saved = Conversation.objects.filter(
-        pk=conversation_id, title_set_by_user=False, title=conversation.title).update(title=title)
+    saved = services.conversation_title_by_model(conversation_id=conversation_id, title=title,
+                                                 replacing=first.conversation.title)
     return title if saved else None
 
 
@@ -159,10 +159,8 @@ def request_title(conversation_id: int):
 
 
 def _enqueue(conversation_id: int) -> None:
-    from .tasks import title_conversation as task  # the tasks module imports this one
-
     try:
-        task.delay(conversation_id)  # eager without Redis: the task runs here
+        title_conversation.delay(conversation_id)  # eager without Redis: the task runs here
     except Exception:
         logger.exception("the title of conversation %s could not be asked for", conversation_id)
     finally:

@@ -1,7 +1,7 @@
 """Each inference replica's figures for the admins' live view, as its Prometheus /metrics says.
 
 The live view shows each replica's running and waiting sequences and its KV cache use, read
-when the view asks (chatapp/inference_replicas.py reads only the load, in the background, to
+when the view asks (chatapp/upstream/inference_replicas.py reads only the load, in the background, to
 choose a replica). The replicas are the ones the relay chooses from. A replica that does not
 answer is shown as such, not left out: an admin wants to see a replica that is down.
 """
@@ -14,7 +14,7 @@ import httpx2
 from .inference_replicas import RUNNING_METRICS, WAITING_METRICS, current_urls, metric_values
 
 # Each figure's gauge as our inference service (inference/metrics.py), vLLM and llama.cpp's
-# server name it (running and waiting: chatapp/inference_replicas.py); the first one a replica
+# server name it (running and waiting: chatapp/upstream/inference_replicas.py); the first one a replica
 # exports is read, summed over its labels (vLLM labels each sample with its model).
 CACHE_USAGE = ("inference_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                "llamacpp:kv_cache_usage_ratio")

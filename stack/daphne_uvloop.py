@@ -13,7 +13,7 @@ answers start at once the kernel drops the SYNs past the backlog, which nginx se
 1, 3, 7 s: through nginx the last of 500 streams started after 14.6 s against 6.7 s direct. Here
 `-b`/`-p` become a TCP endpoint with a backlog of LISTEN_BACKLOG (the kernel's somaxconn caps it).
 
-    python -m chatapp.daphne_uvloop <daphne's own arguments>
+    python -m stack.daphne_uvloop <daphne's own arguments>
 """
 
 import argparse

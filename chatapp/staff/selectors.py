@@ -1,0 +1,70 @@
+"""The staff room's reads. They cross every owner, so only the staff pages and the upkeep tasks
+call them; the conversation core's reads, scoped to their owner, are chatapp/selectors.py.
+"""
+
+from datetime import date, datetime
+
+from django.db.models import Min
+from django.db.models.functions import Length
+from django.utils import timezone
+
+from ..errors import not_found
+from ..models import Conversation, DailyRollup, Generation
+from .audit import FIELDS
+
+
+def streams_now() -> list[dict]:
+    """Every live generation, oldest first, with its user and conversation, in one query."""
+    rows = (Generation.objects.filter(status__in=Generation.LIVE_STATUSES)
+            .annotate(chars_so_far=Length("final_text"))
+            .order_by("started_at", "pk")
+            .values("pk", "status", "started_at", "model", "chars_so_far", "user__username",
+                    "conversation_id", "conversation__title", "message_id"))
+    now = timezone.now()
+    return [{"generation_id": row["pk"], "status": row["status"], "model": row["model"],
+             "username": row["user__username"], "conversation_id": row["conversation_id"],
+             "conversation_title": row["conversation__title"], "message_id": row["message_id"],
+             "started_at": row["started_at"].isoformat(),
+             "age_s": round((now - row["started_at"]).total_seconds(), 1),
+             "chars_so_far": row["chars_so_far"]}
+            for row in rows]
+
+
+def generation_of_anyone(*, generation_id: int) -> Generation:
+    try:
+        return Generation.objects.get(pk=generation_id)
+    except Generation.DoesNotExist:
+        raise not_found("generation") from None
+
+
+# --- the audit log, by the time its answers started ---
+def first_started_at() -> datetime | None:
+    return Generation.objects.aggregate(first=Min("started_at"))["first"]
+
+
+def audit_rows(*, start: datetime, end: datetime) -> list[tuple]:
+    """The audit figures (audit.FIELDS) of the answers that started in [start, end)."""
+    return list(Generation.objects.filter(started_at__gte=start, started_at__lt=end).order_by()
+                .values_list(*FIELDS))
+
+
+def any_streaming(*, start: datetime, end: datetime) -> bool:
+    """Whether an answer that started in [start, end) is streaming still."""
+    return Generation.objects.filter(started_at__gte=start, started_at__lt=end,
+                                     status__in=Generation.LIVE_STATUSES).exists()
+
+
+def rollups_of(*, first: date, last: date) -> list[DailyRollup]:
+    return list(DailyRollup.objects.filter(day__gte=first, day__lte=last))
+
+
+# --- what retention purges ---
+def expired_generations(*, before: datetime):
+    """The audit rows that started before `before` and have ended."""
+    return Generation.objects.filter(started_at__lt=before).exclude(status__in=Generation.LIVE_STATUSES)
+
+
+def expired_conversations(*, before: datetime):
+    """The conversations their owner deleted before `before`. One with an audit row left (one
+    still streaming) waits for a later round."""
+    return Conversation.objects.filter(deleted_at__lt=before, generations__isnull=True)

@@ -1,0 +1,51 @@
+"""The staff room's writes: the daily rollups saved, expired rows purged. The conversation
+core's writes are chatapp/services.py; the reads these start from are staff/selectors.py.
+"""
+
+from dataclasses import asdict
+from datetime import datetime
+
+from django.db import transaction
+
+from ..models import Conversation, DailyRollup, Message
+from . import selectors
+from .audit import DayTotals
+
+
+def daily_rollup_save(*, totals: DayTotals) -> DailyRollup:
+    """The day's rollup, written over any earlier one of the same day."""
+    values = {name: value for name, value in asdict(totals).items() if name != "day"}
+    rollup, _ = DailyRollup.objects.update_or_create(day=totals.day, defaults=values)
+    return rollup
+
+
+def generations_purge(*, before: datetime, batch_size: int) -> int:
+    """Deletes the audit rows that ended and started before `before`; returns how many."""
+    return _delete_in_batches(selectors.expired_generations(before=before), batch_size)
+
+
+def conversations_purge(*, before: datetime, batch_size: int) -> tuple[int, int]:
+    """Deletes the conversations deleted before `before` with their messages (see
+    selectors.expired_conversations); returns how many conversations and messages."""
+    conversations = messages = 0
+    for conversation_ids in _id_batches(selectors.expired_conversations(before=before), batch_size):
+        messages += _delete_in_batches(Message.objects.filter(conversation_id__in=conversation_ids), batch_size)
+        conversations += _delete_in_batches(Conversation.objects.filter(pk__in=conversation_ids), batch_size)
+    return conversations, messages
+
+
+def _id_batches(queryset, batch_size: int):
+    """Successive batches of the queryset's primary keys, each read afresh after the last is done."""
+    last = 0
+    while ids := list(queryset.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:batch_size]):
+        yield ids
+        last = ids[-1]
+
+
+def _delete_in_batches(queryset, batch_size: int) -> int:
+    deleted = 0
+    for ids in _id_batches(queryset, batch_size):
+        with transaction.atomic():
+            # Plain DELETE by primary key: what refers to these rows is gone already or SET_NULL.
+            deleted += queryset.model.objects.filter(pk__in=ids).delete()[1].get(queryset.model._meta.label, 0)
+    return deleted

@@ -1,0 +1,32 @@
+"""Server-sent events written to the browser: the events of an answer's stream and of a watch stream."""
+
+import json
+
+
+def event(name: str, payload: dict) -> bytes:
+    """One named event; JSON never contains a raw newline, so one `data:` line suffices."""
+    return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+
+
+def delta(text: str) -> bytes:
+    """A `delta` event, the one sent per token: only the text is encoded, the rest is fixed."""
+    return b'event: delta\ndata: {"text": ' + _encode_string(text).encode() + b"}\n\n"
+
+
+_encode_string = json.JSONEncoder(ensure_ascii=False).encode
+
+def done(generation, title_requested: bool = False) -> bytes:
+    """The last event of an answer's stream and of its watch stream: how the generation ended.
+
+    `title_requested` (the answer's own stream, and a watch stream that saw it end): the model
+    is asked for the conversation's title, which the page then reads again until it changes.
+    """
+    return event("done", {
+        "generation_id": generation.pk, "message_id": generation.message_id,
+        "finish_reason": generation.finish_reason, "status": generation.status,
+        "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
+        "ttft_ms": generation.ttft_ms, **({"title_requested": True} if title_requested else {}),
+    })
+
+
+HEARTBEAT = b": ping\n\n"
