@@ -11,7 +11,6 @@ from django.urls import reverse
 from chatapp.staff import selectors as staff_selectors
 from chatapp.upstream.replica_figures import parse_load, replica_loads
 from chatapp.models import Generation
-from chatapp.replica_figures import parse_load, replica_loads
 from common.vocabulary import GenerationStatus
 from harness import ports
 from tests import factories
