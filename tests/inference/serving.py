@@ -4,8 +4,8 @@ import json
 from contextlib import contextmanager
 
 import httpx2
+from prometheus_client.parser import text_string_to_metric_families
 
-from chatapp.upstream.inference_replicas import metric_values
 from chatapp.upstream.sse import SSEParser
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
@@ -61,6 +61,11 @@ def sse_events(body: bytes) -> list:
             for event in SSEParser().feed(body)]
 
 
-def metric(text: str, name: str) -> float:
-    """One sample's value in a Prometheus text exposition (summed over its labels)."""
-    return metric_values(text)[name]
+def metric(text: str, name: str, **labels: str) -> float:
+    """A sample's value in a Prometheus text exposition (prometheus_client reads it), summed over
+    the labels not given; KeyError when no sample matches."""
+    found = [sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+             if sample.name == name and labels.items() <= sample.labels.items()]
+    if not found:
+        raise KeyError(name)
+    return sum(found)

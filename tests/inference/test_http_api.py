@@ -95,7 +95,7 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_service_url):
     stream(tiny_service_url, chat(stream=True, max_tokens=4))
     text = httpx2.get(f"{tiny_service_url}/metrics").text
 
-    assert metric(text, 'inference_requests_total{finish_reason="length"}') >= 1
+    assert metric(text, "inference_requests_total", finish_reason="length") >= 1
     assert metric(text, "inference_generated_tokens_total") >= 4
     assert metric(text, "inference_time_to_first_token_seconds_count") >= 1
     assert metric(text, "inference_inter_token_latency_seconds_count") >= 3
