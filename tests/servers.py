@@ -21,7 +21,10 @@ PROBE_SETTINGS = "tests.probe_settings"
 def uvicorn_in_thread(app) -> Iterator[str]:
     """Serves an ASGI app on a free loopback port in this process; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # A stream a test left hanging is cancelled a second into the shutdown: uvicorn would wait for
+    # it forever, and the join below for its 30 s.
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     try:
