@@ -1,8 +1,25 @@
 """Django admin: the audit log and its daily rollups are for review only; nobody edits history."""
 
 from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
 
+from . import login_limit
 from .models import Conversation, DailyRollup, Generation, Message
+
+
+class SignInForm(AdminAuthenticationForm):
+    """The admin's sign-in, held back by the same limit as the API's (chatapp/login_limit.py),
+    says so rather than "wrong password": the right one would be refused too until then."""
+
+    def get_invalid_login_error(self):
+        wait = getattr(self.request, login_limit.REFUSED_FOR, 0)
+        if wait:
+            return ValidationError(f"too many failed sign-ins: try again in {wait} s", code="too_many_attempts")
+        return super().get_invalid_login_error()
+
+
+admin.site.login_form = SignInForm
 
 
 def tenths_of(field: str, description: str):

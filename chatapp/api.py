@@ -16,17 +16,13 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from common.vocabulary import CancelledBy
 
 from . import login_limit, request_input, selectors, services
-from .errors import ApiError
+from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import selectors as staff_selectors
 from .streaming import answer_start, watch
 from .streaming.relay import Relay, tell_relay_to_stop
 from .upstream.inference_client import UpstreamRefused
-
-
-def error_response(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
 def endpoint(*methods: str, login_required: bool = True):
@@ -101,7 +97,7 @@ def conversation_json(conversation) -> dict:
 
 
 def message_json(message) -> dict:
-    generations = list(message.generations.all())
+    generations = list(message.generations.all())  # read with the message (selectors.message_list)
     latest = generations[-1] if generations else None
     return {"id": message.pk, "role": message.role, "content": message.content,
             "status": message.status, "created_at": message.created_at.isoformat(),
@@ -123,16 +119,15 @@ async def session(request, user):
 @endpoint("POST", login_required=False)
 async def login(request, user):
     body = body_of(request)
-    username, address = request_input.text(body, "username", ""), login_limit.client_address(request)
-    wait = await login_limit.reserve_attempt(username, address)
-    if wait:
-        refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
-        refused["Retry-After"] = str(wait)
-        return refused
-    signed_in = await aauthenticate(request, username=username, password=request_input.text(body, "password", ""))
+    signed_in = await aauthenticate(request, username=request_input.text(body, "username", ""),
+                                    password=request_input.text(body, "password", ""))
     if signed_in is None:
+        wait = getattr(request, login_limit.REFUSED_FOR, 0)
+        if wait:
+            refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
+            refused["Retry-After"] = str(wait)
+            return refused
         raise ApiError(400, "invalid_credentials", "wrong username or password")
-    await login_limit.forgive_attempt(username, address)
     await alogin(request, signed_in)
     return JsonResponse({"user": user_json(signed_in)})
 
@@ -186,12 +181,8 @@ async def messages(request, conversation_id: int):
 @endpoint("GET", "POST")  # a POST goes to send_message; both are named in the 405 answer
 async def message_list(request, user, conversation_id: int):
     found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
-    listed = await on_database_thread(_messages_of)(found)
-    return JsonResponse({"conversation": conversation_json(found), "results": listed})
-
-
-def _messages_of(conversation) -> list[dict]:
-    return [message_json(m) for m in conversation.messages.prefetch_related("generations")]
+    listed = await on_database_thread(selectors.message_list)(conversation=found)
+    return JsonResponse({"conversation": conversation_json(found), "results": [message_json(m) for m in listed]})
 
 
 # The answer views run on a database thread, whole (see answer_endpoint): they only read.

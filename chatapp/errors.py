@@ -1,5 +1,7 @@
 """Errors the API answers before any stream starts, as `{"error": {"code", "message"}}`."""
 
+from django.http import JsonResponse
+
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str):
@@ -10,3 +12,7 @@ class ApiError(Exception):
 def not_found(what: str) -> ApiError:
     # Another user's object is answered exactly like a missing one: 404, never 403.
     return ApiError(404, "not_found", f"no such {what}")
+
+
+def error_response(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)

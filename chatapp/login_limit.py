@@ -1,6 +1,17 @@
-"""Sign-in attempts counted per account and per client address, in Django's cache (Redis when
-REDIS_URL is set, so every daphne process shares the counts): beyond CHAT_LOGIN_ATTEMPTS in a
-window of CHAT_LOGIN_WINDOW_SECONDS, login is refused until the window ends."""
+"""Failed sign-ins, counted where Django authenticates so that every way in (the API, /admin/login/)
+shares one count, in Django's cache (Redis when REDIS_URL is set, so every daphne process sees it).
+
+Two rules, after django-axes' lockout parameters and OWASP's authentication guidance:
+- one account from one address (the pair): after CHAT_LOGIN_ATTEMPTS failures in a window of
+  CHAT_LOGIN_WINDOW_SECONDS that pair is refused until the window ends. A stranger guessing
+  passwords elsewhere locks nobody out of their own address.
+- one account from anywhere, or one address for any account (spraying): after
+  CHAT_LOGIN_SPREAD_ATTEMPTS failures each further one makes it wait, 1 s doubling up to the
+  window. A delay slows a guesser without handing anyone a switch that locks an account.
+Only failures count: a check in flight is none, and a refused attempt neither counts nor moves a
+window. Our own rather than django-axes (README, "Sign-in limit"): axes has one failure limit for
+every parameter set, no delay, and fails the sign-in when its cache is down.
+"""
 
 import functools
 import hashlib
@@ -10,9 +21,20 @@ import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.signals import user_login_failed
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
+from django.dispatch import receiver
 
 logger = logging.getLogger(__name__)
+
+# Set on the request when the limit refused it: the view and the admin's form read it.
+REFUSED_FOR = "sign_in_refused_for_seconds"
+
+
+class SignInRefused(PermissionDenied):
+    """Raised by the backend: Django's authenticate() stops at it and tries no other backend."""
 
 
 def _open_when_the_cache_fails(default):
@@ -21,11 +43,11 @@ def _open_when_the_cache_fails(default):
 
     def decorate(function):
         @functools.wraps(function)
-        async def guarded(*args, **kwargs):
+        def guarded(*args, **kwargs):
             try:
-                return await function(*args, **kwargs)
+                return function(*args, **kwargs)
             except Exception:
-                logger.exception("the login limit could not reach its cache; not counting")
+                logger.exception("the sign-in limit could not reach its cache; not counting")
                 return default
 
         return guarded
@@ -33,49 +55,84 @@ def _open_when_the_cache_fails(default):
     return decorate
 
 
-def _keys(username: str, address: str) -> list[str]:
-    # Hashed: a username may hold any character, and a cache key may not.
-    account = hashlib.sha256(username.casefold().encode()).hexdigest()
-    return [f"login-failures:account:{account}", f"login-failures:address:{address}"]
-
-
 def client_address(request) -> str:
     # nginx sets X-Real-IP to the peer it saw, replacing whatever the client sent; without
     # nginx in front the peer is the client itself.
+    if request is None:
+        return ""
     return request.headers.get("X-Real-IP") or request.META.get("REMOTE_ADDR", "")
 
 
-@_open_when_the_cache_fails(0)
-async def reserve_attempt(username: str, address: str) -> int:
-    """Counts this sign-in before its password is checked; 0 when it may go on, else the seconds
-    until the fullest window ends.
+def _keys(username: str, address: str) -> dict[str, str]:
+    # Hashed: a username may hold any character, and a cache key may not.
+    account = hashlib.sha256(username.casefold().encode()).hexdigest()
+    return {"pair": f"login-failures:pair:{account}:{address}",
+            "account": f"login-failures:account:{account}", "address": f"login-failures:address:{address}"}
 
-    Counted first, with the cache's atomic increment, so that a burst of parallel attempts
-    cannot all read a count under the limit before any failure is recorded.
-    """
+
+def spread_delay(failures: int) -> int:
+    """Seconds an account or address waits after its latest failure, once past the spread limit."""
+    beyond = failures - settings.CHAT_LOGIN_SPREAD_ATTEMPTS
+    if beyond < 0:
+        return 0
     window = settings.CHAT_LOGIN_WINDOW_SECONDS
-    waits = []
-    for key in _keys(username, address):
-        # The window starts at the first attempt and the count ends with it.
-        if await cache.aadd(key, 0, window):
-            await cache.aset(f"{key}:until", time.time() + window, window)
-        try:
-            # The sync incr: Redis' own INCR. Django's aincr reads and writes back, so parallel
-            # attempts would each count one.
-            attempts = await sync_to_async(cache.incr)(key)
-        except ValueError:  # the window ended between add and incr
-            await cache.aadd(key, 1, window)
-            attempts = 1
-        if attempts > settings.CHAT_LOGIN_ATTEMPTS:
-            waits.append(math.ceil(await cache.aget(f"{key}:until", time.time()) - time.time()))
-    return max([1, *waits]) if waits else 0
+    return window if beyond >= window.bit_length() else min(window, 2**beyond)
+
+
+@_open_when_the_cache_fails(0)
+def seconds_to_wait(username: str, address: str) -> int:
+    """0 when this account may try from this address now, else the seconds until it may."""
+    keys = _keys(username, address)
+    names = [name for key in keys.values() for name in (key, f"{key}:since", f"{key}:last")]
+    stored = cache.get_many(names)
+    now, waits = time.time(), [0.0]
+    pair = keys["pair"]
+    if stored.get(pair, 0) >= settings.CHAT_LOGIN_ATTEMPTS:
+        waits.append(stored.get(f"{pair}:since", now) + settings.CHAT_LOGIN_WINDOW_SECONDS - now)
+    for key in (keys["account"], keys["address"]):
+        waits.append(stored.get(f"{key}:last", now) + spread_delay(stored.get(key, 0)) - now)
+    return max(0, math.ceil(max(waits)))
 
 
 @_open_when_the_cache_fails(None)
-async def forgive_attempt(username: str, address: str) -> None:
-    """A sign-in that succeeded was no failure: its count is given back."""
-    for key in _keys(username, address):
+def count_failure(username: str, address: str) -> None:
+    now, window = time.time(), settings.CHAT_LOGIN_WINDOW_SECONDS
+    for key in _keys(username, address).values():
+        # The window starts at the first failure and the count ends with it. The cache's incr is
+        # Redis' own INCR, so parallel failures each count one.
+        if cache.add(key, 0, window):
+            cache.set(f"{key}:since", now, window)
         try:
-            await sync_to_async(cache.decr)(key)
-        except ValueError:  # its window ended meanwhile
-            pass
+            cache.incr(key)
+        except ValueError:  # the window ended between add and incr
+            cache.add(key, 1, window)
+        cache.set(f"{key}:last", now, window)
+
+
+def _refuse_if_held_back(request, username) -> None:
+    wait = seconds_to_wait(username or "", client_address(request))
+    if wait:
+        if request is not None:
+            setattr(request, REFUSED_FOR, wait)
+        raise SignInRefused(f"too many failed sign-ins: try again in {wait} s")
+
+
+class SignInLimit(ModelBackend):
+    """Django's own backend, asked only once the limit lets a sign-in through: a refused one has
+    no password checked. One backend rather than a gate in front of ModelBackend, so that a
+    session names it and force_login needs no backend argument."""
+
+    def authenticate(self, request, username=None, password=None, **credentials):
+        _refuse_if_held_back(request, username)
+        return super().authenticate(request, username, password, **credentials)
+
+    async def aauthenticate(self, request, username=None, password=None, **credentials):
+        await sync_to_async(_refuse_if_held_back)(request, username)
+        return await super().aauthenticate(request, username, password, **credentials)
+
+
+@receiver(user_login_failed, dispatch_uid="chatapp.login_limit")
+def failed(sender, credentials, request=None, **kwargs):
+    if getattr(request, REFUSED_FOR, 0):
+        return  # refused, not tried: counting it would extend the lock for as long as someone knocks
+    count_failure(credentials.get("username") or "", client_address(request))

@@ -39,6 +39,12 @@ def conversation_get(*, user, conversation_id: int) -> Conversation:
         raise not_found("conversation") from None
 
 
+def message_list(*, conversation: Conversation) -> list[Message]:
+    """The conversation's messages in order, each with its generations read along (the last is
+    the latest)."""
+    return list(conversation.messages.prefetch_related("generations"))
+
+
 def message_get(*, user, message_id: int) -> Message:
     try:
         return Message.objects.select_related("conversation").get(

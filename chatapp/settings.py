@@ -70,15 +70,20 @@ try:
     INFERENCE_MAX_CONNECTIONS = env.integer("INFERENCE_MAX_CONNECTIONS", 1000, minimum=1)
     # Behind TLS: cookies only over HTTPS, and browsers told to use nothing else (HSTS).
     CHAT_SECURE_COOKIES = env.boolean("CHAT_SECURE_COOKIES", False)
-    # Failed sign-ins allowed per account and per address in a window, before 429.
+    # Failed sign-ins (chatapp/login_limit.py): per account from one address before that pair is
+    # refused for the window; per account or per address before each failure adds a growing delay.
     CHAT_LOGIN_ATTEMPTS = env.integer("CHAT_LOGIN_ATTEMPTS", 10, minimum=1)
+    CHAT_LOGIN_SPREAD_ATTEMPTS = env.integer("CHAT_LOGIN_SPREAD_ATTEMPTS", 100, minimum=1)
     CHAT_LOGIN_WINDOW_SECONDS = env.integer("CHAT_LOGIN_WINDOW_SECONDS", 300, minimum=1)
 except env.BadVariable as error:
     raise ImproperlyConfigured(str(error)) from error
 
 if CHAT_STALE_STREAM_SECONDS < 3 * CHAT_RELAY_HEARTBEAT_SECONDS:
     # A heartbeat or two may be late under load; a live answer must never look dead.
-    raise ImproperlyConfigured("CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS")
+    raise ImproperlyConfigured(
+        f"CHAT_STALE_STREAM_SECONDS must be at least 3 x CHAT_RELAY_HEARTBEAT_SECONDS "
+        f"({3 * CHAT_RELAY_HEARTBEAT_SECONDS:g}), got {CHAT_STALE_STREAM_SECONDS:g} "
+        f"(CHAT_STALE_STREAM_SECONDS={3 * CHAT_RELAY_HEARTBEAT_SECONDS:g} would do)")
 
 try:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
@@ -145,6 +150,10 @@ TEMPLATES = [
     },
 ]
 
+# Django's ModelBackend behind the sign-in limit: it refuses before any password is checked, for
+# the API and the admin alike.
+AUTHENTICATION_BACKENDS = ["chatapp.login_limit.SignInLimit"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -163,6 +172,8 @@ FRONTEND_DIR = BASE_DIR / "frontend"
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the front end reads the token to send it in X-CSRFToken
+# JSON under /api/, Django's HTML page elsewhere (chatapp/error_views.py).
+CSRF_FAILURE_VIEW = "chatapp.error_views.csrf_failure"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = CHAT_SECURE_COOKIES

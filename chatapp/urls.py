@@ -4,6 +4,11 @@ from django.urls import include, path, re_path
 from . import api, views
 from .staff import audit_views
 
+handler400 = "chatapp.error_views.bad_request"
+handler403 = "chatapp.error_views.permission_denied"
+handler404 = "chatapp.error_views.page_not_found"
+handler500 = "chatapp.error_views.server_error"
+
 api_patterns = [
     path("auth/session", api.session, name="session"),
     path("auth/login", api.login, name="login"),

@@ -40,20 +40,20 @@ def boolean(name: str, default: bool = False) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise BadVariable(f"{name} must be a boolean (1/0, true/false), got {value!r}")
+    raise BadVariable(f"{name} must be a boolean (1/0, true/false), got {value!r} ({name}={int(default)} would do)")
 
 
 def integer(name: str, default: int, minimum: int | None = None) -> int:
     value = parsed(name, default, int, "an integer")
     if minimum is not None and value < minimum:
-        raise BadVariable(f"{name} must be at least {minimum}, got {value}")
+        raise BadVariable(f"{name} must be at least {minimum}, got {value} ({name}={minimum} would do)")
     return value
 
 
 def number(name: str, default: float, minimum: float | None = None) -> float:
     value = parsed(name, default, float, "a number")
     if minimum is not None and value < minimum:
-        raise BadVariable(f"{name} must be at least {minimum}, got {value}")
+        raise BadVariable(f"{name} must be at least {minimum:g}, got {value:g} ({name}={minimum:g} would do)")
     return value
 
 
@@ -69,4 +69,4 @@ def parsed(name: str, default: T, parse: Callable[[str], T], what: str) -> T:
     try:
         return parse(value.strip())
     except (ValueError, TypeError) as error:
-        raise BadVariable(f"{name} must be {what}, got {value!r} ({error})") from error
+        raise BadVariable(f"{name} must be {what}, got {value!r} ({name}={default} would do)") from error

@@ -7,7 +7,7 @@ const MODEL_BUSY = "The model is busy right now. Please try again in a moment.";
 const MODEL_UNREACHABLE = "The model can't be reached right now. Please try again in a moment.";
 const PAGE_OUTDATED = "The page sent something the server could not read. Reload the page and try again.";
 
-// Every code that chatapp/ answers or streams; tests/test_error_sentences.py keeps this complete.
+// Every code that chatapp/ or nginx answers or streams; tests/test_error_sentences.py keeps this complete.
 const SENTENCES = {
   not_authenticated: "Your session ended. Please sign in again.",
   staff_only: "Only staff members can see this page.",
@@ -39,6 +39,13 @@ const SENTENCES = {
   upstream_protocol: "The model sent something that could not be read. The text so far is kept.",
   interrupted: "The answer was interrupted on the server. The text so far is kept.",
   not_a_stream: "The server answered in an unexpected way. Please try again.",
+  csrf_failed: "The page's security token is out of date. Reload the page and try again.",
+  forbidden: "You are not allowed to do that.",
+  bad_request: PAGE_OUTDATED,
+  body_too_large: "That is too much to send at once. Please shorten it.",
+  server_error: `Something went wrong on the server. ${TRY_AGAIN}`,
+  server_unreachable: "The server can't be reached right now. Please try again in a moment.",
+  server_timeout: "The server took too long to answer. Please try again.",
 };
 
 const GENERIC = `Something went wrong. ${TRY_AGAIN}`;

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
 from common import env
@@ -26,6 +28,38 @@ LOCAL_ENV_FILE = REPO_DIR / ".env"
 
 def main() -> int:
     _load_local_environment()
+    try:
+        public_port, web_processes, nginx_binary = _plan()
+    except (env.BadVariable, ImproperlyConfigured) as error:
+        # The variable, the rule and a value that would do, in one line: a traceback says no more.
+        print(f"chatapp: {error}", file=sys.stderr, flush=True)
+        return 2
+    if nginx_binary is None:
+        print(f"chatapp: {nginx.MISSING.format(port=public_port)}", flush=True)
+    if web_processes.why_one:
+        print(f"chatapp: {web_processes.why_one}", flush=True)
+
+    for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"]):
+        finished = subprocess.run([sys.executable, "manage.py", *step], cwd=REPO_DIR)
+        if finished.returncode:
+            print(f"chatapp: `manage.py {step[0]}` failed (exit {finished.returncode}); its output is above",
+                  file=sys.stderr, flush=True)
+            return finished.returncode
+
+    supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
+    for name, command in _processes(public_port, web_processes, nginx_binary is not None):
+        supervisor.add(name, command)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: supervisor.stop())
+    print(f"\nchatapp: http://127.0.0.1:{public_port}/  (admin: /admin/; Ctrl-C stops)\n", flush=True)
+    return supervisor.run()
+
+
+def _plan() -> tuple[int, web.WebProcesses, str | None]:
+    """The public port, the web processes and the nginx binary (None without one), once the
+    settings every process will read have been read here first: a bad one stops the start
+    before any child repeats its traceback."""
+    settings.DEBUG  # noqa: B018  (reading one setting imports the settings module, as every child will)
     public_port = env.integer("CHATAPP_PORT", 8000, minimum=1)
     daphne_port = env.integer("CHATAPP_DAPHNE_PORT", 8002, minimum=1)
     nginx_binary = nginx.installed()
@@ -35,19 +69,7 @@ def main() -> int:
     web_processes = web.plan(asked, first_port=daphne_port, with_redis=bool(env.string("REDIS_URL")),
                              on_sqlite=(env.string("DATABASE_URL") or "sqlite:").startswith("sqlite:"),
                              with_nginx=nginx_binary is not None)
-    if web_processes.why_one:
-        print(f"chatapp: {web_processes.why_one}", flush=True)
-
-    for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"]):
-        subprocess.run([sys.executable, "manage.py", *step], cwd=REPO_DIR, check=True)
-
-    supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
-    for name, command in _processes(public_port, web_processes, nginx_binary is not None):
-        supervisor.add(name, command)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: supervisor.stop())
-    print(f"\nchatapp: http://127.0.0.1:{public_port}/  (admin: /admin/; Ctrl-C stops)\n", flush=True)
-    return supervisor.run()
+    return public_port, web_processes, nginx_binary
 
 
 def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):

@@ -20,11 +20,15 @@ class NginxSite:
 
 
 def installed() -> str | None:
-    """The nginx binary, when this machine has one."""
-    return shutil.which("nginx") or next(
-        (path for path in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(path, os.X_OK)),
-        None,
-    )
+    """The nginx binary on PATH, when there is one. PATH alone, so that what the shell would run
+    is what runs (and a PATH without it means none: the stack then says so)."""
+    return shutil.which("nginx")
+
+
+# What `make run` says once when there is none: what changes, and how to add it.
+MISSING = ("nginx not found on PATH: daphne serves port {port} itself, so Django also serves the "
+           "front end's files, one web process serves, and nothing in front absorbs slow clients; "
+           "install nginx (apt-get install nginx) or put its directory on PATH, then `make run` again")
 
 
 def render(site: NginxSite, directory: Path, site_template: str | None = None) -> Path:

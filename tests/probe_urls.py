@@ -1,5 +1,7 @@
 from django.urls import path
 
+# Django looks for the error handlers in the root URLconf: the app's, as in production.
+from chatapp.urls import handler400, handler403, handler404, handler500  # noqa: F401
 from chatapp.urls import urlpatterns as app_urlpatterns
 from tests import probe_views
 
@@ -9,5 +11,6 @@ urlpatterns = [
     path("api/_probe/connections", probe_views.connections_opened),
     path("api/_probe/thread", probe_views.thread_name),
     path("api/_probe/loop", probe_views.event_loop),
+    path("api/_probe/error", probe_views.failure),
     *app_urlpatterns,
 ]

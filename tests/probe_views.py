@@ -1,6 +1,6 @@
 """Views that exist only in tests: a paced stream of small events, a CSRF-guarded POST, the
-count of database connections this process has opened, the thread a sync view runs on, and the
-kind of event loop the process runs."""
+count of database connections this process has opened, the thread a sync view runs on, the
+kind of event loop the process runs, and a view that fails."""
 
 import asyncio
 import json
@@ -67,3 +67,11 @@ def thread_name(request):
 async def event_loop(request):
     loop = type(asyncio.get_running_loop())
     return JsonResponse({"loop": f"{loop.__module__}.{loop.__qualname__}"})
+
+
+class ProbeFailure(Exception):
+    """What the failing probe raises: an error no view expects."""
+
+
+async def failure(request):
+    raise ProbeFailure("the probe fails on purpose, for the 500 answer")

@@ -28,7 +28,7 @@ class Import:
     target: str
     path: Path
     line: int
-    in_function: bool
+    function: str | None  # the innermost function it is written in, if any
 
 
 def read_map(text: str) -> tuple[list[Room], set[tuple[str, str]]]:
@@ -89,11 +89,11 @@ def imports_in(path: Path, repo: Path, ours: set[str]) -> list[Import]:
     package = module.rsplit(".", 1)[0]
     found = []
 
-    def visit(node, in_function: bool):
+    def visit(node, function: str | None):
         for child in ast.iter_child_nodes(node):
-            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
             if isinstance(child, ast.Import):
-                found.extend(Import(module, alias.name, path, child.lineno, in_function) for alias in child.names)
+                found.extend(Import(module, alias.name, path, child.lineno, function) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
@@ -102,10 +102,10 @@ def imports_in(path: Path, repo: Path, ours: set[str]) -> list[Import]:
                 for alias in child.names:
                     candidate = f"{base}.{alias.name}"
                     is_module = base.split(".")[0] in ours and _exists(candidate, repo)
-                    found.append(Import(module, candidate if is_module else base, path, child.lineno, in_function))
-            visit(child, nested)
+                    found.append(Import(module, candidate if is_module else base, path, child.lineno, function))
+            visit(child, inner)
 
-    visit(ast.parse(path.read_text(), str(path)), False)
+    visit(ast.parse(path.read_text(), str(path)), None)
     return found
 
 
@@ -161,9 +161,13 @@ def forbidden_imports(repo: Path, text: str) -> list[str]:
 
 
 def imports_inside_functions(repo: Path, package: str) -> list[str]:
+    """Imports of the package's own modules written inside a function, but for an AppConfig's
+    `ready()` in apps.py: Django's place for what needs the app registry loaded first."""
     return [f"{found.path.relative_to(repo)}:{found.line}: {found.importer} imports {found.target} inside a function"
             for found in all_imports(repo)
-            if found.in_function and _within(found.importer, package) and found.target.split(".")[0] == package]
+            if found.function is not None and _within(found.importer, package)
+            and found.target.split(".")[0] == package
+            and not (found.importer.endswith(".apps") and found.function == "ready")]
 
 
 def import_cycles(repo: Path) -> list[list[str]]:
@@ -171,7 +175,7 @@ def import_cycles(repo: Path) -> list[list[str]]:
     ours = set(our_packages(repo)) - {"tests"}
     graph: dict[str, set[str]] = {}
     for found in all_imports(repo):
-        if found.importer.split(".")[0] in ours and not found.in_function and found.target.split(".")[0] in ours:
+        if found.importer.split(".")[0] in ours and found.function is None and found.target.split(".")[0] in ours:
             graph.setdefault(found.importer, set()).add(as_target(found.target, repo))
     return [component for component in _strongly_connected(graph) if len(component) > 1]
 
@@ -282,7 +286,8 @@ def test_a_package_on_no_map_is_refused(tmp_path):
 def test_a_cycle_and_an_import_inside_a_function_are_found(tmp_path):
     repo = small_house(tmp_path, {"pkg/a.py": "from . import b\n",
                                   "pkg/b.py": "def late():\n    from . import c\n\nfrom pkg import a\n",
-                                  "pkg/c.py": "from . import b\n"})
+                                  "pkg/c.py": "from . import b\n",
+                                  "pkg/apps.py": "class Config:\n    def ready(self):\n        from . import c\n"})
 
     assert import_cycles(repo) == [["pkg.a", "pkg.b"]]
     assert imports_inside_functions(repo, "pkg") == ["pkg/b.py:2: pkg.b imports pkg.c inside a function"]

@@ -1,4 +1,5 @@
-"""Every error code the server answers or streams has a sentence for people in the page."""
+"""Every error code the server (chatapp/ and nginx) answers or streams has a sentence for people
+in the page."""
 
 import re
 from pathlib import Path
@@ -12,6 +13,8 @@ RAISED_CODE = re.compile(
     r'(?:ApiError|UpstreamRefused|error_response)\(\s*\d+,\s*"(\w+)"'
     r'|UpstreamBroken\(\s*"(\w+)"'
     r'|error_code="(\w+)"')
+# How nginx names one: return 413 '{"error": {"code": "body_too_large", ...}}'.
+NGINX_CODE = re.compile(r'return \d+ \'\{"error": \{"code": "(\w+)"')
 # What the page's api.js makes up itself (its http_error is worded by the HTTP status instead).
 PAGE_CODES = {"not_a_stream"}
 
@@ -21,6 +24,8 @@ def server_codes() -> set[str]:
     for path in (ROOT / "chatapp").rglob("*.py"):
         for match in RAISED_CODE.finditer(path.read_text()):
             codes.add(next(group for group in match.groups() if group))
+    for path in (ROOT / "nginx").glob("*.template"):
+        codes.update(NGINX_CODE.findall(path.read_text()))
     return codes
 
 
@@ -33,7 +38,8 @@ def sentence_codes() -> set[str]:
 
 def test_the_scan_finds_the_codes_it_should():
     assert {"message_too_long", "upstream_busy", "upstream_disconnected", "interrupted",
-            "too_many_attempts", "not_found"} <= server_codes()
+            "too_many_attempts", "not_found", "csrf_failed", "server_error",
+            "server_unreachable"} <= server_codes()
 
 
 def test_every_code_the_server_or_the_page_can_raise_has_a_sentence():

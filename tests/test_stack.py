@@ -1,9 +1,11 @@
 """`make run`'s supervisor brings up what exists, restarts each web process on its own, and stops
-every child on Ctrl-C or SIGTERM."""
+every child on Ctrl-C or SIGTERM; its first words: a setting that is not allowed is one line and a
+failed start, not a traceback, and a machine without nginx is told once what that means."""
 
 import os
 import signal
 import socket
+import subprocess
 import uuid
 from urllib.parse import urlsplit
 
@@ -13,6 +15,7 @@ import psycopg
 import pytest
 
 from harness import child_process, ports, waiting
+from harness.child_process import REPO_DIR
 from stack import commands
 
 
@@ -20,6 +23,8 @@ def listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
+
+pytestmark = pytest.mark.process  # every test here starts the stack
 
 ON_REDIS = bool(os.environ.get("REDIS_URL"))
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
@@ -133,3 +138,39 @@ def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through
     assert healthy_meanwhile == [True] * 4
     assert second_after == second
     assert "web-1 exited" in output and "web-2 exited" not in output
+
+
+@pytest.mark.parametrize("name, value, told", [
+    ("CHAT_STALE_STREAM_SECONDS", "20", ["3 x CHAT_RELAY_HEARTBEAT_SECONDS", "CHAT_STALE_STREAM_SECONDS=30"]),
+    ("CHAT_MAX_TOKENS", "0", ["at least 1", "CHAT_MAX_TOKENS=1"]),
+    ("CHAT_MAX_TOKENS", "lots", ["an integer", "CHAT_MAX_TOKENS=512"]),
+    ("CHATAPP_PORT", "eighty", ["an integer", "CHATAPP_PORT=8000"]),
+])
+def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_that_would_do(name, value, told):
+    env = {**os.environ, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40, name: value}
+
+    finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    lines = [line for line in (finished.stdout + finished.stderr).splitlines() if line.strip()]
+    assert finished.returncode != 0
+    assert len(lines) == 1, "\n".join(lines)
+    assert name in lines[0] and "Traceback" not in lines[0]
+    for words in told:
+        assert words in lines[0]
+
+
+def test_without_nginx_on_the_path_the_stack_says_once_that_daphne_serves_the_port_itself(stack_database, tmp_path):
+    public_port = ports.free_port()
+    env = stack_env(stack_database, public_port, ports.free_port_run(2)) | {"PATH": str(tmp_path)}
+
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"http://127.0.0.1:{public_port}/healthz",
+                         timeout_s=120) as stack:
+        health = httpx2.get(f"http://127.0.0.1:{public_port}/healthz")
+        output = stack.log_text()
+
+    told = [line for line in output.splitlines() if "nginx not found" in line]
+    assert health.status_code == 200 and health.headers.get("server") != "nginx"
+    assert len(told) == 1, output
+    assert f"daphne serves port {public_port} itself" in told[0]
+    assert "apt-get install nginx" in told[0]

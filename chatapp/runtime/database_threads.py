@@ -9,8 +9,14 @@ fixed pool of threads, each keeping its own connection (Django's connections are
 from one call to the next; a connection that failed and no longer answers is closed, and the
 next call on that thread opens a fresh one. A connection lost on one thread usually means all
 were (the server restarted, or an administrator ended the app's sessions): so after one is
-found dead, every thread checks its own before its next use, and the loss costs one failed
-request instead of one per thread.
+found dead, every thread checks its own before its next use.
+
+The call that finds its connection dead runs once more on a fresh one when everything it sent
+was a read (SELECT): nothing it did can have been kept, so running it again is safe, and a lost
+connection costs no request. A call that sent a write is not run again: the write may have been
+committed before the connection died, and the caller decides (the relay's final save retries).
+Django's CONN_HEALTH_CHECKS would ping the server in front of every call instead; a retry costs
+nothing until a connection is lost.
 
 Each call is one unit of work (a transaction starts and ends inside it): consecutive calls of
 one request may run on different threads.
@@ -18,11 +24,12 @@ one request may run on different threads.
 
 import functools
 import threading
+from contextlib import ExitStack
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 _threads = settings.CHAT_DATABASE_THREADS
 _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="database")
@@ -52,6 +59,24 @@ class _Losses:
 _losses = _Losses()
 
 
+class _Statements:
+    """Watches what a call sends (an execute wrapper): whether every statement so far was a read."""
+
+    def __init__(self):
+        self.are_reads = True
+
+    def __call__(self, execute, sql, params, many, context):
+        if str(sql).lstrip()[:6].upper() != "SELECT":
+            self.are_reads = False
+        return execute(sql, params, many, context)
+
+    def run(self, function, args, kwargs):
+        with ExitStack() as watching:
+            for connection in connections.all():
+                watching.enter_context(connection.execute_wrapper(self))
+            return function(*args, **kwargs)
+
+
 def on_database_thread(function):
     """`function` as a coroutine function that runs it on one of the database threads."""
 
@@ -59,16 +84,23 @@ def on_database_thread(function):
     def call(*args, **kwargs):
         if _losses.unchecked():
             close_dead_connections()
+        statements = _Statements()
         try:
-            return function(*args, **kwargs)
+            return statements.run(function, args, kwargs)
+        except (OperationalError, InterfaceError):
+            if not (statements.are_reads and close_broken_connections()):
+                raise
+            return function(*args, **kwargs)  # on the fresh connection it opens
         finally:
             close_broken_connections()
 
     return sync_to_async(call, thread_sensitive=False, executor=_pool)
 
 
-def close_broken_connections() -> None:
-    """After a call: a connection that failed and no longer answers is closed, to be reopened."""
+def close_broken_connections() -> bool:
+    """After a call: a connection that failed and no longer answers is closed, to be reopened.
+    True when one was."""
+    lost = False
     for connection in connections.all(initialized_only=True):
         if connection.in_atomic_block:
             connection.close()  # cannot happen through atomic(); never hand a transaction on
@@ -78,6 +110,8 @@ def close_broken_connections() -> None:
             else:
                 connection.close()
                 _losses.record()
+                lost = True
+    return lost
 
 
 def close_dead_connections() -> None:

@@ -44,20 +44,48 @@ def prompt(question: str, answer: str) -> list[dict]:
             {"role": "user", "content": f"{conversation}\n\n{_INSTRUCTION}"}]
 
 
-_LABEL = re.compile(r"^\s*(?:\**\s*)?title\s*:\s*", re.IGNORECASE)
+# What the default model says around a title or instead of one, as recorded for 30 first
+# exchanges (tests/chat/data/titles_recorded.json): a preamble ("Sure!", "Here's a possible
+# title for the conversation:", "Title:"), the title in quotes, or a sentence about the topic
+# cut off at MAX_TOKENS. A preamble goes; a quoted title is taken; the rest must read as a title,
+# else the conversation keeps its first line.
+_PREAMBLE = re.compile(
+    r"^(?:(?:sure|certainly|of course|okay|ok)\b[!,.]*\s*)?"
+    r"(?:here(?:'s|’s| is| are)\b[^:\n]*(?::|(?=\n)|$)\s*)?"
+    r"(?:\**\s*title\s*\**\s*:\s*)?", re.IGNORECASE)
+_QUOTED = re.compile(r'"([^"\n]+)"|“([^”\n]+)”')
 _EDGES = "\"'`*_#“”‘’«» \t"
+# A title that talks about itself or the exchange, or the model speaking for itself.
+_ABOUT_ITSELF = re.compile(
+    r"\b(?:titles?|conversations?|users?|user's|assistants?)\b|^(?:i|i'm|i'll|i'd|let me|your (?:answer|response))\b",
+    re.IGNORECASE)
+# Two sentences ("Ciao, ami. I'm glad"), not one title.
+_SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
+# A last word that leaves the phrase open: the answer was cut off at MAX_TOKENS.
+_DANGLING = {"a", "an", "the", "of", "to", "and", "or", "in", "on", "at", "for", "with", "by", "from", "as",
+             "is", "are", "was", "be", "that", "your", "my", "its", "their", "our"}
+_PLACEHOLDERS = {"untitled", "uncategorized", "none", "n/a"}
 
 
 def cleaned(text: str) -> str | None:
-    """The model's answer as a title, or None when it is none (empty, too long, not words)."""
-    lines = [line for line in (text or "").splitlines() if line.strip()]
+    """The model's answer as a title, or None when it is none (empty, too long, not words, a
+    sentence cut off, or words about the title or the conversation)."""
+    rest = _PREAMBLE.sub("", (text or "").strip(), count=1)
+    lines = [line for line in rest.splitlines() if line.strip()]
     if not lines:
         return None
-    title = _LABEL.sub("", lines[0]).strip(_EDGES).rstrip(".:;,").strip(_EDGES)
-    title = " ".join(title.split())
-    if not title or len(title) > MAX_CHARS or len(title.split()) > MAX_WORDS:
+    quoted = _QUOTED.search(lines[0])
+    title = next(group for group in quoted.groups() if group) if quoted else lines[0]
+    title = _PREAMBLE.sub("", title.strip(_EDGES), count=1).strip(_EDGES)
+    if title.count("(") > title.count(")"):  # a parenthesis the token limit left open
+        title = title[:title.rfind("(")]
+    title = " ".join(title.rstrip(".:;,!?").strip(_EDGES).split())
+    words = title.split()
+    if not words or len(title) > MAX_CHARS or len(words) > MAX_WORDS:
         return None
-    if not any(character.isalnum() for character in title):
+    if (not any(character.isalnum() for character in title) or _ABOUT_ITSELF.search(title)
+            or _SENTENCE_BREAK.search(title) or words[-1].lower() in _DANGLING
+            or title.lower() in _PLACEHOLDERS):
         return None
     return title
 

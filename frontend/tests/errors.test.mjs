@@ -39,3 +39,10 @@ test("an answer that is not the API's JSON is worded by its status", () => {
 test("a network failure says the server could not be reached", () => {
   assert.match(sentenceFor(new TypeError("Failed to fetch")), /^Could not reach the server\./);
 });
+
+test("the errors Django and nginx give under /api/ say what to do, not that something went wrong", () => {
+  assert.match(sentenceFor(new ApiError(403, "csrf_failed", "CSRF check failed")), /Reload the page/);
+  assert.match(sentenceFor(new ApiError(413, "body_too_large", "x")), /too much to send/);
+  assert.match(sentenceFor(new ApiError(502, "server_unreachable", "x")), /can't be reached/);
+  assert.match(sentenceFor(new ApiError(504, "server_timeout", "x")), /took too long/);
+});

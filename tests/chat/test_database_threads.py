@@ -1,14 +1,20 @@
 """The async views' database work runs on a few threads that keep their connections."""
 
+import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
+import psutil
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from chatapp.runtime.database_threads import close_broken_connections
-from tests import servers
+from chatapp.models import Conversation
+from chatapp.runtime.database_threads import close_broken_connections, on_database_thread
+from chatapp.upstream.sse import SSEParser
+from tests import factories, servers
+from tests.fakes.upstream import Script
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,12 +50,21 @@ def statuses_of_a_burst(client, count: int = 40) -> list[int]:
         return list(pool.map(lambda _: client.get("/api/conversations").status_code, range(count)))
 
 
-def terminate_the_other_backends() -> int:
-    """Every session on the test database but this one, as an administrator's restart would."""
+def terminate_the_servers_backends() -> int:
+    """Every session on the test database but this test process's own, as an administrator's
+    restart would end the app's. This process's are spared (told apart by their client ports):
+    the later tests use them."""
+    server_port = int(connection.settings_dict["PORT"] or 5432)
+    ours = [c.laddr.port for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == server_port]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND pid <> pg_backend_pid() AND NOT client_port = ANY(%s)", [ours])
         return len(cursor.fetchall())
+
+
+def terminate(backends: list[int]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s) AS pid", [backends])
 
 
 @pytest.mark.process
@@ -65,16 +80,55 @@ def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threa
 
 @pytest.mark.process
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
-def test_losing_every_connection_costs_at_most_one_failed_request_not_one_per_thread(signed_in_daphne):
+def test_after_every_session_is_terminated_no_request_fails_at_once_or_one_by_one(signed_in_daphne):
     client = signed_in_daphne
     assert statuses_of_a_burst(client) == [200] * 40  # every thread holds a connection now
-    assert terminate_the_other_backends() >= settings.CHAT_DATABASE_THREADS
+    assert terminate_the_servers_backends() >= settings.CHAT_DATABASE_THREADS
 
-    first = client.get("/api/conversations").status_code  # the thread it lands on finds out
-    burst = statuses_of_a_burst(client)
+    at_once = statuses_of_a_burst(client, 30)
+    assert statuses_of_a_burst(client) == [200] * 40
+    assert terminate_the_servers_backends() >= settings.CHAT_DATABASE_THREADS
+    one_by_one = [client.get("/api/conversations").status_code for _ in range(30)]
 
-    failed = [status for status in [first, *burst] if status != 200]
-    assert len(failed) <= 1, f"{len(failed)} requests failed: {failed}"
+    assert at_once == [200] * 30
+    assert one_by_one == [200] * 30
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
+def test_after_every_session_is_terminated_under_streams_no_request_fails_and_the_answers_end(user, upstream):
+    upstream.script = Script(chunks=[f" word{i}" for i in range(60)], interval_s=0.05)
+    conversations = [factories.conversation(owner=user) for _ in range(4)]
+    env = {"INFERENCE_URL": settings.INFERENCE_URL, "CHAT_MAX_STREAMS_PER_USER": "4",
+           "CHAT_SAVE_INTERVAL_SECONDS": "0.1"}
+    with servers.daphne_on(servers.shared_database_url(), env=env) as base_url, \
+            httpx2.Client(base_url=base_url, timeout=60) as client, ThreadPoolExecutor(max_workers=8) as pool:
+        servers.sign_in(client, user)
+        client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
+        started = [threading.Event() for _ in conversations]
+        answers = [pool.submit(read_the_answer, client, found.pk, began)
+                   for found, began in zip(conversations, started)]
+        for began in started:
+            assert began.wait(30), "an answer did not start"
+        assert terminate_the_servers_backends() >= 1
+
+        statuses = [client.get("/api/conversations").status_code for _ in range(30)]
+        endings = [answer.result(timeout=60) for answer in answers]
+
+    assert statuses == [200] * 30
+    assert endings == ["done"] * 4
+
+
+def read_the_answer(client, conversation_id: int, began: threading.Event) -> str:
+    """Streams one answer; `began` is set at its first delta. Returns its last event's name."""
+    parser, last = SSEParser(), None
+    with client.stream("POST", f"/api/conversations/{conversation_id}/messages", json={"content": "go"}) as response:
+        assert response.status_code == 200, response.read()
+        for chunk in response.iter_bytes():
+            for event in parser.feed(chunk):
+                last = event.event
+                if last == "delta":
+                    began.set()
+    return last
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops a connection")
@@ -91,3 +145,42 @@ def test_a_connection_the_server_dropped_is_closed_so_the_next_call_opens_a_fres
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         assert cursor.fetchone()[0] != dropped
+
+
+def backends_of_every_database_thread() -> list[int]:
+    """Every database thread opens its connection (one call each, held until all have one);
+    their server processes."""
+    barrier = threading.Barrier(settings.CHAT_DATABASE_THREADS)
+
+    def open_own():
+        barrier.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    async def all_threads():
+        return await asyncio.gather(*(on_database_thread(open_own)() for _ in range(settings.CHAT_DATABASE_THREADS)))
+
+    return asyncio.run(all_threads())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
+def test_a_read_on_a_dead_connection_runs_once_more_and_a_write_does_not(user):
+    terminate(backends_of_every_database_thread())
+    runs = {"read": 0, "write": 0}
+
+    def read():
+        runs["read"] += 1
+        return Conversation.objects.count()
+
+    def write():
+        runs["write"] += 1
+        return factories.conversation(owner=user)
+
+    assert asyncio.run(on_database_thread(read)()) == 0
+    terminate(backends_of_every_database_thread())
+    with pytest.raises(OperationalError):
+        asyncio.run(on_database_thread(write)())
+
+    assert runs == {"read": 2, "write": 1}
+    assert Conversation.objects.count() == 0

@@ -9,10 +9,11 @@ import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp.upstream import titles
 from chatapp.models import Conversation, Generation, Message
+from chatapp.upstream import titles
+from harness import waiting
 from inference.engine import loader
-from tests import factories, servers
+from tests import factories
 from tests.chat.streams import names, read_events, stop_after_deltas, text_of
 from tests.inference.serving import metric
 from tests.llama_server import llama_server
@@ -56,7 +57,7 @@ def llama_metric(llama, name: str) -> float:
 async def tokens_predicted(llama) -> float:
     """Every token it decoded, for answers ended or cancelled (counted as each slot is freed),
     once it works on nothing."""
-    await sync_to_async(servers.wait_until)(lambda: llama_metric(llama, "requests_processing") == 0, 30,
+    await sync_to_async(waiting.wait_until)(lambda: llama_metric(llama, "requests_processing") == 0, 30,
                                             "llama.cpp to be working on nothing")
     return llama_metric(llama, "tokens_predicted_total")
 

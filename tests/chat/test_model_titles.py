@@ -7,10 +7,11 @@ import os
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp.upstream import titles
 from chatapp.models import Conversation
+from chatapp.upstream import titles
+from harness import waiting
 from harness import ports
-from tests import factories, servers
+from tests import factories
 from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 from tests.chat.streams import read_events
 from tests.inference.serving import real_model_serving
@@ -35,21 +36,6 @@ def answered(transactional_db):
     factories.message(conversation, role="assistant", status="completed",
                       content="Tomato soup: tomatoes, onion, stock; twenty minutes.")
     return conversation
-
-
-@pytest.mark.parametrize("said, title", [
-    ("Quick Soup Recipes", "Quick Soup Recipes"),
-    ('"Quick Soup Recipes."', "Quick Soup Recipes"),
-    ("Title: Quick   Soup Recipes\nThis conversation is about soup.", "Quick Soup Recipes"),
-    ("**Quick Soup Recipes**", "Quick Soup Recipes"),
-])
-def test_the_models_answer_becomes_a_title_of_its_first_line_without_quotes_or_label(said, title):
-    assert titles.cleaned(said) == title
-
-
-@pytest.mark.parametrize("said", ["", "  \n ", '"..."', " ".join(["soup"] * 11), "x" * 81])
-def test_an_answer_that_is_no_title_of_a_few_words_is_refused(said):
-    assert titles.cleaned(said) is None
 
 
 async def test_the_first_answers_done_says_a_title_was_asked_for_and_the_seconds_does_not(
@@ -157,7 +143,7 @@ async def test_the_real_model_names_a_conversation_after_its_first_answer(
 
     with title_worker(real_inference_url):
         done = (await ask(api, conversation.pk, "What is the capital of France?"))[-1][1]
-        await sync_to_async(servers.wait_until)(
+        await sync_to_async(waiting.wait_until)(
             lambda: title_of(conversation.pk) != "What is the capital of France?", 60,
             "the model's title to be saved")
 

@@ -52,7 +52,8 @@ def inference_url():
 def app_url(django_db_setup, inference_url):
     # Four tokens an answer: the fuzz is about the requests, and streamed answers stay quick.
     # Its hundreds of failed sign-ins would trip the login limit for every later test's sign-in.
-    env = {"INFERENCE_URL": inference_url, "CHAT_MAX_TOKENS": "4", "CHAT_LOGIN_ATTEMPTS": "1000000"}
+    env = {"INFERENCE_URL": inference_url, "CHAT_MAX_TOKENS": "4", "CHAT_LOGIN_ATTEMPTS": "1000000",
+           "CHAT_LOGIN_SPREAD_ATTEMPTS": "1000000"}
     with servers.daphne_on(servers.shared_database_url(), env=env) as url:
         yield url
 

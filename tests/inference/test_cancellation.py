@@ -5,9 +5,10 @@ import asyncio
 import httpx2
 
 from harness import waiting
+from harness import waiting
 from inference.async_engine import AsyncEngine
 from inference.engine import SamplingParams
-from tests import servers
+
 from tests.inference import models
 from tests.inference.serving import chat, metric, serving, service_for
 
@@ -81,7 +82,7 @@ async def test_fifty_concurrent_cancels_leave_zero_running_and_all_cache_memory_
                 return seen
 
             seen = await asyncio.gather(*(leave_after(3 + i % 5) for i in range(50)))
-        await asyncio.to_thread(servers.wait_until, lambda: running_and_cache(url)[0] == 0, 60,
+        await asyncio.to_thread(waiting.wait_until, lambda: running_and_cache(url)[0] == 0, 60,
                                 "every sequence to be freed")
         running, cache_bytes, cancelled = running_and_cache(url)
 
