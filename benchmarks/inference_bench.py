@@ -19,6 +19,7 @@ from . import inference_plot, inference_table, report, targets
 from .cancel_check import CANCEL_SAMPLING
 from .latency import LevelResult
 from .llama_cpp import DEFAULT_ROOT, OUTTYPES, LlamaCpp
+from .machine import inference_notes
 from .machine_load import ForeignLoad
 from .multi_turn import MultiTurnResult
 from .server_runs import ServerRuns

@@ -14,6 +14,7 @@ behind the stand-in stretches those spans, while streams opened a little apart c
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field

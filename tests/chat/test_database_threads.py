@@ -95,6 +95,7 @@ def test_after_every_session_is_terminated_no_request_fails_at_once_or_one_by_on
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
+@pytest.mark.process
 def test_after_every_session_is_terminated_under_streams_no_request_fails_and_the_answers_end(user, upstream):
     upstream.script = Script(chunks=[f" word{i}" for i in range(60)], interval_s=0.05)
     conversations = [factories.conversation(owner=user) for _ in range(4)]
