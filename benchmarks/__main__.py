@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "the chat page in headless Chromium under a 20,000-token flood"),
     "relay": ("benchmarks.relay_bench",
               "the relay: added TTFT, CPU per token, capacity of daphne processes behind nginx"),
+    "watch": ("benchmarks.watch_bench",
+              "watchers of an answer (1, 100, 1,000) and resumed answers: how live, how soon"),
     "audit": ("benchmarks.audit_bench",
               "the staff audit page over 1,000,000 generations on PostgreSQL (daily rollups)"),
 }

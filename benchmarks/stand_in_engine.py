@@ -1,7 +1,7 @@
 """A stand-in for the model engine, so a benchmark measures the inference service's HTTP layer.
 
-It plugs in where `LLMEngine` does (`InferenceService.attach`, hence `AsyncEngine`), runs no
-model, and steps on a fixed schedule, every `step_s`: each step gives every running request one
+It plugs in where `LLMEngine` does (`InferenceService.attach`, hence `AsyncEngine`) through
+the engine's door only (`limits()`, `stats()`, requests in and steps out), runs no model, and steps on a fixed schedule, every `step_s`: each step gives every running request one
 token, so N streams are offered N / step_s tokens a second. A late step does not push the next
 ones back. A request's answer is known in advance: the prompt is the label in its last message,
 token i is `token_text(label, i)`, and it ends after `max_tokens` tokens.
@@ -13,13 +13,12 @@ uvicorn, as `python -m inference` serves the model.
 import argparse
 import logging
 import time
-from types import SimpleNamespace
 
 import uvicorn
 
 from common.vocabulary import FinishReason
 from inference.config import InferenceConfig
-from inference.engine import RequestOutput, SamplingParams
+from inference.engine import EngineLimits, EngineStats, RequestOutput, SamplingParams
 from inference.server import create_app
 from inference.service import InferenceService
 
@@ -42,13 +41,9 @@ class _Request:
 
 
 class StandInEngine:
-    """What `AsyncEngine`, `InferenceService` and `Metrics` use of `LLMEngine`, without a model."""
+    """`LLMEngine`'s door without a model: what `AsyncEngine` and `InferenceService` ask of it."""
 
-    max_model_len = CONTEXT_TOKENS
     num_waiting = 0  # every request runs from the next step on
-    kv_cache = SimpleNamespace(max_sequence_tokens=CONTEXT_TOKENS, usage=0.0, num_allocated_bytes=0,
-                               num_reusable_bytes=0, num_kept_rows=0, num_kept_tokens=0)
-    scheduler = SimpleNamespace(num_prefix_hits=0, num_reused_tokens=0, num_prefilled_tokens=0)
 
     def __init__(self, step_s: float):
         self.step_s = step_s
@@ -56,12 +51,18 @@ class StandInEngine:
         self._running: dict[str, _Request] = {}
         self._next_step_at = 0.0
 
-    @property
-    def num_running(self) -> int:
-        return len(self._running)
+    def limits(self) -> EngineLimits:
+        return EngineLimits(max_model_len=CONTEXT_TOKENS, max_num_seqs=CONTEXT_TOKENS,
+                            max_cached_tokens=CONTEXT_TOKENS)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(num_running=len(self._running))
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(character) for character in text]
 
     def encode_chat(self, messages: list[dict], continue_final_message: bool = False) -> list[int]:
-        return [ord(character) for character in messages[-1]["content"]]
+        return self.encode(messages[-1]["content"])
 
     def add_request(self, request_id: str, prompt_token_ids: list[int],
                     params: SamplingParams) -> None:

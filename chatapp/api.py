@@ -21,7 +21,8 @@ from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import selectors as staff_selectors
 from .streaming import answer_start, watch
-from .streaming.relay import Relay, tell_relay_to_stop
+from .streaming.relay import Relay
+from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream.inference_client import UpstreamRefused
 
 
@@ -239,9 +240,19 @@ async def generation(request, user, generation_id: int):
 
 @endpoint("GET")
 async def generation_events(request, user, generation_id: int):
-    """The watch stream: another page follows an answer it did not start (chatapp/streaming/watch.py)."""
+    """The watch stream: another page follows an answer it did not start, or (`from`, the
+    characters of it the page holds) its own page resumes it (chatapp/streaming/watch.py)."""
+    offset = _offset(request.GET.get("from"))
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return event_stream(watch.events(found))
+    return event_stream(watch.events(found, offset))
+
+
+def _offset(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or int(value) > MAX_SEEN_CHARS:
+        raise ApiError(400, "invalid_value", f"from must be an integer from 0 to {MAX_SEEN_CHARS}")
+    return int(value)
 
 
 @endpoint("POST")

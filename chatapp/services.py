@@ -93,7 +93,6 @@ class AnswerStart:
     generation: Generation
     prompt: list[dict]
     continue_final_message: bool = False  # writing on at the end of a truncated answer
-    sampling: dict = field(default_factory=dict)
 
 
 def _sampling() -> dict:
@@ -203,7 +202,7 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     Conversation.objects.filter(pk=plan.conversation.pk).update(updated_at=timezone.now(), **(
         {} if plan.title is None else
         {"title": Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))}))
-    return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message, plan.sampling)
+    return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message)
 
 
 # --- ending an answer ---

@@ -49,8 +49,12 @@ try:
     CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
     CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)
-    # A watch stream (chatapp/streaming/watch.py) reads its answer's saved rows this often.
+    # A watch stream (chatapp/streaming/watch.py) that hears nothing on its answer's live channel for this
+    # long reads the saved rows (a relay that died, a message the layer dropped).
     CHAT_WATCH_INTERVAL_SECONDS = env.number("CHAT_WATCH_INTERVAL_SECONDS", 1.0, minimum=0.01)
+    # An answer whose page's connection dropped goes on this long without a reader, for the page
+    # to come back to (chatapp/streaming/relay.py); 0 ends it at once, as a departed client's.
+    CHAT_RESUME_GRACE_SECONDS = env.number("CHAT_RESUME_GRACE_SECONDS", 60.0, minimum=0)
     CHAT_GENERATION_TIMEOUT_SECONDS = env.number("CHAT_GENERATION_TIMEOUT_SECONDS", 600.0, minimum=1)
     # A relay proves it is alive on a timer of its own, tokens or not; a streaming answer whose
     # relay has not done so for CHAT_STALE_STREAM_SECONDS lost it (a crash) and is reaped.

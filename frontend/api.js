@@ -86,6 +86,9 @@ export const api = {
   continueAnswer: (mid) => (signal) => openStream(`/api/messages/${id(mid)}/continue`, undefined, signal),
   // Follows an answer that another tab, device or an earlier visit of this page started.
   watch: (gid) => (signal) => openStream(`/api/generations/${id(gid)}/events`, undefined, signal, "GET"),
+  // The same answer again after a lost connection, its text from the `offset`-th character on.
+  resume: (gid, offset) => (signal) =>
+    openStream(`/api/generations/${id(gid)}/events?from=${id(offset)}`, undefined, signal, "GET"),
 
   stop: (gid, seenChars) => retried(() => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } })),
   // Staff only, from the live view (staff/live/): stops anyone's answer.

@@ -132,6 +132,7 @@ function followLiveAnswer(lastMessage) {
     entry.el = el;
     msg.beginStreaming(el);
     if (!entry.generation.stopped) entry.generation.paintNow();
+    if (entry.generation.reconnecting) msg.setState(el, "Reconnecting…");
     return;
   }
   if (isStreamingAnswer && lastMessage?.generation) watchAnswer(last, lastMessage.generation.id);
@@ -287,6 +288,14 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
       if (follow) scrollToBottom();
     },
     onStart: (start) => { if (entry.el) entry.el.dataset.messageId = String(start.message_id); },
+    resume: api.resume,
+    // A lost connection is not an error yet: the answer goes on at the server while it is away.
+    onReconnecting: (on) => {
+      if (!entry.el) return;
+      entry.el.dataset.reconnecting = String(on);
+      msg.setState(entry.el, on ? "Reconnecting…" : "");
+      if (on) announce("Connection lost; reconnecting.");
+    },
   });
   entry = live.add(id, generation, el);
   entry.watching = watching;
@@ -425,15 +434,26 @@ view.composer.addEventListener("keydown", (event) => {
   }
 });
 view.form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
-view.stop.addEventListener("click", () => liveHere()?.generation.stop(api.stop));
+/**
+ * A Stop of the answer on screen. One the server refuses because the answer had ended (it came
+ * back after the grace period, or crossed the answer's end) leaves the stored record as it is:
+ * the conversation is read again to show that, not what this page assumed.
+ */
+function stopHere() {
+  const id = conversationId;
+  liveHere()?.generation.stop((gid, seen) => api.stop(gid, seen).catch((error) => {
+    if (error instanceof ApiError && error.status === 409 && id === conversationId) reloadMessages(id);
+    throw error;
+  }));
+}
+view.stop.addEventListener("click", stopHere);
 view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
 
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || event.defaultPrevented) return;
-  const entry = liveHere();
-  if (entry) {
+  if (liveHere()) {
     event.preventDefault();
-    entry.generation.stop(api.stop);
+    stopHere();
   } else {
     sidebar.closeDrawer({ focusToggle: true });
   }

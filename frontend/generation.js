@@ -1,8 +1,10 @@
 // One answer being streamed: its AbortController, its text, and how much of it was painted.
 // Kept free of the DOM so the accounting that Stop relies on can be tested under node.
 // The same object reads an answer's own stream (POST, from `start`) and the watch stream of an
-// answer another tab or device started (GET .../events, from `prefix`).
-import { createStallWatch } from "./stall.js";
+// answer another tab or device started (GET .../events, from `prefix`), and, when either is
+// lost, resumes it from the last character it holds (reconnect.js).
+import { deliverStop, FIRST_RETRY_MS, isFinalRefusal, nextRetryMs, pause } from "./reconnect.js";
+import { createStallWatch, SYSTEM_CLOCK } from "./stall.js";
 import { payloadOf, readEvents } from "./stream.js";
 import { CANCELLED_BY, STATUS } from "./vocabulary.js";
 
@@ -11,6 +13,7 @@ export const ENDING = Object.freeze({
   REFUSED: "refused", // the request was answered with a JSON error before any stream
   LOST: "connection_lost", // the stream ended without `done`
   STALLED: "connection_stalled", // nothing arrived for two heartbeats: the page ended the stream
+  EXPIRED: "resume_expired", // lost, and not reached again within the server's grace period
 });
 
 export class Generation {
@@ -22,8 +25,15 @@ export class Generation {
    *   decides when `paint` may run (at most once a frame, never while hidden)
    * @param {(start: object) => void} [options.onStart]
    * @param {(onStall: () => void) => {arm(s: number): void, touch(): void, cancel(): void}} [options.watchStall]
+   * @param {((id: number, offset: number) => (signal: AbortSignal) => Promise<Response>) | null} [options.resume]
+   *   opens the answer's stream again from a character offset; null: a lost stream is not resumed
+   * @param {(isReconnecting: boolean) => void} [options.onReconnecting]
+   * @param {EventTarget | null} [options.network] fires `online` and `offline` (the window)
    */
-  constructor({ baseText = "", paint, createPainter, onStart = () => {}, watchStall = createStallWatch }) {
+  constructor({
+    baseText = "", paint, createPainter, onStart = () => {}, watchStall = createStallWatch, resume = null,
+    onReconnecting = () => {}, clock = SYSTEM_CLOCK, network = globalThis.window ?? null,
+  }) {
     this.controller = new AbortController();
     this.baseText = baseText;
     this.text = ""; // every delta of this generation, appended the moment it arrives
@@ -36,14 +46,29 @@ export class Generation {
     this.stopped = false;
     this.stalled = false;
     this.pendingStop = null; // a Stop pressed before the server named the generation
+    this.reconnecting = false;
+    this.graceExpired = false;
     this.onStart = onStart;
+    this.resume = resume;
+    this.onReconnecting = onReconnecting;
+    this.clock = clock;
+    this.network = network;
+    this.retryWith = { clock, network }; // what a wait before trying again listens to
+    this.wake = null; // ends the wait before the next try to reconnect
+    // Offline, an open response may never fail by itself: end it and reconnect.
+    this.wentOffline = () => { if (!this.reconnecting) this.controller.abort(); };
     this.paintNow = () => {
       this.paintedLength = this.text.length;
       this.paintedChars = this.chars;
       paint(this.baseText + this.text);
     };
     this.painter = createPainter(this.paintNow);
-    this.stall = watchStall(() => {
+    this.watchStall = watchStall;
+    this.stall = this.#newStallWatch();
+  }
+
+  #newStallWatch() {
+    return this.watchStall(() => {
       if (this.stopped || this.done) return;
       this.stalled = true;
       this.controller.abort();
@@ -59,6 +84,7 @@ export class Generation {
    * API's error) and reads it to the end. Resolves to the outcome; never rejects.
    */
   async run(open) {
+    this.network?.addEventListener("offline", this.wentOffline);
     try {
       let response;
       try {
@@ -67,16 +93,74 @@ export class Generation {
         if (this.stopped) return this.outcome();
         return { ending: ENDING.REFUSED, error, status: STATUS.FAILED, text: this.baseText };
       }
-      try {
-        for await (const event of readEvents(response, { onBytes: () => this.stall.touch() })) this.#handle(event);
-      } catch {
-        // An aborted or broken read: Stop or "connection lost" below tells which.
-      }
+      await this.#read(response);
+      while (this.#isResumable() && await this.#reconnect());
       return this.outcome();
     } finally {
+      this.network?.removeEventListener("offline", this.wentOffline);
       this.painter.cancel();
       this.stall.cancel();
     }
+  }
+
+  async #read(response) {
+    try {
+      for await (const event of readEvents(response, { onBytes: () => this.stall.touch() })) this.#handle(event);
+    } catch {
+      // An aborted or broken read: Stop, a reconnect or "connection lost" tells which.
+    }
+  }
+
+  #isResumable() {
+    return !this.stopped && !this.done && !this.error && this.id !== null && this.resume !== null
+      && this.start?.resume_grace_s > 0;
+  }
+
+  /**
+   * The stream was lost: "Reconnecting…" and tries, 0.5 s after, doubling, within the grace
+   * period. Resolves true once a resumed stream was read (to its end or its next loss), false
+   * when the answer is not to be resumed (Stop, the grace passed, a final refusal).
+   */
+  async #reconnect() {
+    const deadline = this.clock.now() + this.start.resume_grace_s * 1000;
+    let waitMs = FIRST_RETRY_MS;
+    this.#setReconnecting(true);
+    try {
+      for (;;) {
+        const wait = pause(Math.max(Math.min(waitMs, deadline - this.clock.now()), 0), this.retryWith);
+        this.wake = wait.wake;
+        await wait.done;
+        if (this.stopped) return false;
+        waitMs = nextRetryMs(waitMs);
+        this.controller = new AbortController();
+        this.stalled = false;
+        this.stall.cancel();
+        this.stall = this.#newStallWatch();
+        let response;
+        try {
+          response = await this.resume(this.id, this.chars)(this.controller.signal);
+        } catch (error) {
+          if (this.stopped || isFinalRefusal(error)) return false;
+          if (this.clock.now() >= deadline) {
+            this.graceExpired = true;
+            return false;
+          }
+          continue;
+        }
+        this.#setReconnecting(false);
+        await this.#read(response);
+        return true;
+      }
+    } finally {
+      this.wake = null;
+      this.#setReconnecting(false);
+    }
+  }
+
+  #setReconnecting(on) {
+    if (this.reconnecting === on) return;
+    this.reconnecting = on;
+    this.onReconnecting(on);
   }
 
   #handle(event) {
@@ -100,6 +184,10 @@ export class Generation {
           this.chars = chars.length - earlier;
           this.painter.schedule();
         }
+        break;
+      case "resume":
+        // The answer again, its deltas from the offset asked (this.chars): nothing to replace.
+        this.stall.arm(payload.heartbeat_s);
         break;
       case "delta":
         // After Stop the text is what the user saw; what still arrives was never shown.
@@ -141,11 +229,11 @@ export class Generation {
     this.stopped = true;
     const seen = this.paintedChars;
     this.painter.cancel();
-    // The Stop is recorded before the connection closes: closed first, the answer would end as
-    // a departed client's (Interrupted, not Stopped), and the Stop after it would be refused.
-    const send = () => new Promise((resolve) => resolve(sendStop(this.id, seen)))
-      .catch(() => {})
-      .finally(() => this.controller.abort());
+    // The Stop is recorded before the connection closes: closed first, the answer would go on
+    // for the grace period as a departed page's. A Stop that cannot reach the server is sent
+    // again until it does (with the same count), so the stored text becomes what was seen.
+    const send = () => deliverStop(() => sendStop(this.id, seen), { ...this.retryWith, afterFirst: () => this.controller.abort() });
+    this.wake?.(); // a wait to reconnect ends: no more tries
     // Before `start` the server may be starting the answer already: wait for its id, so that
     // an early Stop is recorded as the user's too. A request refused instead ends on its own.
     if (this.id === null) this.pendingStop = send;
@@ -170,7 +258,7 @@ export class Generation {
     if (this.error) return { ...common, status: STATUS.FAILED, text };
     // The connection closed (or was closed here) before `done`: the server, if it noticed,
     // kept the text it sent and recorded the answer as interrupted.
-    const ending = this.stalled ? ENDING.STALLED : ENDING.LOST;
+    const ending = this.graceExpired ? ENDING.EXPIRED : this.stalled ? ENDING.STALLED : ENDING.LOST;
     return { ...common, ending, status: STATUS.STOPPED, cancelledBy: CANCELLED_BY.CLIENT_GONE, text };
   }
 }

@@ -14,11 +14,13 @@ export const INTERRUPTED = "Interrupted";
 const ENDING_DETAILS = {
   [ENDING.LOST]: "the connection was lost; the text so far is kept.",
   [ENDING.STALLED]: "the connection stalled; the text so far is kept.",
+  [ENDING.EXPIRED]: "the connection was lost for longer than the server keeps an answer; the text so far is kept.",
 };
 // A page that only follows an answer loses its view, not the answer, which may well go on.
 const FOLLOWING_DETAILS = {
   [ENDING.LOST]: "The connection was lost while following this answer; Retry follows it again.",
   [ENDING.STALLED]: "The connection stalled while following this answer; Retry follows it again.",
+  [ENDING.EXPIRED]: "The connection was lost while following this answer; Retry follows it again.",
 };
 
 /** Cut short by no one's choice: the connection closed under it, or the server was stopping. */

@@ -4,7 +4,7 @@
 export const STALL_HEARTBEATS = 2;
 
 // Wrapped: a browser's setTimeout called as another object's method throws "Illegal invocation".
-const SYSTEM_CLOCK = {
+export const SYSTEM_CLOCK = {
   setTimeout: (callback, ms) => setTimeout(callback, ms),
   clearTimeout: (id) => clearTimeout(id),
   now: () => performance.now(),

@@ -15,10 +15,9 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from .engine import LLMEngine, RequestOutput, SamplingParams
+from .engine import EngineStats, LLMEngine, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +70,15 @@ class AsyncEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self._stats = engine.stats()
+
+    def stats(self) -> EngineStats:
+        """The engine's state after its latest step, from any thread without waiting for it.
+
+        The step thread reads it between steps: read from another thread, the cache's counts
+        could meet a row half moved.
+        """
+        return self._stats
 
     # --- life ---
     def start(self) -> None:
@@ -102,16 +110,6 @@ class AsyncEngine:
         self._wake.set()
         return RequestStream(self, request_id, stream.queue)
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int],
-                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
-        """Yields this request's outputs until it finishes; leaving early aborts it."""
-        stream = self.open(request_id, prompt_token_ids, params)
-        try:
-            async for output in stream:
-                yield output
-        finally:
-            stream.close()
-
     def _release(self, request_id: str, abort: bool) -> None:
         self._streams.pop(request_id, None)
         if abort:
@@ -138,10 +136,13 @@ class AsyncEngine:
                 self._wake.clear()
                 self._take_inbox()
                 if not self.engine.has_work():
+                    self._stats = self.engine.stats()
                     self._wake.wait()
                     continue
+                outputs = self.engine.step()
+                self._stats = self.engine.stats()  # before the outputs: a finished stream is counted out
                 delivered = []
-                for output in self.engine.step():
+                for output in outputs:
                     # A stream may close on its event loop at any moment: look it up once.
                     stream = self._streams.get(output.request_id)
                     if stream is not None:
@@ -154,6 +155,7 @@ class AsyncEngine:
             self.engine.abort_all()
             failure = EngineUnavailable(self._unavailable_reason())
             _deliver([(stream, failure) for stream in list(self._streams.values())])
+            self._stats = self.engine.stats()
 
     def _take_inbox(self) -> None:
         refused: list[tuple[_Stream, object]] = []

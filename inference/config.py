@@ -37,8 +37,9 @@ class InferenceConfig:
     max_waiting: int = 256
     # KV cache budget in tokens, reserved per request as prompt + max_tokens.
     max_cached_tokens: int = 49152
-    # Longest prompt + answer; also capped by the model's own context length.
-    max_model_len: int = 2048
+    # Longest prompt + answer; 0 means the model's own context (max_position_embeddings), which
+    # also caps a larger value, as does what one sequence may hold of max_cached_tokens.
+    max_model_len: int = 0
     # Prompt tokens per step while other streams decode: as many as keep the step within
     # prefill_stretch times a plain decode step, at least prefill_chunk_min and at most
     # prefill_chunk (before any step was timed: prefill_chunk_min plus one per running stream).
@@ -76,7 +77,10 @@ class InferenceConfig:
                              f"got {self.dtype!r}")
         if self.matrices not in MATRICES:
             raise ValueError(f"INFERENCE_MATRICES must be one of {MATRICES}, got {self.matrices!r}")
-        positive = ["port", "max_running", "max_waiting", "max_cached_tokens", "max_model_len",
+        if self.max_model_len < 0:
+            raise ValueError(f"INFERENCE_MAX_MODEL_LEN must be 0 (the model's own) or more, "
+                             f"got {self.max_model_len}")
+        positive = ["port", "max_running", "max_waiting", "max_cached_tokens",
                     "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens",
                     "max_body_bytes", "prefix_cache_tokens", "prefill_stretch_streams"]
         for name in positive:

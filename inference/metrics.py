@@ -41,15 +41,18 @@ class Metrics:
                                  "INFERENCE_PREFIX_CACHE_TOKENS).", registry=r)
 
     def watch(self, engine) -> None:
-        """Gauges and the prefix counters read the engine's state when scraped."""
-        self.running.set_function(lambda: engine.num_running)
-        self.waiting.set_function(lambda: engine.num_waiting)
-        self.cache_usage.set_function(lambda: engine.kv_cache.usage)
-        self.cache_bytes.set_function(lambda: engine.kv_cache.num_allocated_bytes)
-        self.reusable_bytes.set_function(lambda: engine.kv_cache.num_reusable_bytes)
-        self.kept_prefixes.set_function(lambda: engine.kv_cache.num_kept_rows)
-        self.kept_tokens.set_function(lambda: engine.kv_cache.num_kept_tokens)
-        self.registry.register(_PrefixCounters(engine.scheduler))
+        """Gauges and the prefix counters read the engine's latest `stats()` when scraped.
+
+        `engine` is the async front (async_engine.py), whose step thread takes the snapshot.
+        """
+        self.running.set_function(lambda: engine.stats().num_running)
+        self.waiting.set_function(lambda: engine.stats().num_waiting)
+        self.cache_usage.set_function(lambda: engine.stats().cache_usage)
+        self.cache_bytes.set_function(lambda: engine.stats().num_cache_bytes)
+        self.reusable_bytes.set_function(lambda: engine.stats().num_reusable_bytes)
+        self.kept_prefixes.set_function(lambda: engine.stats().num_kept_rows)
+        self.kept_tokens.set_function(lambda: engine.stats().num_kept_tokens)
+        self.registry.register(_PrefixCounters(engine))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -78,17 +81,18 @@ class RequestClock:
 
 
 class _PrefixCounters:
-    """The scheduler's own counts, read when scraped: the step thread keeps them, nothing else."""
+    """The engine's counts since start, as Prometheus counters, read when scraped."""
 
-    def __init__(self, scheduler):
-        self.scheduler = scheduler
+    def __init__(self, engine):
+        self.engine = engine
 
     def collect(self):
-        s = self.scheduler
+        stats = self.engine.stats()
         for name, help_text, value in [
-            ("inference_prefix_cache_hits", "Requests that started from a cached prefix.", s.num_prefix_hits),
+            ("inference_prefix_cache_hits", "Requests that started from a cached prefix.", stats.num_prefix_hits),
             ("inference_prefix_cache_reused_tokens", "Prompt tokens taken from a cached prefix instead of fed.",
-             s.num_reused_tokens),
-            ("inference_prompt_tokens_prefilled", "Prompt tokens fed through the model.", s.num_prefilled_tokens),
+             stats.num_reused_tokens),
+            ("inference_prompt_tokens_prefilled", "Prompt tokens fed through the model.",
+             stats.num_prefilled_tokens),
         ]:
             yield CounterMetricFamily(name, help_text, value=value)

@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions subset we speak: request validation and response shapes.
+"""The OpenAI Chat Completions subset we speak, and vLLM's /tokenize: validation and shapes.
 
 Imports no torch. Fields we do not implement are refused with a 400 naming the field, rather
 than silently ignored.
@@ -23,6 +23,10 @@ ACCEPTED_FIELDS = {
     # (add_generation_prompt, true unless the message is continued).
     "continue_final_message", "add_generation_prompt",
 }
+# vLLM's /tokenize takes chat messages (the chat template applied as for a completion) or a
+# plain prompt, never both.
+TOKENIZE_CHAT_FIELDS = {"model", "messages", "add_generation_prompt", "continue_final_message"}
+TOKENIZE_PROMPT_FIELDS = {"model", "prompt"}
 
 
 class ProtocolError(Exception):
@@ -59,6 +63,16 @@ class ChatRequest:
     continue_final_message: bool = False
 
 
+@dataclass(frozen=True)
+class TokenizeRequest:
+    """Chat messages to count as a completion of them would be prompted, or a plain prompt."""
+
+    model: str | None  # None: whichever model the service serves
+    messages: list[dict[str, str]] | None = None
+    continue_final_message: bool = False
+    prompt: str | None = None
+
+
 def parse_json(raw: bytes) -> Any:
     """The body as Python values, or a 400 (common/strict_json says what it refuses), every
     string real Unicode: writing the body out again finds a lone surrogate wherever it hides."""
@@ -72,13 +86,22 @@ def parse_json(raw: bytes) -> Any:
     return body
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+def parse_json_object(raw: bytes) -> dict:
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise ProtocolError(400, "the body must be a JSON object", "invalid_request")
-    unknown = sorted(set(body) - ACCEPTED_FIELDS)
+    return body
+
+
+def _refuse_unknown(body: dict, accepted: set[str]) -> None:
+    unknown = sorted(set(body) - accepted)
     if unknown:
         raise ProtocolError(400, f"unsupported field: {unknown[0]}", "unsupported_field", unknown[0])
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    body = parse_json_object(raw)
+    _refuse_unknown(body, ACCEPTED_FIELDS)
 
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -110,6 +133,25 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         seed=_seed(body),
         continue_final_message=continue_final_message,
     )
+
+
+def parse_tokenize_request(raw: bytes) -> TokenizeRequest:
+    body = parse_json_object(raw)
+    model = _typed(body, "model", str, None)
+    if model == "":
+        raise ProtocolError(400, "model must name the served model, or be left out", "invalid_value", "model")
+    if "prompt" in body:
+        if "messages" in body:
+            raise ProtocolError(400, "send either prompt or messages, not both", "invalid_value", "prompt")
+        _refuse_unknown(body, TOKENIZE_PROMPT_FIELDS)
+        if not isinstance(body["prompt"], str):
+            raise ProtocolError(400, "prompt must be a string", "invalid_type", "prompt")
+        return TokenizeRequest(model, prompt=body["prompt"])
+    _refuse_unknown(body, TOKENIZE_CHAT_FIELDS)
+    if "messages" not in body:
+        raise ProtocolError(400, "messages (or prompt) is required", "missing_field", "messages")
+    messages = _messages(body["messages"])
+    return TokenizeRequest(model, messages, _continue_final_message(body, messages))
 
 
 def _continue_final_message(body: dict, messages: list[dict[str, str]]) -> bool:
@@ -256,6 +298,11 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def tokenized(token_ids: list[int], max_model_len: int) -> dict[str, Any]:
+    """vLLM's /tokenize answer: the count, the context it must fit, and the tokens."""
+    return {"count": len(token_ids), "max_model_len": max_model_len, "tokens": token_ids}
 
 
 def sse(data: dict | str) -> bytes:

@@ -19,7 +19,7 @@ from .config import InferenceConfig
 from .metrics import RequestClock
 from .protocol import (
     SSE_DONE, SSE_HEARTBEAT, ChatRequest, CompletionShape, ProtocolError, error_body,
-    parse_chat_request, sse,
+    parse_chat_request, parse_tokenize_request, sse, tokenized,
 )
 from .service import InferenceService, ServiceState
 
@@ -70,9 +70,7 @@ def error_response(error: ProtocolError) -> JSONResponse:
 async def chat_completions(request: Request) -> Response:
     service: InferenceService = request.app.state.service
     try:
-        if not service.healthy:
-            raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
-        chat = parse_chat_request(await _body(request, service.config.max_body_bytes))
+        chat = parse_chat_request(await _body_when_ready(request, service))
         # Encoding a long prompt takes a while: it runs on the service's tokenizer thread.
         prompt, params = await asyncio.wrap_future(service.submit_prompt(chat))
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
@@ -94,6 +92,24 @@ async def chat_completions(request: Request) -> Response:
         events = completion_events(stream, shape, chat, RequestClock(service.metrics), service)
         return EventStreamResponse(events, on_close=stream.close, headers=headers)
     return await _whole(request, stream, shape, RequestClock(service.metrics), service, headers)
+
+
+async def tokenize(request: Request) -> Response:
+    """vLLM's /tokenize: the count a completion of these messages would report as prompt_tokens."""
+    service: InferenceService = request.app.state.service
+    try:
+        asked = parse_tokenize_request(await _body_when_ready(request, service))
+        token_ids = await asyncio.wrap_future(service.submit_tokenize(asked))
+    except ProtocolError as error:
+        return error_response(error)
+    return JSONResponse(tokenized(token_ids, service.max_model_len))
+
+
+async def _body_when_ready(request: Request, service: InferenceService) -> bytes:
+    """The body of a request the service can serve now, or a 503 before it is read."""
+    if not service.healthy:
+        raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
+    return await _body(request, service.config.max_body_bytes)
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -215,7 +231,7 @@ async def models(request: Request) -> JSONResponse:
     data = []
     if service.state is ServiceState.READY:
         data.append({"id": service.model_name, "object": "model", "created": int(time.time()),
-                     "owned_by": "chatapp"})
+                     "owned_by": "inference", "max_model_len": service.max_model_len})
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -255,6 +271,7 @@ def create_app(service: InferenceService, load: bool = True) -> Starlette:
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ], lifespan=lifespan, exception_handlers={Exception: _unplanned_error})

@@ -7,11 +7,10 @@ from enum import Enum
 
 from .async_engine import AsyncEngine
 from .config import InferenceConfig
-from .engine import LLMEngine, SamplingParams
-from .engine.llm_engine import EngineLimits
+from .engine import ContextLengthExceeded, EngineConfig, LLMEngine, SamplingParams
 from .engine.matrices import MatrixLayout
 from .metrics import Metrics
-from .protocol import ChatRequest, ProtocolError
+from .protocol import ChatRequest, ProtocolError, TokenizeRequest
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ class InferenceService:
                 torch.set_num_threads(self.config.threads)
             loaded = loader.load(self.config.model, self.config.cache_dir, self.config.device,
                                  self.config.dtype, self.config.model_name)
-            self.attach(LLMEngine(loaded.model, loaded.tokenizer, self.limits()), loaded.name)
+            self.attach(LLMEngine(loaded.model, loaded.tokenizer, self.engine_config()), loaded.name)
         except BaseException as error:
             logger.exception("loading the model failed")
             self.error = error
@@ -56,12 +55,12 @@ class InferenceService:
         """Serves an engine built elsewhere (tests build one on a tiny model)."""
         self.engine = engine
         self.model_name = model_name
-        self.metrics.watch(engine)
         self.async_engine = AsyncEngine(engine, self.config.max_waiting,
                                         on_abort=lambda _: self.metrics.cancelled.inc())
+        self.metrics.watch(self.async_engine)
         self.async_engine.start()
         self.state = ServiceState.READY
-        logger.info("serving %s", model_name)
+        logger.info("serving %s, context %d tokens", model_name, self.max_model_len)
 
     def load_in_background(self) -> threading.Thread:
         thread = threading.Thread(target=self.load, name="model-loader", daemon=True)
@@ -73,15 +72,20 @@ class InferenceService:
         if self.async_engine is not None:
             self.async_engine.stop()
 
-    def limits(self) -> EngineLimits:
+    def engine_config(self) -> EngineConfig:
         c = self.config
-        return EngineLimits(
+        return EngineConfig(
             max_running=c.max_running, max_cached_tokens=c.max_cached_tokens,
-            max_model_len=c.max_model_len, prefill_chunk=c.prefill_chunk,
+            max_model_len=c.max_model_len or None, prefill_chunk=c.prefill_chunk,
             prefill_chunk_idle=c.prefill_chunk_idle, cache_group_size=c.cache_group_size,
             prefill_chunk_min=c.prefill_chunk_min, reuse_prefixes=c.prefix_cache,
             prefill_stretch=c.prefill_stretch, prefill_stretch_streams=c.prefill_stretch_streams,
             max_kept_tokens=c.prefix_cache_tokens, matrices=MatrixLayout(c.matrices))
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest prompt + answer the engine takes (the model's, the configured or the cache's)."""
+        return self.engine.limits().max_model_len
 
     @property
     def healthy(self) -> bool:
@@ -99,23 +103,37 @@ class InferenceService:
         """`prompt_and_params` on the tokenizer thread, so that the caller's loop keeps serving."""
         return self._tokenizer_thread.submit(self.prompt_and_params, chat)
 
+    def submit_tokenize(self, request: TokenizeRequest) -> Future:
+        """`tokenize` on the tokenizer thread, so that the caller's loop keeps serving."""
+        return self._tokenizer_thread.submit(self.tokenize, request)
+
     def prompt_and_params(self, chat: ChatRequest) -> tuple[list[int], SamplingParams]:
         """Tokenizes the conversation and settles the sampling limits, or refuses with a 400."""
-        if chat.model != self.model_name:
-            raise ProtocolError(404, f"the model {chat.model!r} does not exist; this service "
-                                f"serves {self.model_name!r}", "model_not_found", "model")
-        prompt = self.engine.encode_chat(chat.messages, chat.continue_final_message)
-        context = self.engine.max_model_len
-        room = min(context, self.engine.kv_cache.max_sequence_tokens) - len(prompt)
-        if room < 1:
-            raise ProtocolError(400, f"the prompt has {len(prompt)} tokens; this model's context "
-                                f"holds {context} including the answer", "context_length_exceeded",
-                                "messages")
-        if chat.max_tokens is not None and chat.max_tokens > room:
-            raise ProtocolError(400, f"max_tokens {chat.max_tokens} does not fit: the prompt has "
-                                f"{len(prompt)} tokens and {room} remain of the context",
-                                "context_length_exceeded", "max_tokens")
+        prompt = self.chat_prompt(chat.model, chat.messages, chat.continue_final_message)
+        try:
+            room = self.engine.limits().answer_room(len(prompt), chat.max_tokens)
+        except ContextLengthExceeded as error:
+            param = "messages" if error.is_prompt_alone else "max_tokens"
+            raise ProtocolError(400, str(error), "context_length_exceeded", param) from error
         max_tokens = chat.max_tokens or min(self.config.default_max_tokens, room)
         params = SamplingParams(max_tokens=max_tokens, temperature=chat.temperature,
                                 top_p=chat.top_p, seed=chat.seed, stop=chat.stop)
         return prompt, params
+
+    def tokenize(self, request: TokenizeRequest) -> list[int]:
+        """The tokens /tokenize counts: messages exactly as a completion of them is prompted."""
+        if request.messages is not None:
+            return self.chat_prompt(request.model, request.messages, request.continue_final_message)
+        self._check_model(request.model)
+        return self.engine.encode(request.prompt)
+
+    def chat_prompt(self, model: str | None, messages: list[dict[str, str]],
+                    continue_final_message: bool) -> list[int]:
+        """The prompt of a completion of these messages, the chat template applied."""
+        self._check_model(model)
+        return self.engine.encode_chat(messages, continue_final_message)
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise ProtocolError(404, f"the model {model!r} does not exist; this service "
+                                f"serves {self.model_name!r}", "model_not_found", "model")

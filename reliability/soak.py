@@ -135,8 +135,10 @@ def _sample_answers(answers: list[Answer]) -> dict:
 
 
 def soak(plan: SoakPlan, database_server_url: str, redis_url: str) -> dict:
+    # A closed answer waits for its page this long (CHAT_RESUME_GRACE_SECONDS) holding one of its
+    # user's streams; the soak's clients never come back, so a short wait keeps the turnover.
     config = StackConfig(database_server_url=database_server_url, redis_url=redis_url,
-                         settings={"CHAT_MAX_TOKENS": str(plan.max_tokens)})
+                         settings={"CHAT_MAX_TOKENS": str(plan.max_tokens), "CHAT_RESUME_GRACE_SECONDS": "2"})
     started_at = time.time()
     with stack_under_test(config) as stack:
         use_database(stack.database_url, redis_url)

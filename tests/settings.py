@@ -11,3 +11,6 @@ from chatapp.settings import *  # noqa: E402,F403
 # tests that count the upstream's requests do not expect. A server a test starts is told so.
 CHAT_MODEL_TITLES = os.environ.get("TEST_CHAT_MODEL_TITLES") == "1"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; tests only
+# A departed page's answer ends at once unless a test asks for a grace period: most tests
+# expect the upstream closed when their client leaves. A server a test starts is told so.
+CHAT_RESUME_GRACE_SECONDS = float(os.environ.get("TEST_CHAT_RESUME_GRACE_SECONDS", "0"))

@@ -6,9 +6,16 @@ relay that keeps up sends one event per chunk and one that falls behind sends fe
 ones. The first delta always goes alone. Nothing waits for the database either (the partial
 text is handed in at most once per interval to chatapp/streaming/partial_saves.py, which saves every
 relay's together, in the background). The relay ends in exactly one
-final write, whatever ends it: the upstream finishing or failing, the browser leaving (Django
-cancels us), a Stop from any process (the channel layer), or the time limit. That write is
-shielded from cancellation.
+final write, whatever ends it: the upstream finishing or failing, a Stop from any process (the
+channel layer), the time limit, or the browser leaving for good. That write is shielded from
+cancellation.
+
+An answer outlives its page's connection: when the browser leaves (Django cancels us) without a
+Stop, a task carries the answer on unattended, reading the upstream, for the page to resume
+from any process (chatapp/streaming/watch.py, over its live_channel.py). It ends as a departed
+client's, the upstream closed, once CHAT_RESUME_GRACE_SECONDS pass without a reader; an
+upstream that ends meanwhile waits the same for a reader before the final write, so that a
+Stop from the page still cuts the text to what its user saw.
 
 The audit counts upstream chunks, not events (`num_chunks`, the token count when the upstream
 sends no usage); the mean inter-token latency is the time from the first delta to the last
@@ -21,41 +28,27 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
-# redis-py's read timeout is its own class, not Python's TimeoutError.
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from .. import selectors, services
+from .. import services
 from ..runtime.database_threads import on_database_thread
 from ..runtime.to_the_end import to_the_end
 from ..upstream import titles
 from ..upstream.inference_client import UpstreamBroken, UpstreamStream
-from . import sse
+from . import live_channel, sse
+from .live_channel import LivePublisher
 from .partial_saves import partial_saves
+from .relay_inbox import RelayInbox
 from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)
 
-_HEARTBEAT, _STOP, _TIMEOUT = (object() for _ in range(3))
-
-
-def stop_group(generation_id: int) -> str:
-    return f"generation-stop-{generation_id}"
-
-
-async def tell_relay_to_stop(generation_id: int) -> None:
-    """After a Stop is recorded: the stream may be held by another daphne process, so tell
-    them all at once. A failure is logged and no more: the row holds the Stop, and the relay's
-    next heartbeat reads it."""
-    try:
-        await get_channel_layer().group_send(stop_group(generation_id), {"type": "generation.stop"})
-    except Exception:
-        logger.exception("telling the relay of generation %s to stop failed", generation_id)
+_HEARTBEAT, _STOP, _TIMEOUT, _NOBODY_BACK = (object() for _ in range(4))
+_unattended: set[asyncio.Task] = set()  # answers carried on after their page left, held until they end
 
 
 class Relay:
@@ -67,6 +60,10 @@ class Relay:
         # Known at open: recorded however the answer ends, unless a final usage says otherwise.
         self.outcome = services.Outcome(prompt_tokens=upstream.prompt_tokens)
         self._sent: list[str] = []
+        self._length = 0  # code points in self._sent: the offset of the next delta
+        self._in_flight = None  # a delta taken for the page's connection, not yet out
+        self._live = LivePublisher(self.generation.pk)
+        self._left_at: float | None = None  # monotonic: when the page's connection went
         self._first_delta_at: float | None = None
         self._last_delta_at: float | None = None
         self._longest_gap = 0.0
@@ -76,6 +73,8 @@ class Relay:
         self._last_save = started
         self._unsaved = False  # text went out since the last partial save
         self._first_delta_sent = asyncio.Event()
+        self._inbox = RelayInbox(self.generation.pk, on_stop=self._ask_stop, on_reader=self._reader_announced,
+                                 first_delta_sent=self._first_delta_sent)
 
     async def events(self) -> AsyncIterator[bytes]:
         yield sse.event("start", {
@@ -83,6 +82,8 @@ class Relay:
             "request_id": str(self.generation.request_id), "model": self.generation.model,
             # The page ends a fetch that stays silent for two of these (a stalled connection).
             "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
+            # How long the page may take to come back and resume the answer after losing it.
+            "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS,
         })
         try:
             async with contextlib.aclosing(self._upstream_items()) as items:
@@ -95,24 +96,72 @@ class Relay:
                         break
                     else:
                         if item.text:
+                            self._in_flight = item
                             yield sse.delta(item.text)
+                            self._in_flight = None
                             self._sent_delta(item.text, item.chunks)  # once the event went out
-                        self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason
-                        self.outcome.usage = item.usage or self.outcome.usage
+                        self._ended_with(item)
         except UpstreamBroken as error:
             self.outcome.error_code, self.outcome.error_message = error.code, error.message
         except BaseException:
-            # Cancelled (the browser left) or closed: finish the rows, then let it propagate.
-            self.outcome.cancelled_by = CancelledBy.CLIENT_GONE
-            await self._finish()
+            # Cancelled (the browser left) or closed: carried on for the page to come back, or
+            # (no grace) the rows finished; then it propagates.
+            if settings.CHAT_RESUME_GRACE_SECONDS > 0 and self.outcome.cancelled_by is None:
+                self._carry_on()
+            else:
+                self.outcome.cancelled_by = self.outcome.cancelled_by or CancelledBy.CLIENT_GONE
+                await self._finish()
             raise
         generation = await self._finish()
-        title_requested = self._first_answer_completed(generation)
-        if title_requested:
-            titles.request_title(self.generation.conversation_id)  # after the write, off the loop
+        title_requested = self._title_asked(generation)
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
         yield sse.done(generation, title_requested=title_requested)
+
+    def _ended_with(self, item) -> None:
+        self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason
+        self.outcome.usage = item.usage or self.outcome.usage
+
+    def _title_asked(self, generation) -> bool:
+        title_requested = self._first_answer_completed(generation)
+        if title_requested:
+            titles.request_title(self.generation.conversation_id)  # after the write, off the loop
+        return title_requested
+
+    def _carry_on(self) -> None:
+        """The page's connection went: the answer goes on in a task of its own."""
+        self._left_at = time.monotonic()
+        if self._in_flight is not None:  # taken, never shown: the page gets it when it resumes
+            item, self._in_flight = self._in_flight, None
+            self._sent_delta(item.text, item.chunks)
+            self._ended_with(item)
+        task = asyncio.create_task(self._unattended())
+        _unattended.add(task)
+        task.add_done_callback(_unattended.discard)
+
+    async def _unattended(self) -> None:
+        """The answer with its page gone: read on until it ends, a Stop, or nobody back in time.
+
+        Readers from anywhere get its text over the live channel; the final write is the same.
+        """
+        try:
+            async with contextlib.aclosing(self._upstream_items(unattended=True)) as items:
+                async for item in items:
+                    if item is _STOP or item is _TIMEOUT or item is _NOBODY_BACK:
+                        self.outcome.cancelled_by = {_STOP: CancelledBy.USER, _TIMEOUT: CancelledBy.TIMEOUT,
+                                                     _NOBODY_BACK: CancelledBy.CLIENT_GONE}[item]
+                        break
+                    if item is not _HEARTBEAT:
+                        if item.text:
+                            self._sent_delta(item.text, item.chunks)
+                        self._ended_with(item)
+        except UpstreamBroken as error:
+            self.outcome.error_code, self.outcome.error_message = error.code, error.message
+        except BaseException:  # the process is stopping, or a fault of ours
+            self.outcome.cancelled_by = CancelledBy.SHUTDOWN
+            await self._finish()
+            raise
+        self._title_asked(await self._finish())
 
     def _first_answer_completed(self, generation) -> bool:
         """The answer to a conversation's only question ended well: the model may name it now.
@@ -124,17 +173,20 @@ class Relay:
         return titles.asked_for(questions=questions, continued=self.start.continue_final_message,
                                 status=generation.status)
 
-    async def _upstream_items(self):
-        """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit.
+    async def _upstream_items(self, unattended: bool = False):
+        """What the upstream sent, taken as it is ready, or a heartbeat, a Stop, the time limit,
+        and `unattended`, the grace period passing with nobody back.
 
         Nothing per chunk but taking it: the backlog's reader and the Stop helpers wake this
-        loop through one event, which is waited for only when nothing is ready.
+        loop through one event, which is waited for only when nothing is ready. Unattended, an
+        upstream that ended waits for a reader (or the grace) before the loop ends.
         """
-        helpers = [asyncio.create_task(work) for work in (
-            self._listen_for_stop(), self._read_early_stop(), self._keep_alive())]
-        self._backlog = backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
+        helpers = self._inbox.listen(at_once=unattended)
+        if self._backlog is None:
+            self._backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
+        backlog = self._backlog
         deadline = self.started + settings.CHAT_GENERATION_TIMEOUT_SECONDS
-        first = True
+        first = self._length == 0
         try:
             while True:
                 if self._stop_asked:
@@ -143,16 +195,19 @@ class Relay:
                 if time.monotonic() >= deadline:
                     yield _TIMEOUT
                     return
+                if unattended and self._nobody_back():
+                    yield _NOBODY_BACK
+                    return
                 taken = backlog.take(alone=first)
                 if taken is not None:
                     first = first and not taken.text
                     yield taken
                     continue
-                if backlog.ended:
+                if backlog.ended and not (unattended and not self._reader_back()):
                     return
                 self._wake.clear()
                 try:
-                    async with asyncio.timeout(self._idle_wait(deadline)):
+                    async with asyncio.timeout(self._idle_wait(deadline, unattended)):
                         await self._wake.wait()
                 except TimeoutError:
                     if self._unsaved and self._save_due(time.monotonic()):
@@ -165,68 +220,22 @@ class Relay:
             for task in helpers:
                 task.cancel()
 
+    def _reader_back(self) -> bool:
+        """Someone read the answer since its page left (the page resumed, or another watches)."""
+        seen = self._live.reader_seen_at
+        return seen is not None and seen >= self._left_at
+
+    def _nobody_back(self) -> bool:
+        since = max(self._left_at, self._live.reader_seen_at or self._left_at)
+        return not self._live.is_read_elsewhere() and time.monotonic() - since >= settings.CHAT_RESUME_GRACE_SECONDS
+
     def _ask_stop(self) -> None:
         self._stop_asked = True
         self._wake.set()
 
-    async def _listen_for_stop(self) -> None:
-        """A Stop may come from any process: it arrives over the channel layer.
-
-        Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's
-        receive may time out and is simply asked again. If the layer fails, the failure is logged
-        and is no Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
-        """
-        try:
-            await self._channel_says_stop()
-        except Exception:
-            logger.exception("the stop listener of generation %s failed; its heartbeat reads the row",
-                             self.generation.pk)
-            return
-        self._ask_stop()
-
-    async def _channel_says_stop(self) -> None:
-        layer = get_channel_layer()
-        channel = await layer.new_channel()
-        group = stop_group(self.generation.pk)
-        try:
-            await layer.group_add(group, channel)
-            while True:
-                try:
-                    message = await layer.receive(channel)
-                except (TimeoutError, RedisTimeoutError):
-                    continue  # nothing came within the layer's wait: not a Stop
-                if message.get("type") == "generation.stop":
-                    return
-        finally:  # also when cancelled while joining: a member left behind lingers for a day
-            await asyncio.shield(layer.group_discard(group, channel))
-
-    async def _read_early_stop(self) -> None:
-        """A Stop that came before we listened was sent to nobody; its row remembers it. The
-        row is read once the first delta is out, so that the read does not delay it."""
-        await self._first_delta_sent.wait()
-        try:
-            if await on_database_thread(selectors.stop_requested)(generation_id=self.generation.pk):
-                self._ask_stop()
-        except Exception:  # the heartbeat reads the row again within a beat
-            logger.exception("reading the early Stop of generation %s failed", self.generation.pk)
-
-    async def _keep_alive(self) -> None:
-        """Proves the relay alive on its own timer, so a slow answer is never reaped as dead.
-
-        The same write tells whether the row still says `streaming`: a Stop recorded there (its
-        channel message lost, say) or an end decided elsewhere stops the stream within a beat.
-        """
-        heartbeat = on_database_thread(services.generation_heartbeat)
-        while True:
-            await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
-            try:
-                streaming = await heartbeat(generation_id=self.generation.pk)
-            except Exception:  # a missed beat is not fatal; the reaper allows for several
-                logger.exception("the heartbeat of generation %s failed", self.generation.pk)
-                continue
-            if not streaming:
-                self._ask_stop()
-                return
+    def _reader_announced(self, message: dict) -> None:
+        self._live.reader(message, "".join(self._sent))
+        self._wake.set()  # an unattended answer waiting for its reader may end now
 
     def _sent_delta(self, text: str, chunks: int) -> None:
         now = time.monotonic()
@@ -239,19 +248,23 @@ class Relay:
             self._longest_gap = max(self._longest_gap, now - self._last_delta_at)
         self._last_delta_at = now
         self._sent.append(text)
+        self._live.delta(self._length, text)
+        self._length += len(text)
         self.outcome.num_chunks += chunks
         if self._save_due(now):
             self._save_partial(now)
         else:
             self._unsaved = True
 
-    def _idle_wait(self, deadline: float) -> float:
-        """How long to wait for the upstream: until the heartbeat, the time limit, or the save
-        of text still unsaved, whichever comes first."""
+    def _idle_wait(self, deadline: float, unattended: bool) -> float:
+        """How long to wait for the upstream: until the heartbeat, the time limit, the save
+        of text still unsaved, or (unattended) a check of whether anybody came back."""
         now = time.monotonic()
         wait = min(settings.CHAT_HEARTBEAT_SECONDS, deadline - now)
         if self._unsaved:
             wait = min(wait, self._last_save + settings.CHAT_SAVE_INTERVAL_SECONDS - now)
+        if unattended:
+            wait = min(wait, live_channel.presence_interval())
         return max(wait, 0)
 
     def _save_due(self, now: float) -> bool:
@@ -278,11 +291,13 @@ class Relay:
         await partial_saves().withdraw(self.generation.pk)  # no partial save lands after the final one
         finish = on_database_thread(services.generation_finish)
         try:
-            return await finish(generation_id=self.generation.pk, outcome=self.outcome)
+            generation = await finish(generation_id=self.generation.pk, outcome=self.outcome)
         except (InterfaceError, OperationalError):
             # A connection the database dropped (a restart) fails the first call made on it and
             # is replaced after it; the answer the user saw must not be lost to that. A retry is
             # safe: a write that did commit is final, and the second one is then dropped.
             logger.warning("the final write of generation %s met a dropped connection; once more",
                            self.generation.pk)
-            return await finish(generation_id=self.generation.pk, outcome=self.outcome)
+            generation = await finish(generation_id=self.generation.pk, outcome=self.outcome)
+        self._live.end()  # its readers read the final rows
+        return generation

@@ -33,6 +33,7 @@ export function controlledStream(signal) {
     stream,
     push: (text) => controller.enqueue(encoder.encode(text)),
     close: () => controller.close(),
+    error: (reason) => controller.error(reason), // the connection broke (a reset)
   };
 }
 
@@ -71,5 +72,33 @@ export function fakeFrames() {
       document.hidden = hidden;
       for (const listener of [...listeners]) listener();
     },
+  };
+}
+
+/** A clock the test moves by hand: timers fire when `advance` passes their time. */
+export function fakeClock() {
+  let now = 0;
+  let nextId = 1;
+  const timers = new Map();
+  return {
+    now: () => now,
+    setTimeout(callback, ms) {
+      const id = nextId++;
+      timers.set(id, { at: now + ms, callback });
+      return id;
+    },
+    clearTimeout: (id) => timers.delete(id),
+    advance(ms) {
+      const until = now + ms;
+      for (;;) {
+        const due = [...timers.entries()].filter(([, t]) => t.at <= until).sort((a, b) => a[1].at - b[1].at)[0];
+        if (!due) break;
+        timers.delete(due[0]);
+        now = due[1].at;
+        due[1].callback();
+      }
+      now = until;
+    },
+    pending: () => timers.size,
   };
 }

@@ -24,6 +24,13 @@ test("a connection lost or stalled under the page says so, and starts as it will
   assert.equal(answerLabel({ status: "stopped", cancelledBy: "client_gone" }), "Interrupted");
 });
 
+test("a connection not reached again within the grace period says the server no longer keeps the answer", () => {
+  const expired = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending: ENDING.EXPIRED });
+  assert.match(expired, /^Interrupted: the connection was lost for longer than the server keeps an answer/);
+  const followed = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending: ENDING.EXPIRED, isFollowed: true });
+  assert.match(followed, /while following this answer; Retry follows it again\.$/);
+});
+
 test("a page that only followed an answer says it lost the answer's view, not the answer", () => {
   for (const ending of [ENDING.LOST, ENDING.STALLED]) {
     const label = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending, isFollowed: true });

@@ -2,34 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { createStallWatch, STALL_HEARTBEATS } from "../stall.js";
-
-/** A clock the test moves by hand: timers fire when `advance` passes their time. */
-function fakeClock() {
-  let now = 0;
-  let nextId = 1;
-  const timers = new Map();
-  return {
-    now: () => now,
-    setTimeout(callback, ms) {
-      const id = nextId++;
-      timers.set(id, { at: now + ms, callback });
-      return id;
-    },
-    clearTimeout: (id) => timers.delete(id),
-    advance(ms) {
-      const until = now + ms;
-      for (;;) {
-        const due = [...timers.entries()].filter(([, t]) => t.at <= until).sort((a, b) => a[1].at - b[1].at)[0];
-        if (!due) break;
-        timers.delete(due[0]);
-        now = due[1].at;
-        due[1].callback();
-      }
-      now = until;
-    },
-    pending: () => timers.size,
-  };
-}
+import { fakeClock } from "./helpers.mjs";
 
 test("a stream silent for two heartbeats has stalled, and is reported once", () => {
   const clock = fakeClock();

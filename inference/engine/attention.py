@@ -21,7 +21,7 @@ from transformers import AttentionInterface
 
 from .kv_cache import KVCache
 
-ATTENTION_NAME = "chatapp_cache_rows"
+ATTENTION_NAME = "inference_cache_rows"
 
 
 @dataclass
@@ -58,11 +58,11 @@ class StepLayout:
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-               chatapp_step: StepLayout | None = None, **_):
+               inference_step: StepLayout | None = None, **_):
     """transformers' attention interface: query [1, heads, T, dim]; returns [1, T, heads, dim]."""
-    if chatapp_step is None:
+    if inference_step is None:
         raise RuntimeError(f"{ATTENTION_NAME} attention runs only inside ModelRunner.run")
-    output = attend(chatapp_step, module.layer_idx, query[0].transpose(0, 1),
+    output = attend(inference_step, module.layer_idx, query[0].transpose(0, 1),
                     key[0].transpose(0, 1), value[0].transpose(0, 1), scaling)
     return output.unsqueeze(0), None
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from common.vocabulary import FinishReason
 
 from .detokenizer import IncrementalDetokenizer
+from .door import EngineLimits, EngineStats
 from .kv_cache import CacheShape, KVCache
 from .matrices import MatrixLayout
 from .model_runner import ModelRunner
@@ -51,10 +52,12 @@ class RequestOutput:
 
 
 @dataclass(frozen=True)
-class EngineLimits:
+class EngineConfig:
+    """What an engine is built with; `LLMEngine.limits()` says what it then accepts."""
+
     max_running: int
     max_cached_tokens: int
-    max_model_len: int
+    max_model_len: int | None  # None: the model's own (max_position_embeddings)
     prefill_chunk: int
     prefill_chunk_idle: int
     cache_group_size: int
@@ -70,13 +73,12 @@ class EngineLimits:
 
 
 class LLMEngine:
-    def __init__(self, model, tokenizer, limits: EngineLimits):
+    def __init__(self, model, tokenizer, engine_config: EngineConfig):
         self.tokenizer = tokenizer
         # Prompts are encoded on another thread than the step loop's decoding: a fast tokenizer
         # must not be used by two threads at once ("Already borrowed"), and a lock would make
         # every stream wait for the longest prompt being encoded. Each thread gets its own.
         self.prompt_tokenizer = copy.deepcopy(tokenizer)
-        self.limits = limits
         config = model.config
         shape = CacheShape(
             num_layers=config.num_hidden_layers,
@@ -85,28 +87,24 @@ class LLMEngine:
             dtype=next(model.parameters()).dtype,
             device=next(model.parameters()).device,
         )
-        self.kv_cache = KVCache(shape, limits.max_cached_tokens, limits.max_running,
-                                limits.cache_group_size)
+        c = engine_config
+        self.kv_cache = KVCache(shape, c.max_cached_tokens, c.max_running, c.cache_group_size)
         self.step_cost = StepCost()
-        self.scheduler = Scheduler(self.kv_cache, limits.max_running, limits.prefill_chunk,
-                                   limits.prefill_chunk_idle, limits.prefill_chunk_min,
-                                   limits.reuse_prefixes, self.step_cost, limits.prefill_stretch,
-                                   limits.max_kept_tokens, limits.prefill_stretch_streams)
-        self.runner = ModelRunner(model, self.kv_cache, limits.matrices)
-        self.max_model_len = min(limits.max_model_len,
-                                 getattr(config, "max_position_embeddings", limits.max_model_len))
+        self.scheduler = Scheduler(self.kv_cache, c.max_running, c.prefill_chunk, c.prefill_chunk_idle,
+                                   c.prefill_chunk_min, c.reuse_prefixes, self.step_cost,
+                                   c.prefill_stretch, c.max_kept_tokens, c.prefill_stretch_streams)
+        self.runner = ModelRunner(model, self.kv_cache, c.matrices)
+        longest = [self.kv_cache.max_sequence_tokens, c.max_model_len,
+                   getattr(config, "max_position_embeddings", None)]
+        self._limits = EngineLimits(max_model_len=min(n for n in longest if n is not None),
+                                    max_num_seqs=c.max_running, max_cached_tokens=c.max_cached_tokens)
         self.eos_token_ids = end_of_turn_ids(model, tokenizer)
         self.num_steps = 0
         self.num_failures_in_a_row = 0
 
     # --- requests ---
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        needed = len(prompt_token_ids) + params.max_tokens
-        if needed > self.max_model_len:
-            raise ValueError(f"prompt + max_tokens = {needed} exceeds the context of {self.max_model_len}")
-        if needed > self.kv_cache.max_sequence_tokens:
-            raise ValueError(f"prompt + max_tokens = {needed} exceeds the {self.kv_cache.max_sequence_tokens}"
-                             " tokens one sequence may hold in the cache")
+        self._limits.answer_room(len(prompt_token_ids), params.max_tokens)
         detokenizer = IncrementalDetokenizer(self.decode, params.stop)
         self.scheduler.add(Sequence(request_id, prompt_token_ids, params, detokenizer))
 
@@ -193,7 +191,7 @@ class LLMEngine:
             if sequence.detokenizer.stopped:
                 sequence.finish(FinishReason.STOP)
             elif (sequence.num_output_tokens >= sequence.params.max_tokens
-                  or sequence.num_tokens >= self.max_model_len):
+                  or sequence.num_tokens >= self._limits.max_model_len):
                 text += sequence.detokenizer.finish(sequence.output_token_ids)
                 sequence.finish(FinishReason.LENGTH)
         return RequestOutput(
@@ -220,13 +218,32 @@ class LLMEngine:
         )
         return list(encoded)
 
-    # --- state, for metrics and tests ---
+    def encode(self, text: str) -> list[int]:
+        """A plain prompt's tokens, special tokens added as the tokenizer adds them."""
+        return list(self.prompt_tokenizer(text)["input_ids"])
+
+    # --- the questions the layers above ask ---
+    def limits(self) -> EngineLimits:
+        return self._limits
+
+    def stats(self) -> EngineStats:
+        """Read on the step thread (or with the engine at rest): the cache's counts walk its rows."""
+        cache, scheduler = self.kv_cache, self.scheduler
+        return EngineStats(
+            num_running=scheduler.num_running, num_waiting=scheduler.num_waiting,
+            cache_usage=cache.usage, num_cache_bytes=cache.num_allocated_bytes,
+            num_reusable_bytes=cache.num_reusable_bytes, num_kept_rows=cache.num_kept_rows,
+            num_kept_tokens=cache.num_kept_tokens, num_prefix_hits=scheduler.num_prefix_hits,
+            num_reused_tokens=scheduler.num_reused_tokens,
+            num_prefilled_tokens=scheduler.num_prefilled_tokens)
+
     @property
     def num_running(self) -> int:
         return self.scheduler.num_running
 
     @property
     def num_waiting(self) -> int:
+        """Safe from any thread: the async front counts the queue with it before accepting."""
         return self.scheduler.num_waiting
 
 

@@ -43,7 +43,7 @@ class ModelRunner:
             logits = self.fused(inputs, at, keep, layout)
         else:
             logits = self.model(input_ids=inputs[None], position_ids=at[None], use_cache=False,
-                                logits_to_keep=keep, chatapp_step=layout).logits[0]
+                                logits_to_keep=keep, inference_step=layout).logits[0]
         for chunk in chunks:
             chunk.sequence.num_cached_tokens = chunk.end
         return logits

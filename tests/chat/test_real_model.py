@@ -1,12 +1,18 @@
 """A conversation over the API, answered by the real inference service with the default model."""
 
+import asyncio
+import time
+
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
+from harness import waiting
+from chatapp import selectors
 from chatapp.models import Generation
 from tests import factories
-from tests.chat.streams import names, read_events, stop_after_deltas, text_of
-from tests.inference.serving import real_model_serving
+from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
+from tests.inference.serving import metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -59,3 +65,35 @@ async def test_an_answer_stopped_before_its_end_records_the_same_prompt_tokens_a
     assert stop.status_code == 202 and after[-1][1]["status"] == "stopped"
     assert whole.status in ("completed", "truncated") and cut.status == "stopped"
     assert cut.input_tokens == whole.input_tokens > 0  # the first from the header, the second from usage
+
+
+async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_the_grace_and_a_second(
+        api, conversation, user, settings, real_inference_url):
+    settings.INFERENCE_URL = real_inference_url
+    settings.CHAT_MAX_TOKENS = 400  # far longer than the grace period takes
+    settings.CHAT_TEMPERATURE = 0
+    settings.CHAT_RESUME_GRACE_SECONDS = grace_s = 2.0
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    await browser.post({"content": "Tell me about the history of France."})
+    await browser.read_until(deltas=2)
+    left_at = time.monotonic()
+    await browser.hang_up()
+
+    async with httpx2.AsyncClient(base_url=real_inference_url) as inference:
+        async def running() -> float:
+            return metric((await inference.get("/metrics")).text, "inference_running_sequences")
+
+        assert await running() == 1  # the model goes on while nobody reads
+        while await running() > 0 and time.monotonic() - left_at < grace_s + 5:
+            await asyncio.sleep(0.05)
+        freed_after = time.monotonic() - left_at
+
+    def ended() -> Generation:
+        waiting.wait_until(lambda: not Generation.objects.get(conversation=conversation).is_streaming, 10, "the final write")
+        return Generation.objects.get(conversation=conversation)
+    generation = await sync_to_async(ended)()
+    assert grace_s <= freed_after < grace_s + 1.0
+    assert (generation.status, generation.cancelled_by) == ("stopped", "client_gone")
+    assert generation.final_text.startswith(text_of(browser.events))
+    assert len(generation.final_text) > len(text_of(browser.events))
+    assert await sync_to_async(selectors.streams_open)(user=user) == 0

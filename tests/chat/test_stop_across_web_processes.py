@@ -1,4 +1,4 @@
-"""Behind nginx, a Stop and the stream limit reach across web processes.
+"""Behind nginx, a Stop, the stream limit and a resumed answer reach across web processes.
 
 Two daphne processes share the channel layer on Redis and the database; nginx balances them as
 `make run` configures it (stack/nginx.py with nginx/chatapp.conf.template): a new request goes
@@ -58,7 +58,7 @@ def two_web_processes(upstream, nginx_binary, tmp_path):
     env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": django_settings.INFERENCE_URL,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40,
            "CHAT_MAX_STREAMS_PER_USER": "1", "CHAT_SAVE_INTERVAL_SECONDS": "0.1",
-           "CHAT_WATCH_INTERVAL_SECONDS": "0.1"}
+           "CHAT_WATCH_INTERVAL_SECONDS": "0.1", "TEST_CHAT_RESUME_GRACE_SECONDS": "10"}
     web_ports, public_port = [ports.free_port(), ports.free_port()], ports.free_port()
     logs = [tmp_path / f"web-{number}.log" for number in (1, 2)]
     site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=tuple(f"127.0.0.1:{p}" for p in web_ports))
@@ -194,3 +194,29 @@ def test_a_watch_through_nginx_arrives_while_the_answer_is_still_streaming(
 
     assert (first[0], second[0]) == ("prefix", "delta") and status_then == "streaming"
     assert rest[-1][0] == "done" and shown([first, second, *rest]) == "".join(CHUNKS)
+
+
+def test_a_page_whose_connection_drops_resumes_its_answer_on_the_other_web_process(
+        two_web_processes, user, conversation, upstream):
+    upstream.script.chunks = CHUNKS
+    upstream.script.interval_s = 0.05
+    first, second = two_web_processes.process_urls
+    with two_web_processes.browser(user, first) as asker:
+        with asker.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as answer:
+            answered = events_of(answer, SSEParser())
+            generation_id = next(answered)[1]["generation_id"]
+            held = ""
+            while len(held) < 12:
+                name, payload = next(answered)
+                held += payload["text"] if name == "delta" else ""
+        # The connection is gone (not a Stop): the first process carries the answer on.
+    with two_web_processes.browser(user, second) as resumer, \
+            resumer.stream("GET", f"/api/generations/{generation_id}/events?from={len(held)}") as resumed:
+        rest = list(events_of(resumed, SSEParser()))
+
+    generation = Generation.objects.select_related("message").get(pk=generation_id)
+    assert rest[0][0] == "resume" and rest[0][1]["offset"] == len(held)
+    assert held + "".join(payload["text"] for name, payload in rest if name == "delta") == "".join(CHUNKS)
+    assert rest[-1][0] == "done" and rest[-1][1]["status"] == "completed"
+    assert generation.message.content == "".join(CHUNKS)
+    assert not upstream.hung_up.is_set()

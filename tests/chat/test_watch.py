@@ -95,7 +95,7 @@ async def test_an_ended_answer_gives_its_text_and_done_at_once(api, user):
     assert watched == [
         ("prefix", {"generation_id": generation.pk, "message_id": generation.message_id,
                     "status": "truncated", "text": "Cut at the limit", "earlier_chars": 0,
-                    "heartbeat_s": 15}),
+                    "heartbeat_s": 15, "resume_grace_s": 0}),
         ("done", {"generation_id": generation.pk, "message_id": generation.message_id,
                   "finish_reason": "length", "status": "truncated",
                   "usage": {"prompt_tokens": 9, "completion_tokens": 4}, "ttft_ms": 12.5}),

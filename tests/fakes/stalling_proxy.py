@@ -19,9 +19,11 @@ _EVENT_STREAM = b"text/event-stream"
 
 
 class _Connection:
-    def __init__(self):
+    def __init__(self, client_writer):
         self.is_event_stream = False  # the server answered it with an event stream
         self.is_stalled = False
+        self.client_writer = client_writer
+        self.server_writer = None
 
 
 class StallingProxy:
@@ -47,13 +49,14 @@ class StallingProxy:
         self.url = f"http://{host}:{port}"
 
     async def _serve(self, client_reader, client_writer) -> None:
-        connection = _Connection()
+        connection = _Connection(client_writer)
         self._connections.append(connection)
         try:
             server_reader, server_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.close()
             return
+        connection.server_writer = server_writer
         await asyncio.gather(self._pipe(client_reader, server_writer, None),
                              self._pipe(server_reader, client_writer, connection))
         self._connections.remove(connection)
@@ -89,7 +92,13 @@ class StallingProxy:
 @contextmanager
 def stalling_proxy(target_url: str) -> Iterator[StallingProxy]:
     """A StallingProxy in front of `target_url`, served from a thread; its `url` is its own."""
-    proxy = StallingProxy(target_url)
+    with serving(StallingProxy(target_url)) as proxy:
+        yield proxy
+
+
+@contextmanager
+def serving(proxy: StallingProxy) -> Iterator[StallingProxy]:
+    """Runs `proxy` on a thread of its own until the block ends."""
     thread = threading.Thread(target=proxy._run, name="stalling-proxy", daemon=True)
     thread.start()
     try:

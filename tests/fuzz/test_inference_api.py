@@ -20,6 +20,13 @@ VALID = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "conten
 SLOTS = ["model", "temperature", "top_p", "max_tokens", "seed", "stop", "n", "stream", "user"]
 BODY_TEMPLATES = {slot: {**VALID, slot: hostile.SLOT} for slot in SLOTS}
 BODY_TEMPLATES["messages[0].content"] = {**VALID, "messages": [{"role": "user", "content": hostile.SLOT}]}
+TOKENIZE = "POST /tokenize"
+TOKENIZE_TEMPLATES = {
+    "model": {"model": hostile.SLOT, "messages": VALID["messages"]},
+    "prompt": {"prompt": hostile.SLOT},
+    "add_generation_prompt": {"messages": VALID["messages"], "add_generation_prompt": hostile.SLOT},
+    "messages[0].content": {"messages": [{"role": "user", "content": hostile.SLOT}]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +61,12 @@ def test_generated_requests_get_no_server_error(endpoint, inference_url):
 
 def test_hostile_bodies_get_no_server_error(inference_url):
     with httpx2.Client(base_url=inference_url, timeout=120) as client:
-        findings = [exchange(COMPLETIONS, what, f"{COMPLETIONS} with {what}",
-                             send=lambda body=body: send_and_check_health(inference_url, lambda: client.post(
-                                 "/v1/chat/completions", content=body,
-                                 headers={"Content-Type": "application/json"})))
-                    for what, body in hostile.bodies(BODY_TEMPLATES)]
+        findings = [exchange(endpoint, what, f"{endpoint} with {what}",
+                             send=lambda body=body, path=endpoint.split(" ")[1]: send_and_check_health(
+                                 inference_url, lambda: client.post(
+                                     path, content=body, headers={"Content-Type": "application/json"})))
+                    for endpoint, templates in [(COMPLETIONS, BODY_TEMPLATES), (TOKENIZE, TOKENIZE_TEMPLATES)]
+                    for what, body in hostile.bodies(templates)]
 
     assert_none_found(findings)
 

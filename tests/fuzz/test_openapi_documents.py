@@ -35,3 +35,15 @@ def test_the_chat_document_names_every_api_route():
               for pattern in api_patterns}
 
     assert documented == routes
+
+
+def test_the_inference_document_names_every_route():
+    from inference.config import InferenceConfig
+    from inference.server import create_app
+    from inference.service import InferenceService
+
+    app = create_app(InferenceService(InferenceConfig()), load=False)
+    routes = {f"{method} {route.path}" for route in app.routes for method in route.methods
+              if method != "HEAD"}
+
+    assert set(operations("openapi-inference.yaml")) == routes

@@ -10,8 +10,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
                           Qwen2Config, Qwen2ForCausalLM)
 
 from inference.config import InferenceConfig
-from inference.engine import LLMEngine, loader
-from inference.engine.llm_engine import EngineLimits
+from inference.engine import EngineConfig, LLMEngine, loader
 
 # Where the engine's tests put their models: "cuda" when `make gpu-check` runs them on a lent GPU
 # (benchmarks/gpu_check.py). Test-only, so it is read here rather than in inference/config.py.
@@ -64,11 +63,11 @@ def real_model() -> torch.nn.Module:
                                                 local_files_only=True).to(DEVICE).eval()
 
 
-def limits(**changes) -> EngineLimits:
+def limits(**changes) -> EngineConfig:
     values = dict(max_running=8, max_cached_tokens=8192, max_model_len=2048, prefill_chunk=16,
                   prefill_chunk_idle=64, cache_group_size=4)
     values.update(changes)
-    return EngineLimits(**values)
+    return EngineConfig(**values)
 
 
 def engine(model: torch.nn.Module, **changes) -> LLMEngine:

@@ -1,5 +1,6 @@
 """A real uvicorn server in a thread, serving an inference service built around a given engine."""
 
+import asyncio
 import json
 from contextlib import contextmanager
 
@@ -39,6 +40,20 @@ def real_model_serving(**limits):
     engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(**limits))
     with serving(service_for(engine, "SmolLM2-135M-Instruct")) as url:
         yield url
+
+
+async def health_while_stalled(url: str, stall, send) -> tuple[httpx2.Response, httpx2.Response]:
+    """/health's answer while `stall` (a stalling fake) holds the request `send(client)` makes,
+    and that request's answer once released."""
+    async with httpx2.AsyncClient(timeout=60) as client:
+        pending = asyncio.ensure_future(send(client))
+        try:
+            assert await asyncio.to_thread(stall.entered.wait, 30)  # held there now
+            health = await client.get(f"{url}/health", timeout=10)
+            assert not pending.done()
+        finally:
+            stall.released.set()
+        return health, await pending
 
 
 def chat(content: str = "Hello there", **fields) -> dict:

@@ -41,6 +41,17 @@ def test_a_bad_value_is_refused_naming_the_variable(monkeypatch, variable, value
         InferenceConfig.from_env()
 
 
+def test_the_context_is_left_to_the_model_unless_configured(monkeypatch):
+    from inference.service import InferenceService
+
+    assert InferenceService(InferenceConfig()).engine_config().max_model_len is None
+    monkeypatch.setenv("INFERENCE_MAX_MODEL_LEN", "1000")
+    assert InferenceService(InferenceConfig.from_env()).engine_config().max_model_len == 1000
+    monkeypatch.setenv("INFERENCE_MAX_MODEL_LEN", "-1")
+    with pytest.raises(ValueError, match="INFERENCE_MAX_MODEL_LEN"):
+        InferenceConfig.from_env()
+
+
 def test_every_engine_knob_reaches_the_engine_under_its_own_name():
     from inference.engine.matrices import MatrixLayout
     from inference.service import InferenceService
@@ -50,7 +61,7 @@ def test_every_engine_knob_reaches_the_engine_under_its_own_name():
                              prefill_chunk_min=7, prefix_cache=False, prefill_stretch=1.3,
                              prefill_stretch_streams=5, prefix_cache_tokens=999, matrices="plain")
 
-    limits = InferenceService(config).limits()
+    limits = InferenceService(config).engine_config()
 
     assert (limits.max_running, limits.max_cached_tokens, limits.max_model_len) == (11, 12345, 1000)
     assert (limits.prefill_chunk, limits.prefill_chunk_idle, limits.prefill_chunk_min) == (300, 400, 7)

@@ -1,6 +1,5 @@
 """A request body is bounded in size, and a long prompt is encoded without holding up the service."""
 
-import asyncio
 import json
 
 import httpx2
@@ -8,7 +7,7 @@ import pytest
 
 from tests.fakes.stalling_tokenizer import StallingTokenizer
 from tests.inference import models
-from tests.inference.serving import chat, serving, service_for
+from tests.inference.serving import chat, health_while_stalled, serving, service_for
 
 CAP = 4096
 
@@ -64,16 +63,8 @@ async def test_health_answers_while_a_long_prompt_is_being_encoded():
     engine = models.engine(models.tiny_model(), max_model_len=256)
     stall = engine.prompt_tokenizer = StallingTokenizer(engine.prompt_tokenizer)
     with serving(service_for(engine)) as url:
-        async with httpx2.AsyncClient(timeout=60) as client:
-            long_request = asyncio.ensure_future(client.post(
-                f"{url}/v1/chat/completions", json=chat("many words " * 20_000, stream=True)))
-            try:
-                assert await asyncio.to_thread(stall.entered.wait, 30)  # being encoded now
-                health = await client.get(f"{url}/health", timeout=10)
-                assert not long_request.done()
-            finally:
-                stall.released.set()
-            refused = await long_request
+        health, refused = await health_while_stalled(url, stall, lambda client: client.post(
+            f"{url}/v1/chat/completions", json=chat("many words " * 20_000, stream=True)))
 
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert refused.status_code == 400

@@ -1,0 +1,109 @@
+"""An answer's live channel: its text, by character offset, to every page that reads it from
+anywhere but the relay's own connection (a watch, a resume: watch.py), over the channel
+layer (Redis across processes, in memory within one).
+
+Two groups per answer. The relay listens on its inbox (`relay_group`): a Stop, and readers
+announcing themselves (`generation.reader`, with their channel and the offset up to which they
+hold the text) when they join and every `presence_interval()` after. The relay answers each
+announcement with the text it holds from that offset, sent to that reader alone, and from the
+first one on publishes every delta to the readers' group (`live_group`). Offsets count the code
+points of this generation's own text, as a Stop's `seen_chars` does.
+
+Publishing never waits: the relay hands a delta in, and one task per answer sends, in order,
+what is waiting (deltas that queued up meanwhile leave as one message). While nobody reads from
+elsewhere nothing is sent, so an answer nobody watches costs the layer nothing per token.
+"""
+
+import asyncio
+import logging
+import time
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+DELTA, END, READER, STOP = "generation.delta", "generation.end", "generation.reader", "generation.stop"
+# A reader silent for this many presence intervals has left.
+_PRESENCE_INTERVALS = 3
+_sending: set[asyncio.Task] = set()  # each answer's sending task, held until it ends
+
+
+def relay_group(generation_id: int) -> str:
+    return f"generation-stop-{generation_id}"
+
+
+def live_group(generation_id: int) -> str:
+    return f"generation-live-{generation_id}"
+
+
+def presence_interval() -> float:
+    """How often a reader says it is there: often enough that the grace period never ends
+    under a reader, and within the heartbeat."""
+    grace = settings.CHAT_RESUME_GRACE_SECONDS
+    return min(settings.CHAT_HEARTBEAT_SECONDS, grace / 4) if grace > 0 else settings.CHAT_HEARTBEAT_SECONDS
+
+
+def reader_message(channel: str, offset: int) -> dict:
+    return {"type": READER, "channel": channel, "offset": offset}
+
+
+class LivePublisher:
+    """One answer's side of the channel, on the relay's event loop."""
+
+    def __init__(self, generation_id: int):
+        self._group = live_group(generation_id)
+        self._waiting: list[tuple[str | None, dict]] = []  # (a reader's channel, or None: the group)
+        self._task: asyncio.Task | None = None
+        self.reader_seen_at: float | None = None  # monotonic: the last announcement
+
+    def is_read_elsewhere(self) -> bool:
+        return (self.reader_seen_at is not None
+                and time.monotonic() - self.reader_seen_at < _PRESENCE_INTERVALS * presence_interval())
+
+    def reader(self, message: dict, text: str) -> None:
+        """A reader announced itself: from now on deltas go out, and it gets what it lacks."""
+        self.reader_seen_at = time.monotonic()
+        offset, channel = message.get("offset"), message.get("channel")
+        if isinstance(offset, int) and isinstance(channel, str) and 0 <= offset < len(text):
+            self._hand_in(channel, {"type": DELTA, "offset": offset, "text": text[offset:]})
+
+    def delta(self, offset: int, text: str) -> None:
+        if not self.is_read_elsewhere():
+            return
+        last = self._waiting[-1][1] if self._waiting and self._waiting[-1][0] is None else None
+        if last is not None and last["type"] == DELTA and last["offset"] + len(last["text"]) == offset:
+            last["text"] += text  # still waiting: it leaves with the one before
+        else:
+            self._hand_in(None, {"type": DELTA, "offset": offset, "text": text})
+
+    def end(self) -> None:
+        """The answer's rows are final: readers read them (sent even to nobody seen: one message)."""
+        self._hand_in(None, {"type": END})
+
+    def _hand_in(self, channel: str | None, message: dict) -> None:
+        self._waiting.append((channel, message))
+        if self._task is None:
+            self._task = asyncio.create_task(self._send_waiting())
+            _sending.add(self._task)
+            self._task.add_done_callback(_sending.discard)
+
+    async def _send_waiting(self) -> None:
+        layer = get_channel_layer()
+        try:
+            while self._waiting:
+                channel, message = self._waiting.pop(0)
+                try:
+                    if channel is None:
+                        await layer.group_send(self._group, message)
+                    else:
+                        await layer.send(channel, message)
+                except Exception:  # readers notice the gap by offset and read the rows
+                    logger.exception("publishing on the live channel %s failed", self._group)
+        finally:
+            self._task = None
+
+
+async def tell_relay(generation_id: int, message: dict) -> None:
+    """A message to the relay of this answer, in whichever process it runs."""
+    await get_channel_layer().group_send(relay_group(generation_id), message)

@@ -1,0 +1,108 @@
+"""What reaches a running answer from outside its stream: a Stop from any process and the
+readers of its live channel announcing themselves (both over the channel layer, on the relay's
+inbox group), and what its row says (an early Stop, an end decided elsewhere), read by the
+relay's own heartbeat. The relay is told through two callbacks; nothing here touches its text.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+# redis-py's read timeout is its own class, not Python's TimeoutError.
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .. import selectors, services
+from ..runtime.database_threads import on_database_thread
+from . import live_channel
+
+logger = logging.getLogger(__name__)
+
+
+async def tell_relay_to_stop(generation_id: int) -> None:
+    """After a Stop is recorded: the stream may be held by another daphne process, so tell
+    them all at once. A failure is logged and no more: the row holds the Stop, and the relay's
+    next heartbeat reads it."""
+    try:
+        await live_channel.tell_relay(generation_id, {"type": live_channel.STOP})
+    except Exception:
+        logger.exception("telling the relay of generation %s to stop failed", generation_id)
+
+
+class RelayInbox:
+    def __init__(self, generation_id: int, *, on_stop: Callable[[], None],
+                 on_reader: Callable[[dict], None], first_delta_sent: asyncio.Event):
+        self.generation_id = generation_id
+        self._on_stop, self._on_reader = on_stop, on_reader
+        self._first_delta_sent = first_delta_sent
+
+    def listen(self, at_once: bool) -> list[asyncio.Task]:
+        """The listening tasks, for as long as the relay reads its upstream (it cancels them).
+        `at_once`: the row's early Stop is read now, not after the first delta."""
+        return [asyncio.create_task(work) for work in (
+            self._listen_for_stop(), self._read_early_stop(at_once), self._keep_alive())]
+
+    async def _listen_for_stop(self) -> None:
+        """A Stop may come from any process: it arrives over the channel layer.
+
+        Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's
+        receive may time out and is simply asked again. If the layer fails, the failure is logged
+        and is no Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
+        """
+        try:
+            await self._channel_says_stop()
+        except Exception:
+            logger.exception("the stop listener of generation %s failed; its heartbeat reads the row",
+                             self.generation_id)
+            return
+        self._on_stop()
+
+    async def _channel_says_stop(self) -> None:
+        """Also hears the readers of the live channel, which announce themselves here."""
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        group = live_channel.relay_group(self.generation_id)
+        try:
+            await layer.group_add(group, channel)
+            while True:
+                try:
+                    message = await layer.receive(channel)
+                except (TimeoutError, RedisTimeoutError):
+                    continue  # nothing came within the layer's wait: not a Stop
+                if message.get("type") == live_channel.STOP:
+                    return
+                if message.get("type") == live_channel.READER:
+                    self._on_reader(message)
+        finally:  # also when cancelled while joining: a member left behind lingers for a day
+            await asyncio.shield(layer.group_discard(group, channel))
+
+    async def _read_early_stop(self, at_once: bool) -> None:
+        """A Stop that came before we listened was sent to nobody; its row remembers it. The
+        row is read once the first delta is out, so that the read does not delay it, or
+        `at_once` when the page has just left (a Stop's page records it, then closes)."""
+        if not at_once:
+            await self._first_delta_sent.wait()
+        try:
+            if await on_database_thread(selectors.stop_requested)(generation_id=self.generation_id):
+                self._on_stop()
+        except Exception:  # the heartbeat reads the row again within a beat
+            logger.exception("reading the early Stop of generation %s failed", self.generation_id)
+
+    async def _keep_alive(self) -> None:
+        """Proves the relay alive on its own timer, so a slow answer is never reaped as dead.
+
+        The same write tells whether the row still says `streaming`: a Stop recorded there (its
+        channel message lost, say) or an end decided elsewhere stops the stream within a beat.
+        """
+        heartbeat = on_database_thread(services.generation_heartbeat)
+        while True:
+            await asyncio.sleep(settings.CHAT_RELAY_HEARTBEAT_SECONDS)
+            try:
+                streaming = await heartbeat(generation_id=self.generation_id)
+            except Exception:  # a missed beat is not fatal; the reaper allows for several
+                logger.exception("the heartbeat of generation %s failed", self.generation_id)
+                continue
+            if not streaming:
+                self._on_stop()
+                return

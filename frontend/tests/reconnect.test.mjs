@@ -1,0 +1,180 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ENDING, Generation } from "../generation.js";
+import { FIRST_RETRY_MS } from "../reconnect.js";
+import { controlledStream, fakeClock, settle, sse } from "./helpers.mjs";
+
+const START = { message_id: 12, generation_id: 7, request_id: "r", model: "m", heartbeat_s: 15, resume_grace_s: 10 };
+const DONE = { generation_id: 7, message_id: 12, finish_reason: "stop", status: "completed" };
+const RESUME = { generation_id: 7, message_id: 12, status: "streaming", heartbeat_s: 15 };
+const streamResponse = (feed) => new Response(feed.stream, { headers: { "Content-Type": "text/event-stream" } });
+
+/**
+ * A page's own answer over hand-fed streams: `feeds[0]` is the answer's, the next ones its
+ * resumes; `resumes` lists each resume's offset. A resume fails (the network is down) while
+ * `t.down` is true. Painting happens at once.
+ */
+function setUp({ startExtra = {} } = {}) {
+  const clock = fakeClock();
+  const network = new EventTarget();
+  const t = { clock, network, feeds: [], resumes: [], states: [], stops: [], down: false };
+  t.generation = new Generation({
+    paint: (text) => { t.shown = text; },
+    createPainter: (paint) => ({ schedule: paint, cancel() {} }),
+    watchStall: () => ({ arm() {}, touch() {}, cancel() {} }),
+    resume: (id, offset) => async (signal) => {
+      t.resumes.push([id, offset]);
+      if (t.down) throw new TypeError("Failed to fetch");
+      const feed = controlledStream(signal);
+      t.feeds.push(feed);
+      return streamResponse(feed);
+    },
+    onReconnecting: (on) => t.states.push(on),
+    clock,
+    network,
+  });
+  t.outcome = t.generation.run(async (signal) => {
+    const feed = controlledStream(signal);
+    t.feeds.push(feed);
+    return streamResponse(feed);
+  });
+  t.outcome.then(() => { t.settled = true; });
+  t.start = async (deltas) => {
+    await settle();
+    t.feeds[0].push(sse("start", { ...START, ...startExtra }) + deltas.map((text) => sse("delta", { text })).join(""));
+    await settle();
+  };
+  t.cut = async () => {
+    t.feeds.at(-1).error(new TypeError("network error"));
+    await settle();
+  };
+  t.sendStop = (id, seen) => {
+    t.stops.push([id, seen]);
+    return t.down ? Promise.reject(new TypeError("Failed to fetch")) : Promise.resolve();
+  };
+  return t;
+}
+
+async function advance(t, ms) {
+  t.clock.advance(ms);
+  await settle();
+  await settle();
+}
+
+test("a lost connection says Reconnecting, resumes from the last character held, and nothing is doubled at the seam", async () => {
+  const t = setUp();
+  await t.start(["Hello", ", wörld 👋"]);
+  await t.cut();
+  assert.deepEqual(t.states, [true], "reconnecting, not an error");
+  assert.deepEqual(t.resumes, [], "the first try waits half a second");
+  await advance(t, FIRST_RETRY_MS);
+  assert.deepEqual(t.resumes, [[7, Array.from("Hello, wörld 👋").length]]);
+  t.feeds[1].push(sse("resume", { ...RESUME, offset: 14 }) + sse("delta", { text: " again" }) + sse("done", DONE));
+  t.feeds[1].close();
+  const outcome = await t.outcome;
+  assert.deepEqual(t.states, [true, false]);
+  assert.equal(outcome.status, "completed");
+  assert.equal(outcome.text, "Hello, wörld 👋 again");
+  assert.equal(t.shown, "Hello, wörld 👋 again");
+});
+
+test("retries wait 0.5 s, doubling, while the server cannot be reached", async () => {
+  const t = setUp();
+  await t.start(["one"]);
+  t.down = true;
+  await t.cut();
+  const triedAt = [];
+  for (let ms = 0; ms <= 4000; ms += 250) {
+    const before = t.resumes.length;
+    await advance(t, 250);
+    if (t.resumes.length > before) triedAt.push(ms + 250);
+  }
+  assert.deepEqual(triedAt, [500, 1500, 3500]);
+});
+
+test("the network coming back tries at once", async () => {
+  const t = setUp();
+  await t.start(["one"]);
+  t.down = true;
+  await t.cut();
+  await advance(t, FIRST_RETRY_MS);
+  assert.equal(t.resumes.length, 1);
+  t.down = false;
+  t.network.dispatchEvent(new Event("online"));
+  await settle();
+  await settle();
+  assert.equal(t.resumes.length, 2);
+});
+
+test("going offline mid-answer reconnects instead of waiting for a stall", async () => {
+  const t = setUp();
+  await t.start(["one"]);
+  t.network.dispatchEvent(new Event("offline"));
+  await settle();
+  assert.deepEqual(t.states, [true]);
+  assert.equal(t.generation.reconnecting, true);
+});
+
+test("a connection lost again after a resume resumes again from where it got to", async () => {
+  const t = setUp();
+  await t.start(["a"]);
+  for (const more of ["b", "c"]) {
+    await t.cut();
+    await advance(t, FIRST_RETRY_MS);
+    t.feeds.at(-1).push(sse("resume", { ...RESUME, offset: t.generation.chars }) + sse("delta", { text: more }));
+    await settle();
+  }
+  t.feeds.at(-1).push(sse("done", DONE));
+  t.feeds.at(-1).close();
+  assert.equal((await t.outcome).text, "abc");
+  assert.deepEqual(t.resumes, [[7, 1], [7, 2]]);
+});
+
+test("past the grace period it says so and offers Retry, with the text kept", async () => {
+  const t = setUp();
+  await t.start(["kept"]);
+  t.down = true;
+  await t.cut();
+  for (let i = 0; i < 30 && !t.settled; i += 1) {
+    await advance(t, 1000);
+  }
+  const outcome = await t.outcome;
+  assert.equal(outcome.ending, ENDING.EXPIRED);
+  assert.equal(outcome.text, "kept");
+  assert.ok(t.clock.now() <= START.resume_grace_s * 1000 + 1000);
+  assert.deepEqual(t.states, [true, false]);
+});
+
+test("a server without a grace period is not tried again: the answer is interrupted", async () => {
+  const t = setUp({ startExtra: { resume_grace_s: 0 } });
+  await t.start(["kept"]);
+  await t.cut();
+  const outcome = await t.outcome;
+  assert.equal(outcome.ending, ENDING.LOST);
+  assert.deepEqual(t.states, []);
+});
+
+test("Stop while reconnecting ends at once with what was seen, and the Stop is kept until the server takes it", async () => {
+  const t = setUp();
+  await t.start(["seen"]);
+  t.down = true;
+  await t.cut();
+  assert.equal(t.generation.stop(t.sendStop), 4);
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "stopped");
+  assert.equal(outcome.cancelledBy, "user");
+  assert.equal(outcome.text, "seen");
+  for (let i = 0; i < 5; i += 1) await advance(t, 2000);
+  const tries = t.stops.length;
+  assert.ok(tries >= 3, `tried ${tries} times while down`);
+  t.down = false;
+  t.network.dispatchEvent(new Event("online"));
+  await settle();
+  await settle();
+  assert.equal(t.stops.length, tries + 1, "sent again as soon as the network is back");
+  await advance(t, 60_000);
+  assert.equal(t.stops.length, tries + 1, "and not after it was taken");
+  assert.ok(t.stops.every(([id, seen]) => id === 7 && seen === 4));
+  assert.deepEqual(t.resumes.length <= 1, true, "no resume after the Stop");
+});

@@ -1,0 +1,98 @@
+"""An answer outlives its connection, in a real browser through nginx: connections reset under
+the page mid-answer are resumed at the exact character, and a Stop pressed while the network is
+down is kept until it arrives, so the stored text is what the user saw."""
+
+import random
+
+import pytest
+
+from chatapp.models import Generation, Message
+from harness import waiting
+
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from tests.browser.conftest import running_stack, sign_in
+from tests.fakes.resetting_proxy import resetting_proxy
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+ANSWER = [f"w{i} " for i in range(150)]
+STREAMING_TEXT = ('(document.querySelector(\'#messages .message[data-role="assistant"][data-status="streaming"]'
+                  ' .message-content\')?.textContent.length ?? 0)')
+# Everything the answer's element showed, recorded as it changed: a reconnect, and any sign of
+# trouble the user should not see (an error, the Interrupted label).
+SIGNS_PROBE = """
+window.__signs = { reconnecting: 0, trouble: [] };
+new MutationObserver(() => {
+  const answer = [...document.querySelectorAll('#messages .message[data-role="assistant"]')].at(-1);
+  if (!answer) return;
+  if (answer.dataset.reconnecting === "true") window.__signs.reconnecting += 1;
+  const state = answer.querySelector(".message-state")?.textContent ?? "";
+  if (answer.dataset.error || state.startsWith("Interrupted")) window.__signs.trouble.push(state || answer.dataset.error);
+}).observe(document.body, { subtree: true, attributes: true, childList: true, characterData: true });
+"""
+
+
+@pytest.fixture(scope="module")
+def resetting_stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    """The stack with a grace period, reached through a proxy that can reset its connections."""
+    with running_stack(fake_upstream.url, tmp_path_factory.mktemp("resetting"),
+                       TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, resetting_proxy(url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def chat(page, resetting_stack, user, upstream):
+    upstream.script.chunks = ANSWER
+    upstream.script.interval_s = 0.04
+    sign_in(page, resetting_stack.url, user)
+    page.evaluate(SIGNS_PROBE)
+    return page
+
+
+def shown_text(page) -> str:
+    return last_answer(page).locator(".message-content").inner_text()
+
+
+def stored_generation() -> Generation:
+    waiting.wait_until(lambda: Message.objects.filter(role="assistant").exclude(status="streaming").exists(),
+                       60, "the answer's final write")
+    return Generation.objects.select_related("message").get()
+
+
+def test_an_answer_reset_three_times_under_the_page_ends_whole_and_never_offers_retry(chat, resetting_stack):
+    rng = random.Random()
+    send(chat, "count slowly")
+    for _ in range(3):
+        beyond = chat.evaluate(STREAMING_TEXT) + rng.randrange(5, 60)
+        wait_for_true(chat, f"{STREAMING_TEXT} > {beyond}")
+        assert resetting_stack.reset() == 1
+    wait_for_end(chat)
+    generation = stored_generation()
+
+    assert last_answer(chat).get_attribute("data-status") == "completed"
+    assert generation.status == "completed" and generation.message.content == "".join(ANSWER)
+    assert shown_text(chat).split() == "".join(ANSWER).split()
+    assert chat.evaluate("window.__signs.reconnecting") > 0
+    assert chat.evaluate("window.__signs.trouble") == []
+    assert not last_answer(chat).locator(".retry").is_visible()
+
+
+def test_a_stop_pressed_while_the_network_is_down_keeps_what_the_user_saw_before_and_after_a_reload(
+        chat, resetting_stack):
+    send(chat, "count slowly")
+    wait_for_true(chat, f"{STREAMING_TEXT} > 20")
+    resetting_stack.cut()
+    wait_for_true(chat, "document.querySelector('#messages .message[data-reconnecting=\"true\"]') !== null")
+    chat.click("#stop")
+    wait_for_end(chat)
+    visible = shown_text(chat)
+    resetting_stack.restore()
+    generation = stored_generation()
+
+    assert (generation.status, generation.cancelled_by) == ("stopped", "user")
+    assert generation.message.content.split() == visible.split()
+    assert len(generation.message.content) < len("".join(ANSWER))
+    chat.reload()
+    chat.wait_for_selector('#messages .message[data-role="assistant"]')
+    assert shown_text(chat).split() == visible.split()
+    assert last_answer(chat).locator(".message-state").inner_text() == "Stopped"
