@@ -16,10 +16,15 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "inference": ("benchmarks.inference_bench",
                   "the inference server against llama.cpp's server, HF generate, transformers' "
                   "continuous batching and a static batch; then multi-turn conversations"),
+    "step": ("benchmarks.step_profile",
+             "the engine's decode step alone at 1-16 streams and each precision: the weight "
+             "products against the rest, and the memory roofline"),
     "browser": ("benchmarks.browser_bench",
                 "the chat page in headless Chromium under a 20,000-token flood"),
     "relay": ("benchmarks.relay_bench",
               "the relay: added TTFT, CPU per token, capacity of daphne processes behind nginx"),
+    "fit": ("benchmarks.fit_bench",
+            "the plan's exact count: fitting a long conversation's prompt before the first token"),
     "watch": ("benchmarks.watch_bench",
               "watchers of an answer (1, 100, 1,000) and resumed answers: how live, how soon"),
     "audit": ("benchmarks.audit_bench",

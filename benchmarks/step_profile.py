@@ -1,33 +1,94 @@
-"""The engine's decode step alone, at a few stream counts: median step time and, on request, where it goes.
+"""The engine's decode step alone: its time split into the weight products and everything else,
+at each precision, against the memory roofline.
 
-`python -m benchmarks.step_profile [--streams 1,16,64] [--profile]`. The model is loaded as
-the server loads it (INFERENCE_* variables apply, INFERENCE_DTYPE included), then its engine is
-stepped by hand: every stream has a prompt of random tokens and decodes to the end (end-of-turn
-tokens are ignored), and only steps where every stream decodes are timed. No HTTP, no event
-loop: this is the figure to compare against llama.cpp's own per-token time, and the one to
-watch when changing the forward. Run one process per variant: two models in one process share
-the CPU's caches and slow each other.
+`python -m benchmarks step [--streams 1,4,16] [--dtypes float32,bfloat16]`. Each precision
+runs in a child process of its own (two models in one process share the CPU's caches and slow
+each other): the model is loaded as the server loads it (INFERENCE_* variables apply), then its
+engine is stepped by hand: every stream has a prompt of random tokens and decodes to the end
+(end-of-turn tokens are ignored), and only steps where every stream decodes are timed. No HTTP,
+no event loop. Then a few more steps run under torch.profiler, and the self time of the weight
+products (and of attention) is read from its operator table: "the rest" is the unprofiled
+step's median minus the products, i.e. everything a faster matrix kernel would not remove.
+
+With `--baseline TREE` each precision also runs another checkout's engine just before this
+tree's, so that a change is compared within one run (TREE's own copy of this benchmark runs
+there: copy this file and roofline.py in when TREE is older than them).
+Figures on a shared machine swing with the other load (the "other CPU" column: cores' worth of
+work by other processes meanwhile); the fastest step moves less than the median. The CPU time
+per step counts both threads, OpenMP's spinning at the end of each product included, so it
+grows with contention too.
+
+Last, with the children gone, this process measures the memory bandwidth (roofline.py): the
+weights one token reads divided by it is the fastest possible step for one stream.
 """
 
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 
+from . import roofline
 from .latency import spread
+from .machine_load import ForeignLoad
+
+# Operators that multiply by a weight matrix: torch's product (plain layout, both precisions)
+# and oneDNN's (packed layout).
+PRODUCTS = frozenset({"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise"})
+ATTENTION = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu",
+                       "aten::_scaled_dot_product_attention_math",
+                       "aten::_scaled_dot_product_efficient_attention",
+                       "aten::_scaled_dot_product_flash_attention"})
+# Operators of the rest shown by name: the largest few by self time.
+LARGEST_REST = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--streams", default="1,16,64", help="comma-separated stream counts")
+    parser.add_argument("--streams", default="1,4,16", help="comma-separated stream counts")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="precisions, one child each")
     parser.add_argument("--steps", type=int, default=30, help="timed decode steps per count")
+    parser.add_argument("--profiled-steps", type=int, default=6)
     parser.add_argument("--prompt-tokens", type=int, default=100)
-    parser.add_argument("--profile", action="store_true",
-                        help="also print torch.profiler's operator table for each count")
+    parser.add_argument("--baseline", metavar="TREE",
+                        help="also step another checkout's engine (e.g. `git archive` of the base "
+                             "commit unpacked), each precision right before this tree's")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.child:
+        print(json.dumps(_measure(args)))
+        return 0
+    trees = [("baseline", args.baseline)] if args.baseline else []
+    trees.append(("this tree", None))
+    results = [_child(args, dtype, code, tree) for dtype in args.dtypes.split(",")
+               for code, tree in trees]
+    bandwidth = roofline.bandwidth(threads=2)
+    print(f"\nCommand: `{getattr(args, 'command', 'python -m benchmarks step')}`\n")
+    print(_split_table(results))
+    print(_roofline_table(results, bandwidth))
+    return 0
+
+
+def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None) -> dict:
+    command = [sys.executable, "-m", "benchmarks", "step", "--child", "--streams", args.streams,
+               "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps),
+               "--prompt-tokens", str(args.prompt_tokens)]
+    env = {**os.environ, "INFERENCE_DTYPE": dtype}
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"the {dtype} child ({code}) failed:\n{done.stderr[-4000:]}")
+    return {"code": code, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def _measure(args: argparse.Namespace) -> dict:
     import torch
+    from torch.profiler import profile
 
     from inference.config import InferenceConfig
     from inference.engine import SamplingParams
@@ -41,13 +102,17 @@ def run(args: argparse.Namespace) -> int:
         raise RuntimeError(f"the model did not load: {service.error!r}")
     engine = service.engine
     engine.eos_token_ids = frozenset()  # every stream decodes to its max_tokens
-    print(f"{service.model_name}, {next(engine.runner.model.parameters()).dtype}, "
-          f"{torch.get_num_threads()} threads")
+    dtype = next(engine.runner.model.parameters()).dtype
+    result = {"dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
+              "matrices": str(getattr(engine.runner.fused, "layout", "-")),
+              "weight_bytes": roofline.weight_bytes(engine.runner.model.config, dtype.itemsize),
+              "levels": []}
     rng = random.Random(0)
     for streams in (int(count) for count in args.streams.split(",")):
         # Streams admitted first decode while the others' prompts are fed, at least
-        # prefill_chunk_min prompt tokens a step: room for that, then for the timed steps.
-        max_tokens = args.steps + 8 + streams * args.prompt_tokens // config.prefill_chunk_min
+        # prefill_chunk_min prompt tokens a step: room for that, then for the measured steps.
+        max_tokens = (args.steps + args.profiled_steps + 8
+                      + streams * args.prompt_tokens // config.prefill_chunk_min)
         if streams * (args.prompt_tokens + max_tokens) > config.max_cached_tokens:
             raise ValueError(f"{streams} streams need more than INFERENCE_MAX_CACHED_TOKENS")
         for index in range(streams):
@@ -58,22 +123,77 @@ def run(args: argparse.Namespace) -> int:
             decoding.update(output.request_id for output in engine.step())
         engine.step()  # one untimed decode step
         times = []
-        for _ in range(args.steps):
-            started = time.perf_counter()
-            engine.step()
-            times.append((time.perf_counter() - started) * 1e3)
-        figures = spread(times)
-        print(f"streams {streams:3d}: step ms median {statistics.median(times):.1f}, "
-              f"p90 {figures['p90']:.1f}, {streams / statistics.median(times) * 1e3:.0f} tok/s")
-        if args.profile:
-            from torch.profiler import profile
-
-            with profile() as profiler:
-                for _ in range(min(5, args.steps // 4)):
-                    engine.step()
-            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        with ForeignLoad() as foreign:
+            cpu_started = time.process_time()
+            for _ in range(args.steps):
+                started = time.perf_counter()
+                engine.step()
+                times.append((time.perf_counter() - started) * 1e3)
+            cpu_ms = (time.process_time() - cpu_started) * 1e3 / args.steps
+        with profile() as profiler:
+            for _ in range(args.profiled_steps):
+                engine.step()
+        result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
+                                 "fastest_ms": min(times), "p90_ms": spread(times)["p90"],
+                                 "cpu_ms": cpu_ms,
+                                 "other_cpu": foreign.cores,
+                                 **_attributed(profiler.key_averages(), args.profiled_steps)})
         engine.abort_all()
-    return 0
+    return result
+
+
+def _attributed(averages, steps: int) -> dict:
+    """Self time per step (ms) of the products, of attention, and the rest's largest operators."""
+    def total(names) -> float:
+        return sum(event.self_cpu_time_total for event in averages if event.key in names) / steps / 1e3
+
+    rest = sorted((event for event in averages if event.key not in PRODUCTS | ATTENTION),
+                  key=lambda event: event.self_cpu_time_total, reverse=True)
+    return {"products_ms": total(PRODUCTS), "attention_ms": total(ATTENTION),
+            "products_calls": sum(event.count for event in averages if event.key in PRODUCTS) // steps,
+            "rest_largest": [(event.key, event.self_cpu_time_total / steps / 1e3)
+                             for event in rest[:LARGEST_REST]]}
+
+
+def _split_table(results: list[dict]) -> str:
+    lines = ["| code | precision (matrices) | streams | step ms median (fastest) | CPU ms per step "
+             "| products ms | the rest ms (attention) | products share "
+             "| largest of the rest, ms per step | other CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for level in result["levels"]:
+            rest = level["median_ms"] - level["products_ms"]
+            largest = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in level["rest_largest"])
+            lines.append(
+                f"| {result['code']} | {result['dtype']} ({result['matrices']}) | {level['streams']} "
+                f"| {level['median_ms']:.1f} ({level['fastest_ms']:.1f}) | {level['cpu_ms']:.1f} "
+                f"| {level['products_ms']:.1f} "
+                f"| {rest:.1f} ({level['attention_ms']:.1f}) "
+                f"| {level['products_ms'] / level['median_ms']:.0%} | {largest} "
+                f"| {_cores(level['other_cpu'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cores(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _roofline_table(results: list[dict], bandwidth: dict[str, float]) -> str:
+    best = max(bandwidth.values())
+    lines = [f"Memory bandwidth, 2 threads: " + ", ".join(f"{name} {value / 1e9:.1f} GB/s"
+                                                          for name, value in bandwidth.items()),
+             "", "| code | precision | weights read per token | roofline step (at the best bandwidth) "
+             "| ours at 1 stream, median (fastest) | ours / roofline |", "|---|---|---|---|---|---|"]
+    for result in results:
+        one = next((level for level in result["levels"] if level["streams"] == 1), None)
+        if one is None:
+            continue
+        floor_ms = result["weight_bytes"] / best * 1e3
+        lines.append(f"| {result['code']} | {result['dtype']} | {result['weight_bytes'] / 1e6:.0f} MB "
+                     f"| {floor_ms:.1f} ms "
+                     f"| {one['median_ms']:.1f} ({one['fastest_ms']:.1f}) ms "
+                     f"| {one['median_ms'] / floor_ms:.2f}x ({one['fastest_ms'] / floor_ms:.2f}x) |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

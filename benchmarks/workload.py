@@ -169,3 +169,14 @@ class Workload:
                     sentences.clear()
                     continue
                 return text
+
+
+def meeting_notes(turn: int, length: int = 2500) -> str:
+    """About `length` characters of meeting notes (about 560 tokens), asking for a summary."""
+    items = ["budget", "hiring", "the office move", "the release", "customer calls", "the audit"]
+    lines, n = [f"Here are my notes from meeting {turn}. Please summarise them."], 0
+    while sum(len(line) + 1 for line in lines) < length:
+        n += 1
+        lines.append(f"- Point {n}: {items[(turn + n) % len(items)]} was discussed for {n + turn} minutes, "
+                     f"and the team agreed to revisit it on day {(n * 7 + turn) % 30 + 1}.")
+    return "\n".join(lines)

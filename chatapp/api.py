@@ -20,7 +20,7 @@ from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import selectors as staff_selectors
-from .streaming import answer_start, watch
+from .streaming import answer_start, prompt_fit, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream.inference_client import UpstreamRefused
@@ -104,7 +104,7 @@ def message_json(message) -> dict:
             "status": message.status, "created_at": message.created_at.isoformat(),
             "generation": None if latest is None else {
                 "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
-                "cancelled_by": latest.cancelled_by,
+                "cancelled_by": latest.cancelled_by, "context_from_message_id": latest.context_from_message_id,
                 "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
 
 
@@ -304,6 +304,7 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     only once both are done starts our stream (see chatapp/streaming/answer_start.py)."""
     started = time.monotonic()
     plan = await on_database_thread(plan_answer)()
+    await prompt_fit.fit(plan)
     try:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:

@@ -88,6 +88,9 @@ class Generation(models.Model):
     model = models.CharField(max_length=200)
     sampling = models.JSONField(default=dict, blank=True)
     prompt_messages = models.PositiveIntegerField(default=0)
+    # Older messages were left out to fit the model's context: the first message it read (an id
+    # and not a key, so that the audit row keeps it after the message is edited away).
+    context_from_message_id = models.PositiveBigIntegerField(null=True, blank=True)
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)

@@ -6,21 +6,16 @@ pages' reads, across every owner, are staff/selectors.py.
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Length, Substr
 
 from common.vocabulary import GenerationStatus, MessageStatus
 
-from .errors import ApiError, not_found
+from .errors import not_found
 from .models import Conversation, Generation, Message
 
 PAGE_SIZE = 20
-# Without the model's tokenizer here, a conservative estimate: byte-level BPE gives at least
-# about three bytes per token in practice, and each message costs a few template tokens.
-BYTES_PER_TOKEN = 3
-TOKENS_PER_MESSAGE = 6
 
 
 def conversation_list(*, user, query: str = "", page: int = 1):
@@ -130,30 +125,3 @@ def stop_requested(*, generation_id: int) -> bool:
 
 def streams_open(*, user) -> int:
     return Generation.objects.filter(user=user, status__in=Generation.LIVE_STATUSES).count()
-
-
-def estimated_tokens(text: str) -> int:
-    return -(-len(text.encode()) // BYTES_PER_TOKEN) + TOKENS_PER_MESSAGE
-
-
-def prompt_messages(*, conversation: Conversation, history: list[Message]) -> list[dict]:
-    """The conversation as the model sees it, oldest messages left out to fit the context.
-
-    The system prompt and the newest message always stay; an answer that failed or is still
-    streaming is not part of what was said.
-    """
-    said = [m for m in history if m.status not in (MessageStatus.FAILED, MessageStatus.STREAMING)]
-    budget = settings.CHAT_CONTEXT_TOKENS - settings.CHAT_MAX_TOKENS
-    system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-    budget -= sum(estimated_tokens(m["content"]) for m in system)
-    kept: list[dict] = []
-    for message in reversed(said):
-        cost = estimated_tokens(message.content)
-        if cost > budget:
-            if not kept:
-                raise ApiError(400, "context_too_long",
-                               "the message is too long for the model's context")
-            break
-        kept.append({"role": message.role, "content": message.content})
-        budget -= cost
-    return system + kept[::-1]

@@ -71,7 +71,8 @@ class AnswerPlan:
     user: object
     conversation: Conversation
     seen: list[tuple[int, str]]  # (pk, status) of the messages read: the write finds them so or refuses
-    prompt: list[dict]
+    said: list[Message]  # what the model may see, oldest first: prompt_fit keeps what fits of it
+    prompt: list[dict]  # the whole of it until prompt_fit leaves out what does not fit
     sampling: dict
     request_id: uuid.UUID = field(default_factory=uuid.uuid4)
     question: Message | None = None  # a new user message, not yet saved (send)
@@ -79,6 +80,7 @@ class AnswerPlan:
     dropped: list[Message] = field(default_factory=list)  # messages that go (regenerate, edit)
     continued: Message | None = None  # a truncated answer written on at its end (continue)
     title: str | None = None  # the conversation's title from its first message, when it takes one
+    context_from: Message | None = None  # the first message the model reads, when older ones are left out
 
     @property
     def continue_final_message(self) -> bool:
@@ -122,10 +124,12 @@ def _check_limits(user, conversation: Conversation) -> list[Message]:
 
 def _plan(user, conversation: Conversation, history: list[Message], said: list[Message],
           **rows) -> AnswerPlan:
-    """`history` is the conversation as read; `said` is what the model is to see of it."""
-    return AnswerPlan(user, conversation, [(m.pk, m.status) for m in history],
-                      selectors.prompt_messages(conversation=conversation, history=said), _sampling(),
-                      **rows)
+    """`history` is the conversation as read; `said` is what the model is to see of it: an
+    answer that failed or is still streaming is not part of what was said."""
+    said = [m for m in said if m.status not in (MessageStatus.FAILED, MessageStatus.STREAMING)]
+    system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
+    return AnswerPlan(user, conversation, [(m.pk, m.status) for m in history], said,
+                      system + [{"role": m.role, "content": m.content} for m in said], _sampling(), **rows)
 
 
 def message_send(*, user, conversation: Conversation, content: str) -> AnswerPlan:
@@ -196,6 +200,7 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     generation = Generation.objects.create(
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
         model=settings.CHAT_MODEL, sampling=plan.sampling, prompt_messages=len(plan.prompt),
+        context_from_message_id=plan.context_from and plan.context_from.pk,
     )
     # Newest first in the list; a title from the first message only where the user has not
     # named the conversation since the plan's read (a rename meanwhile is theirs to keep).

@@ -44,7 +44,8 @@ try:
     CHAT_TOP_P = env.number("CHAT_TOP_P", 0.9, minimum=0.01)
     # After a conversation's first answer the model names it (chatapp/upstream/titles.py).
     CHAT_MODEL_TITLES = env.boolean("CHAT_MODEL_TITLES", True)
-    CHAT_CONTEXT_TOKENS = env.integer("CHAT_CONTEXT_TOKENS", 2048, minimum=64)
+    # The context is the upstream's own (chatapp/prompt_fit.py); this caps it when set (0: no cap).
+    CHAT_CONTEXT_TOKENS = env.integer("CHAT_CONTEXT_TOKENS", 0, minimum=0)
     CHAT_MAX_MESSAGE_CHARS = env.integer("CHAT_MAX_MESSAGE_CHARS", 8000, minimum=1)
     CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)

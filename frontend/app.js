@@ -113,6 +113,7 @@ function renderHistory(messages) {
   live.detachAll(); // their elements are about to go
   const shown = messages.filter((m) => VISIBLE_ROLES.has(m.role));
   view.messages.replaceChildren(...shown.map(msg.messageFromApi));
+  msg.markContextStart(view.messages, msg.contextStartOf(shown));
   view.empty.hidden = view.messages.children.length > 0;
   followLiveAnswer(shown.at(-1));
   syncStreaming();
@@ -213,6 +214,7 @@ async function learnIds(id) {
     // The stream's done does not say who stopped an answer; the stored record does.
     if (el.dataset.role === "assistant") msg.settleFromApi(el, stored[i]);
   });
+  msg.markContextStart(view.messages, msg.contextStartOf(stored));
   msg.refreshActions(view.messages, false);
 }
 
@@ -287,7 +289,14 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
       window.chatappStats.paints += 1;
       if (follow) scrollToBottom();
     },
-    onStart: (start) => { if (entry.el) entry.el.dataset.messageId = String(start.message_id); },
+    onStart: (start) => {
+      if (!entry.el) return;
+      entry.el.dataset.messageId = String(start.message_id);
+      // An answer's own stream says it; a watch stream's prefix does not (the history did).
+      if (id === conversationId && "context_from_message_id" in start) {
+        msg.markContextStart(view.messages, start.context_from_message_id);
+      }
+    },
     resume: api.resume,
     // A lost connection is not an error yet: the answer goes on at the server while it is away.
     onReconnecting: (on) => {

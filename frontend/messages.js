@@ -151,6 +151,32 @@ export function messageFromApi(message) {
   return el;
 }
 
+export const CONTEXT_NOTE = "Earlier messages are beyond what the model can read";
+
+/**
+ * A quiet line above the first message the model read, when older ones were left out to fit its
+ * context; `messageId` null or undefined: it read them all. A question just sent has no id yet:
+ * it is the one the line goes above until the ids are learned.
+ */
+export function markContextStart(container, messageId) {
+  container.querySelector(".context-marker")?.remove();
+  if (messageId === null || messageId === undefined) return;
+  const shown = [...container.querySelectorAll(".message")];
+  const first = shown.find((el) => el.dataset.messageId === String(messageId))
+    ?? shown.findLast((el) => el.dataset.role === "user" && el.dataset.messageId === "");
+  if (!first) return;
+  const marker = document.createElement("p");
+  marker.className = "context-marker";
+  marker.setAttribute("role", "note");
+  marker.dataset.messageId = String(messageId);
+  marker.textContent = CONTEXT_NOTE;
+  first.before(marker);
+}
+
+/** Where the conversation's latest answer read from, as the stored messages say. */
+export const contextStartOf = (messages) =>
+  messages.findLast((m) => m.role === "assistant" && m.generation)?.generation.context_from_message_id ?? null;
+
 /** Which buttons each message offers, given its place and whether an answer is streaming. */
 export function refreshActions(container, streaming) {
   const all = [...container.querySelectorAll(".message")];

@@ -18,6 +18,7 @@ from common.vocabulary import CancelledBy
 from .. import services
 from ..runtime.database_threads import on_database_thread
 from ..runtime.to_the_end import to_the_end
+from ..upstream import token_counts
 from ..upstream.inference_client import UpstreamRefused, UpstreamStream
 
 
@@ -35,11 +36,8 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
 
 
 def _payload(plan: services.AnswerPlan) -> dict:
-    payload = {"model": settings.CHAT_MODEL, "messages": plan.prompt, "stream": True,
-               "stream_options": {"include_usage": True}, **plan.sampling}
-    if plan.continue_final_message:  # both, or vLLM and llama.cpp refuse it (a new turn by default)
-        payload.update(continue_final_message=True, add_generation_prompt=False)
-    return payload
+    return {**token_counts.template_body(settings.CHAT_MODEL, plan.prompt, plan.continue_final_message),
+            "stream": True, "stream_options": {"include_usage": True}, **plan.sampling}
 
 
 async def _settle(opening: asyncio.Future, writing: asyncio.Future):

@@ -39,7 +39,7 @@ from ..runtime.database_threads import on_database_thread
 from ..runtime.to_the_end import to_the_end
 from ..upstream import titles
 from ..upstream.inference_client import UpstreamBroken, UpstreamStream
-from . import live_channel, sse
+from . import live_channel, prompt_fit, sse
 from .live_channel import LivePublisher
 from .partial_saves import partial_saves
 from .relay_inbox import RelayInbox
@@ -80,6 +80,8 @@ class Relay:
         yield sse.event("start", {
             "message_id": self.start.message.pk, "generation_id": self.generation.pk,
             "request_id": str(self.generation.request_id), "model": self.generation.model,
+            # Older messages were left out to fit the model's context: it reads from this one on.
+            "context_from_message_id": self.generation.context_from_message_id,
             # The page ends a fetch that stays silent for two of these (a stalled connection).
             "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
             # How long the page may take to come back and resume the answer after losing it.
@@ -113,6 +115,10 @@ class Relay:
                 await self._finish()
             raise
         generation = await self._finish()
+        if not self.start.continue_final_message and generation.status in (
+                GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED):
+            prompt_fit.answered(conversation_id=generation.conversation_id, text=generation.final_text,
+                                usage=self.outcome.usage, finish_reason=generation.finish_reason)
         title_requested = self._title_asked(generation)
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})

@@ -90,6 +90,14 @@ def current_urls() -> list[str]:
     return [replica.url for replica in _current()]
 
 
+def first_answering_url() -> str:
+    """The first replica in the list that has not lately refused (else the first one; "" for
+    none): one that always answers the same questions, such as a prompt's token count."""
+    replicas, now = _current(), time.monotonic()
+    answering = [replica for replica in replicas if replica.avoid_until <= now] or replicas
+    return answering[0].url if answering else ""
+
+
 def in_order() -> list[Replica]:
     """Every replica, the one to try first first: not lately refused, then least loaded."""
     replicas = _current()

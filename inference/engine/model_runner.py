@@ -36,9 +36,10 @@ class ModelRunner:
             positions.extend(range(chunk.start, chunk.end))
             if chunk.samples:
                 sampled_at.append(len(token_ids) - 1)
-        layout = self._layout(chunks)
-        inputs, at, keep = (torch.tensor(values, device=self.device, dtype=torch.long)
-                            for values in (token_ids, positions, sampled_at))
+        layout = self._layout(chunks, len(token_ids))
+        # One tensor, so that a GPU gets one copy from the host per step rather than three.
+        packed = torch.tensor(token_ids + positions + sampled_at, device=self.device, dtype=torch.long)
+        inputs, at, keep = packed.split((len(token_ids), len(positions), len(sampled_at)))
         if self.fused is not None:
             logits = self.fused(inputs, at, keep, layout)
         else:
@@ -48,8 +49,8 @@ class ModelRunner:
             chunk.sequence.num_cached_tokens = chunk.end
         return logits
 
-    def _layout(self, chunks: list[ScheduledChunk]) -> StepLayout:
-        layout = StepLayout(self.kv_cache)
+    def _layout(self, chunks: list[ScheduledChunk], num_tokens: int) -> StepLayout:
+        layout = StepLayout(self.kv_cache, num_tokens)
         decodes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, length)
         first = 0
         for chunk in chunks:

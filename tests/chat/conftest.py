@@ -3,6 +3,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient
 
+from chatapp.streaming import prompt_fit
 from tests import factories, servers
 from tests.fakes.upstream import FakeUpstream, Script
 
@@ -24,6 +25,8 @@ def upstream(fake_upstream_server, settings):
     fake.hung_up.clear()
     fake.requested.clear()
     fake.metrics, fake.metrics_reads = "", 0
+    fake.counts.clear()
+    prompt_fit.forget()  # what it learned of the last test's upstream
     settings.INFERENCE_URL = url
     return fake
 

@@ -9,6 +9,7 @@ import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
+from benchmarks.workload import meeting_notes
 from chatapp.models import Conversation, Generation, Message
 from chatapp.upstream import titles
 from harness import waiting
@@ -121,22 +122,43 @@ async def test_a_stop_mid_answer_ends_llama_cpps_work_on_it(api, user, settings,
     assert 2 <= predicted_cut < LONG_ANSWER  # it stopped when the relay hung up, not at the limit
 
 
-async def test_a_conversation_too_long_for_llama_cpps_context_is_refused_before_any_stream(
+def llama_count(llama, messages: list[dict]) -> int:
+    """llama.cpp's own count of a prompt: its chat template, then its tokenizer."""
+    prompt = httpx2.post(f"{llama.base_url}/apply-template", json={"messages": messages}).json()["prompt"]
+    return len(httpx2.post(f"{llama.base_url}/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
+
+
+async def test_a_conversation_longer_than_llama_cpps_context_leaves_its_oldest_messages_out_by_its_count(
         api, conversation, settings, upstream_is_llama):
-    settings.CHAT_CONTEXT_TOKENS = 100_000  # the app thinks the model holds more than it does
+    settings.CHAT_CONTEXT_TOKENS = 0  # llama.cpp's slot says its own (2,048)
+    n_ctx = httpx2.get(f"{upstream_is_llama.base_url}/props").json()["default_generation_settings"]["n_ctx"]
+    for turn in range(4):
+        events = await ask(api, conversation, meeting_notes(turn, 2500))
+
+    generation = await sync_to_async(lambda: generations_of(conversation)[-1])()
+    sent = await sync_to_async(lambda: [
+        {"role": m.role, "content": m.content} for m in Message.objects.filter(
+            conversation=conversation, pk__gte=generation.context_from_message_id,
+            pk__lt=generation.message_id).order_by("pk")])()
+    assert events[-1][1]["status"] in ("completed", "truncated")  # answered, not refused
+    assert events[0][1]["context_from_message_id"] == generation.context_from_message_id
+    assert sent[0]["role"] == "user" and len(sent) == generation.prompt_messages < 7
+    assert generation.input_tokens == llama_count(upstream_is_llama, sent)  # counted as llama.cpp does
+    assert generation.input_tokens + MAX_TOKENS <= n_ctx == 2048
+
+
+async def test_a_question_too_long_for_llama_cpps_context_is_refused_before_anything_is_stored(
+        api, conversation, settings, upstream_is_llama):
+    settings.CHAT_CONTEXT_TOKENS = 0
     settings.CHAT_MAX_MESSAGE_CHARS = 100_000
     question = " ".join(f"w{n}" for n in range(3000))  # over 2,048 tokens: one slot's context
 
     response = await api.post(f"/api/conversations/{conversation.pk}/messages", {"content": question},
                               content_type="application/json")
 
-    stored = await sync_to_async(list)(
-        Message.objects.filter(conversation=conversation).values_list("role", "content"))
-    assert response.status_code == 502 and response["Content-Type"] == "application/json"
-    assert response.json()["error"]["code"] == "upstream_error"
-    assert "context" in response.json()["error"]["message"]
-    assert ("user", question) in stored
-    assert (await sync_to_async(Generation.objects.get)(conversation=conversation)).status == "failed"
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_too_long"
+    assert await sync_to_async(Message.objects.filter(conversation=conversation).count)() == 0
+    assert await sync_to_async(Generation.objects.filter(conversation=conversation).count)() == 0
 
 
 def test_llama_cpp_names_a_conversation_after_its_first_answer(transactional_db, upstream_is_llama):

@@ -7,9 +7,10 @@ import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
-from harness import waiting
+from benchmarks.workload import meeting_notes
 from chatapp import selectors
-from chatapp.models import Generation
+from chatapp.models import Generation, Message
+from harness import waiting
 from tests import factories
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
 from tests.inference.serving import metric, real_model_serving
@@ -65,6 +66,76 @@ async def test_an_answer_stopped_before_its_end_records_the_same_prompt_tokens_a
     assert stop.status_code == 202 and after[-1][1]["status"] == "stopped"
     assert whole.status in ("completed", "truncated") and cut.status == "stopped"
     assert cut.input_tokens == whole.input_tokens > 0  # the first from the header, the second from usage
+
+
+# --- the context: the whole of it, counted by the service ---
+@pytest.fixture(scope="module")
+def whole_context_url():
+    """The service with the default model's whole context, 8,192 positions."""
+    with real_model_serving(max_running=2, max_model_len=8192, max_cached_tokens=16384,
+                            prefill_chunk_idle=512) as url:
+        yield url
+
+
+def service_count(url: str, messages: list[dict]) -> int:
+    return httpx2.post(f"{url}/tokenize", json={"messages": messages}, timeout=30).json()["count"]
+
+
+def prompt_of(generation: Generation, system: list[dict]) -> list[dict]:
+    """What the model was sent for this answer, read back from the rows."""
+    messages = Message.objects.filter(conversation=generation.conversation_id, pk__lt=generation.message_id)
+    if generation.context_from_message_id is not None:
+        messages = messages.filter(pk__gte=generation.context_from_message_id)
+    return system + [{"role": m.role, "content": m.content} for m in messages.order_by("pk")]
+
+
+async def test_an_eight_turn_conversation_keeps_every_earlier_message_the_model_can_read(
+        api, conversation, settings, whole_context_url):
+    settings.INFERENCE_URL, settings.CHAT_CONTEXT_TOKENS = whole_context_url, 0
+    settings.CHAT_MAX_TOKENS, settings.CHAT_TEMPERATURE = 24, 0
+    context = httpx2.get(f"{whole_context_url}/v1/models").json()["data"][0]["max_model_len"]
+    url = f"/api/conversations/{conversation.pk}/messages"
+
+    for turn in range(8):
+        events = await read_events(await api.post(url, {"content": meeting_notes(turn)},
+                                                  content_type="application/json"))
+        generation = await sync_to_async(Generation.objects.get)(conversation=conversation, pk=events[0][1]["generation_id"])
+        sent = await sync_to_async(prompt_of)(generation, [])
+
+        assert names(events)[-1] == "done" and events[-1][1]["status"] in ("completed", "truncated")
+        assert generation.prompt_messages == 2 * turn + 1 == len(sent)  # everything said so far
+        assert events[0][1]["context_from_message_id"] is None
+        assert generation.input_tokens == service_count(whole_context_url, sent)
+        assert generation.input_tokens + 24 <= context == 8192
+    assert generation.input_tokens > 2048 * 2  # the test's premise: far past the old context
+
+
+async def test_a_capped_context_keeps_the_newest_exchanges_that_fit_by_the_services_count(
+        api, user, settings, whole_context_url):
+    settings.INFERENCE_URL, settings.CHAT_CONTEXT_TOKENS = whole_context_url, 2048
+    settings.CHAT_MAX_TOKENS, settings.CHAT_TEMPERATURE = 100, 0
+    conversation = await sync_to_async(factories.conversation)(owner=user, system_prompt="Be brief.")
+    system = [{"role": "system", "content": "Be brief."}]
+    url = f"/api/conversations/{conversation.pk}/messages"
+
+    for turn in range(6):
+        length = 1500 + 400 * (turn % 3)  # exchanges of different sizes, so that the cut moves
+        events = await read_events(await api.post(url, {"content": meeting_notes(turn, length)},
+                                                  content_type="application/json"))
+        generation = await sync_to_async(Generation.objects.get)(pk=events[0][1]["generation_id"])
+        sent = await sync_to_async(prompt_of)(generation, system)
+        said = await sync_to_async(prompt_of)(
+            Generation(conversation_id=conversation.pk, message_id=generation.message_id), system)
+
+        assert names(events)[-1] == "done" and events[-1][1]["status"] in ("completed", "truncated")
+        assert generation.input_tokens == service_count(whole_context_url, sent)
+        assert generation.input_tokens + 100 <= 2048
+        assert sent[1]["role"] == "user" and generation.prompt_messages == len(sent)
+        if len(sent) < len(said):  # left out: the exchange before the first one read did not fit
+            one_more = said[len(said) - len(sent) - 1:]  # ... and the exchange before (said[0] is the system)
+            assert service_count(whole_context_url, system + one_more) + 100 > 2048
+            assert events[0][1]["context_from_message_id"] == generation.context_from_message_id is not None
+    assert len(sent) < len(said)  # the test's premise: old messages did drop
 
 
 async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_the_grace_and_a_second(

@@ -103,8 +103,11 @@ def test_the_migration_marks_titles_that_are_not_the_first_messages_as_chosen_by
     executor = MigrationExecutor(connection)
     executor.migrate(after)
     migrated = executor.loader.project_state(after).apps.get_model("chatapp", "Conversation")
-
     chosen = {title: migrated.objects.get(pk=pk).title_set_by_user for title, pk in ids.items()}
+    # Back to the newest schema: the tests after this one need its columns.
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
     assert chosen == {"Soup recipes": False, "My soups": True, "": False, "Empty so far": True}
 
 

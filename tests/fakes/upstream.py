@@ -31,6 +31,11 @@ class Script:
     # Each content chunk after the first waits for a release of this (by the test, once it has
     # read the previous delta): a relay that keeps up, proven without timing.
     gate: threading.Semaphore | None = None
+    # GET /v1/models says this context (max_model_len); None: the endpoint is missing (404).
+    context_tokens: int | None = None
+    # POST /tokenize counts a token per byte of text, far denser than any estimate (a prompt the
+    # relay cannot guess); False: the endpoint is missing (404), as on TGI.
+    counts_every_byte: bool = False
 
 
 class FakeUpstream:
@@ -42,6 +47,7 @@ class FakeUpstream:
         self.requested = threading.Event()  # a request came in (a test waits for it, from any thread)
         self.metrics = ""  # what GET /metrics answers (a Prometheus exposition)
         self.metrics_reads = 0
+        self.counts: list[dict] = []  # the bodies of POST /tokenize
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -60,6 +66,9 @@ class FakeUpstream:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["path"] != "/v1/chat/completions":
+            await self._other(scope["path"], json.loads(body or b"{}"), send)
+            return
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         self.requests.append((json.loads(body or b"{}"), headers))
         self.clients.append(tuple(scope["client"]))
@@ -81,6 +90,23 @@ class FakeUpstream:
             await self._stream(script, send)
         finally:
             listener.cancel()
+
+    async def _other(self, path: str, body: dict, send) -> None:
+        """/v1/models and /tokenize as the script says; anything else is not here."""
+        script, found = self.script, None
+        if path == "/v1/models" and script.context_tokens is not None:
+            found = {"object": "list", "data": [{"id": "fake", "max_model_len": script.context_tokens}]}
+        elif path == "/tokenize":
+            self.counts.append(body)
+        if path == "/tokenize" and script.counts_every_byte:
+            messages = body.get("messages", [])
+            count = sum(len(m["content"].encode()) + 5 for m in messages) + 3
+            found = {"count": count, "max_model_len": script.context_tokens, "tokens": [0] * count}
+        status = 404 if found is None else 200
+        payload = json.dumps(found or {"error": {"message": "not found", "type": "not_found", "code": "nope"}})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": payload.encode()})
 
     async def _notice_hang_up(self, receive):
         while (await receive())["type"] != "http.disconnect":
@@ -135,9 +161,12 @@ class FakeUpstream:
         else:
             finish = "stop_sequence" if script.tgi_style and script.finish_reason == "stop" else script.finish_reason
             await data(chunk({}, finish))
+            # A token a chunk; with counts_every_byte, a token a byte and the end of turn.
+            completion = (sum(len(text.encode()) for text in script.chunks) + 1 if script.counts_every_byte
+                          else len(script.chunks))
             await data({"id": "x", "object": "chat.completion.chunk", "choices": [],
-                        "usage": {"prompt_tokens": 11, "completion_tokens": len(script.chunks),
-                                  "total_tokens": 11 + len(script.chunks)}})
+                        "usage": {"prompt_tokens": 11, "completion_tokens": completion,
+                                  "total_tokens": 11 + completion}})
             if script.send_done:
                 await data("[DONE]")
         body = b"".join(held)

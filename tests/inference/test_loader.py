@@ -1,5 +1,7 @@
 """Any local Hugging Face causal-LM directory loads, as does the default model's GGUF file."""
 
+import logging
+
 import torch
 
 from common.vocabulary import FinishReason
@@ -7,12 +9,13 @@ from inference.engine import LLMEngine, SamplingParams, loader
 from tests.inference import models
 
 
-def test_a_local_hugging_face_directory_loads_and_generates(tmp_path):
+def test_a_local_hugging_face_directory_loads_and_generates(tmp_path, caplog):
     directory = tmp_path / "my-tiny-llama"
     models.tiny_model().save_pretrained(directory)
     models.tokenizer().save_pretrained(directory)
 
-    loaded = loader.load(str(directory), tmp_path / "cache", device="cpu", dtype="float64")
+    with caplog.at_level(logging.INFO, logger=loader.__name__):
+        loaded = loader.load(str(directory), tmp_path / "cache", device="cpu", dtype="float64")
     engine = LLMEngine(loaded.model, loaded.tokenizer, models.limits())
     engine.add_request("r", engine.encode_chat([{"role": "user", "content": "hi"}]),
                        SamplingParams(max_tokens=3))
@@ -20,6 +23,8 @@ def test_a_local_hugging_face_directory_loads_and_generates(tmp_path):
 
     assert loaded.name == "my-tiny-llama"
     assert next(loaded.model.parameters()).dtype == torch.float64
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("precision")] == [
+        "precision: float64 on cpu (INFERENCE_DTYPE=float64)"]
     assert [o.finish_reason for o in outputs][-1] is FinishReason.LENGTH
     assert len(outputs) == 3
 
@@ -35,7 +40,21 @@ def test_the_default_model_is_converted_once_and_then_reused(tmp_path):
     assert not list(converted.parent.glob("*.partial-*"))
 
 
-def test_cpu_defaults_to_float32_and_cuda_to_bfloat16():
-    assert loader.resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    assert loader.resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+def test_auto_precision_is_bf16_where_the_device_multiplies_it_natively():
+    assert loader.fastest_dtype("cpu", has_bf16=True) == torch.bfloat16
+    assert loader.fastest_dtype("cpu", has_bf16=False) == torch.float32
+    assert loader.fastest_dtype("cuda", has_bf16=True) == torch.bfloat16
+    assert loader.fastest_dtype("cuda", has_bf16=False) == torch.float16
     assert loader.resolve_dtype("float16", torch.device("cpu")) == torch.float16
+
+
+def test_a_cpu_has_bf16_with_avx512_bf16_or_amx_and_not_with_avx512_alone():
+    assert loader.cpu_has_bf16(frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    assert loader.cpu_has_bf16(frozenset({"avx2", "amx_tile", "amx_bf16"}))
+    assert not loader.cpu_has_bf16(frozenset({"avx2", "fma", "avx512f", "avx512_vnni"}))
+
+
+def test_this_cpus_flags_decide_auto():
+    expected = torch.bfloat16 if loader.cpu_has_bf16(loader.cpu_flags()) else torch.float32
+
+    assert loader.resolve_dtype("auto", torch.device("cpu")) == expected

@@ -104,3 +104,28 @@ def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, fa
     assert chosen is faster
     kind = matrices.PackedMatrix if faster is MatrixLayout.PACKED else matrices.PlainMatrix
     assert len(built) == 2 and all(isinstance(matrix, kind) for matrix in built)
+
+
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_logits(monkeypatch):
+    def timed_pass(built, inputs):  # packed wins, and reads four rows faster than one
+        if not isinstance(built[0], matrices.PackedMatrix):
+            return 0.002
+        return {1: 0.0013, 2: 0.0012, 4: 0.0011}[built[0].min_rows]
+
+    monkeypatch.setattr(matrices, "_pass", timed_pass)
+    model = models.tiny_model("llama").float()
+    reference = models.copy_of(model)
+    engine = models.engine(model, prefill_chunk=3, prefill_chunk_idle=3)
+    fed = []
+    run = engine.runner.run
+    engine.runner.run = lambda chunks: fed.append(run(chunks)) or fed[-1]
+    tokens = [5, 17, 300, 4000, 9]  # chunks of 3 and 2 rows, then decodes of 1
+    engine.add_request("a", tokens, SamplingParams(max_tokens=4))
+    outputs = [output for _ in range(8) for output in engine.step()]
+
+    assert engine.runner.fused.min_rows == 4
+    sequence = tokens + [output.token_id for output in outputs]
+    with torch.inference_mode():
+        expected = reference(torch.tensor([sequence])).logits[0, len(tokens) - 1 : -1]
+    torch.testing.assert_close(torch.cat(fed), expected, rtol=1e-4, atol=1e-4)
