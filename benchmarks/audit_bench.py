@@ -73,18 +73,19 @@ def _measure(database_url: str, generations: int, days: int, requests: int) -> d
     import django
 
     django.setup()
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
     from django.urls import reverse
     from django.utils import timezone
 
+    from chatapp.models import Conversation
     from chatapp.staff.rollups import roll_up_missing_days
-    from tests import factories
 
     call_command("migrate", "--noinput", verbosity=0)
-    staff = factories.user(is_staff=True)
-    conversation = factories.conversation(owner=staff)
+    staff = get_user_model().objects.create_user("audit-bench", is_staff=True)
+    conversation = Conversation.objects.create(owner=staff)
     started = time.perf_counter()
     with connection.cursor() as cursor:
         for first in range(0, generations, BATCH):

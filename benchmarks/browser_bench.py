@@ -8,20 +8,18 @@ streaming; final render under 200 ms.
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from . import report
+from harness import web_stack
+from harness.page_probes import CHROMIUM, CHROMIUM_ARGS, FRAME_PROBE, send, wait_for_end
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+from . import relay_stack, report
+
 SECTION = "browser"
 LONG_TASK_LIMIT_MS = 50
 FINAL_RENDER_LIMIT_MS = 200
-PASSWORD = "bench-password-123"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,29 +31,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from playwright.sync_api import sync_playwright
 
-    from tests import servers
-    from tests.browser.page_probes import CHROMIUM, CHROMIUM_ARGS, FRAME_PROBE, send, wait_for_end
-    from tests.fakes.upstream import FakeUpstream, Script
-
     tokens = 2_000 if args.quick else args.tokens
-    upstream = FakeUpstream()
-    upstream.script = Script(chunks=[f"w{i} " for i in range(tokens)])
-    with tempfile.TemporaryDirectory() as tmp, servers.uvicorn_in_thread(upstream) as upstream_url:
-        database = Path(tmp) / "bench.sqlite3"
-        env = {"DATABASE_URL": f"sqlite:///{database}", "DJANGO_SETTINGS_MODULE": "chatapp.settings",
-               "DJANGO_SECRET_KEY": "bench-" + "x" * 50, "DJANGO_LOG_LEVEL": "WARNING"}
-        manage = [sys.executable, "manage.py"]
-        for command in (["migrate", "--noinput", "-v0"],
-                        ["shell", "-c", "from django.contrib.auth.models import User; "
-                                        f"User.objects.create_user('bench', password='{PASSWORD}')"]):
-            subprocess.run([*manage, *command], cwd=REPO_DIR, env={**os.environ, **env}, check=True)
-        with servers.nginx_and_daphne({**env, "INFERENCE_URL": upstream_url}, Path(tmp)) as base_url, sync_playwright() as playwright:
+    with tempfile.TemporaryDirectory() as tmp, \
+            relay_stack.started(relay_stack.stand_in(interval_ms=0, first_token_ms=0)) as upstream:
+        env = {**relay_stack.app_env(f"sqlite:///{Path(tmp) / 'bench.sqlite3'}",
+                                     relay_stack.base_url(upstream), answer_tokens=tokens),
+               "CHAT_MAX_STREAMS_PER_USER": "2"}
+        relay_stack.prepare_database(env)
+        with web_stack.nginx_and_daphne(env, Path(tmp)) as base_url, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1200, "height": 800})
             page.add_init_script(FRAME_PROBE)
             page.goto(base_url + "/")
-            page.fill("#login-form [name=username]", "bench")
-            page.fill("#login-form [name=password]", PASSWORD)
+            page.fill("#login-form [name=username]", relay_stack.USERNAME)
+            page.fill("#login-form [name=password]", relay_stack.PASSWORD)
             page.click("#login-form [type=submit]")
             page.wait_for_selector("#composer")
             page.evaluate("window.__tasks = []; new PerformanceObserver(l => l.getEntries().forEach("
@@ -102,7 +91,7 @@ def _report(args, tokens: int, started: float, figures: dict) -> int:
             "## Browser under a 20,000-token flood", "",
             f"Command: `{args.command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).", "",
             "Headless Debian Chromium through nginx and daphne; the stand-in upstream "
-            "(tests/fakes/upstream.py) sends the chunks with no pause; the load, the servers and "
+            "(benchmarks/relay_upstream.py) sends the chunks with no pause; the load, the servers and "
             "the browser share the machine's 2 cores.", "",
             "| measure | value |", "|---|---|", *lines, "", *verdicts,
         ])

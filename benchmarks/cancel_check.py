@@ -3,7 +3,9 @@
 import asyncio
 import time
 
-from .latency import RequestRecord, percentile
+from common.percentiles import percentile
+
+from .latency import RequestRecord
 from .server_process import ServerProcess
 from .sse_client import new_client, stream_chat
 from .workload import BenchRequest

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from . import report
 from .server_process import ServerProcess
@@ -87,7 +87,7 @@ def _measure(url: str, model: str, scratch: Path, args) -> dict:
     times = asyncio.run(fit_all())
     longest = [{"role": "user" if i % 2 == 0 else "assistant",
                 "content": meeting_notes(i) if i % 2 == 0 else ANSWER} for i in range(2 * args.turns - 1)]
-    with httpx.Client(timeout=30) as client:
+    with httpx2.Client(timeout=30) as client:
         count = client.post(f"{url}/tokenize", json={"messages": longest}).json()["count"]
         round_trips = [_timed(lambda: client.post(f"{url}/tokenize", json={"messages": longest}))
                        for _ in range(args.conversations)]

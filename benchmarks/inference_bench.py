@@ -15,10 +15,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import report, targets
+from . import inference_plot, inference_table, report, targets
 from .cancel_check import CANCEL_SAMPLING
 from .latency import LevelResult
 from .llama_cpp import DEFAULT_ROOT, OUTTYPES, LlamaCpp
+from .machine import inference_notes
 from .machine_load import ForeignLoad
 from .multi_turn import MultiTurnResult
 from .server_runs import ServerRuns
@@ -175,7 +176,7 @@ def parts_from(args: argparse.Namespace) -> Parts:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     # The manager and the loaders chatter at INFO; the benchmark's own progress is enough.
-    for name in ("transformers", "ContinuousBatchingLogger", "httpx"):
+    for name in ("transformers", "ContinuousBatchingLogger", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
     plan, parts = plan_from(args), parts_from(args)
     # A partial run would replace the published section with fewer systems: only when asked.
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     from inference.engine import loader
 
     started = time.time()
-    machine = report.machine_notes(plan.threads)
+    machine = inference_notes(plan.threads)
     cache_dir = InferenceConfig.from_env().cache_dir
     model_dir = loader.converted_gguf(loader.default_model_path(), cache_dir)
     # Built and converted before anything is measured: a compiler must not share the cores.
@@ -236,15 +237,15 @@ def run(args: argparse.Namespace) -> int:
         device_run.targets = targets.evaluate(device_run)
         runs.append(device_run)
 
-    results = report.Results(command=args.command, plan=asdict(plan), machine=machine,
+    results = inference_table.Results(command=args.command, plan=asdict(plan), machine=machine,
                              runs=runs, started=started, finished=time.time(),
                              workload=_workload_notes(lists, cancel_list, conversations, workload))
-    report.print_results(results)
-    json_path = report.write_json(results)
+    inference_table.print_results(results)
+    json_path = inference_table.write_json(results)
     print(f"results: {json_path}")
     if publish:
-        print(f"plot: {report.write_plot(results)}")
-        print(f"section: {report.write_markdown(results)}")
+        print(f"plot: {inference_plot.write_plot(results)}")
+        print(f"section: {inference_table.write_markdown(results)}")
     failed = [t for run in runs for t in run.targets if t["passed"] is False]
     return 1 if failed and args.strict else 0
 
@@ -326,5 +327,5 @@ def _measure(device_run: DeviceRun, reference, *args) -> None:
         device_run.failures.append(f"{reference.__name__}: {type(error).__name__}: {error}")
         return
     result.extra["other_cpu_cores"] = load.cores
-    logger.info("[%s] %s", device_run.label, report.level_line(result))
+    logger.info("[%s] %s", device_run.label, inference_table.level_line(result))
     device_run.levels.append(result)

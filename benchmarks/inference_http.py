@@ -20,10 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import httpx2
 
-from .server_process import ChildProcess, free_port
-from .sse_client import SSEParser, new_client
+from chatapp.upstream.sse import SSEParser
+from harness.child_process import ChildProcess
+from harness.ports import free_port
+
+from .sse_client import new_client
 from .stand_in_engine import MODEL_NAME, answer_text, token_text
 
 TARGET_RATIO = 0.9
@@ -58,7 +61,7 @@ def measure(streams: int = 64, step_ms: float = 2.0, tokens_per_stream: int | No
     base_url = f"http://127.0.0.1:{port}"
     server = ChildProcess("stand-in-inference",
                           [sys.executable, "-m", "benchmarks.stand_in_engine", "--port", str(port),
-                           "--step-ms", str(step_ms)], dict(os.environ), f"{base_url}/health")
+                           "--step-ms", str(step_ms)], None, f"{base_url}/health")
     server.start()
     try:
         server_before, client_before = _cpu_seconds(server.pid), time.process_time()
@@ -76,7 +79,7 @@ async def _stream_all(base_url: str, streams: int, tokens: int) -> list[_Stream]
     return results
 
 
-async def _stream_one(client: httpx.AsyncClient, base_url: str, result: _Stream, tokens: int) -> None:
+async def _stream_one(client: httpx2.AsyncClient, base_url: str, result: _Stream, tokens: int) -> None:
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": result.label}],
             "stream": True, "max_tokens": tokens}
     parser = SSEParser()
@@ -85,11 +88,11 @@ async def _stream_one(client: httpx.AsyncClient, base_url: str, result: _Stream,
             if response.status_code != 200:
                 result.error = f"HTTP {response.status_code}"
                 return
-            async for text in response.aiter_text():
+            async for chunk in response.aiter_bytes():
                 now = time.perf_counter()
-                for data in parser.feed(text):
-                    _apply(result, data, now)
-    except httpx.HTTPError as error:
+                for event in parser.feed(chunk):
+                    _apply(result, event.data, now)
+    except httpx2.HTTPError as error:
         result.error = f"{type(error).__name__}: {error}"
 
 

@@ -5,8 +5,9 @@ with like: TTFT is request sent -> first token seen, ITL the gaps between one st
 consecutive token arrivals, TPOT (E2E - TTFT) / (tokens - 1).
 """
 
-import math
 from dataclasses import dataclass, field
+
+from common.percentiles import percentile
 
 PERCENTILES = (50, 90, 99)
 
@@ -64,16 +65,6 @@ class RequestRecord:
             "e2e_s": _round(self.e2e), "tpot_s": _round(self.tpot), "error": self.error,
             "cached_tokens": self.cached_tokens,
         }
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default), without numpy."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def spread(values: list[float]) -> dict[str, float | None]:

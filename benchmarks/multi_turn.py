@@ -10,7 +10,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from .latency import RequestRecord, percentile, spread
+from common.percentiles import percentile
+
+from .latency import RequestRecord, spread
 from .sse_client import new_client, stream_chat
 from .workload import Conversation, Workload
 

@@ -23,14 +23,16 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import report, targets
+from harness.child_process import ChildProcess
+
+from . import relay_table, report, targets
+from .machine import web_notes
 from .machine_load import family
 from .relay_load import DIRECT, THROUGH, Target
 from .relay_stack import (app_env, base_url, daphne, fresh_database, nginx_in_front,
                           prepare_database, stand_in, started)
 from .relay_stream import summarize
 from .relay_upstream import raise_open_files_limit
-from .server_process import ChildProcess
 
 logger = logging.getLogger(__name__)
 
@@ -185,12 +187,12 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     plan = plan_from(args)
     publish = report.publishing(args, plan.quick)
     raise_open_files_limit()
     began = time.time()
-    machine = report.relay_machine()
+    machine = web_notes()
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as scratch, \
             fresh_database(args.database_url, Path(scratch)) as database_url, \
             started(stand_in(plan.interval_ms, plan.first_token_ms)) as fast, \
@@ -207,9 +209,9 @@ def run(args: argparse.Namespace) -> int:
                "inference_http": inference_http()}
     results["duration_s"] = round(time.time() - began, 1)
     results["targets"] = targets.relay(results)
-    print("\n".join(report.relay_lines(results)))
+    print("\n".join(relay_table.terminal_lines(results)))
     print(f"results: {report.write_results('relay', results, began)}")
     if publish:
-        print(f"section: {report.write_section('relay', report.relay_section(results))}")
+        print(f"section: {report.write_section('relay', relay_table.section(results))}")
     failed = [t for t in results["targets"] if t["passed"] is False]
     return 1 if failed and args.strict else 0

@@ -1,8 +1,8 @@
 """A lean HTTP/1.1 client for the relay benchmark's streams: one keep-alive connection each.
 
-httpx is the project's client, and the benchmark uses it for everything else (sign-in, new
-conversations), but at 500 streams 20 ms apart it cannot be the load generator: its
-pool scans every connection for every queued request, and reading one chunk costs it some
+httpx2 is the project's client, and the benchmark uses it for everything else (sign-in, new
+conversations), but at 500 streams 20 ms apart httpx could not be the load generator: its
+pool scanned every connection for every queued request, and reading one chunk cost it some
 35 µs, so on two shared cores the direct baseline measured httpx, not the upstream (bursts of
 chunks read together, a p50 gap of 0 ms). This client is an `asyncio.Protocol`: a request is
 one write of prepared bytes, and each network read is timed once and parsed in place

@@ -11,7 +11,7 @@ import json
 import os
 import time
 
-import httpx
+import httpx2
 
 from .machine_load import ForeignLoad, process_ticks
 from .relay_client import Connection
@@ -36,7 +36,7 @@ class Target:
         self.host, self.port = host, int(port)
         self.connections: list[Connection] = []
         self.headers: dict[str, str] = {}
-        self.control = httpx.AsyncClient(base_url=base_url, timeout=60.0)
+        self.control = httpx2.AsyncClient(base_url=base_url, timeout=60.0)
 
     async def sign_in(self) -> None:
         await self.control.get("/api/auth/session")

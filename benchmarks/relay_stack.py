@@ -17,10 +17,11 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from stack import nginx
+from harness.child_process import REPO_DIR, ChildProcess
+from harness.ports import free_port
+from stack import commands, nginx
 
 from .relay_upstream import raise_open_files_limit
-from .server_process import REPO_ROOT, ChildProcess, free_port
 
 logger = logging.getLogger(__name__)
 USERNAME, PASSWORD = "relay-bench", "relay-bench-password-7193"
@@ -95,10 +96,10 @@ def app_env(database_url: str, upstream_url: str, answer_tokens: int) -> dict[st
 def prepare_database(env: dict[str, str]) -> None:
     """Migrates the fresh database and makes the benchmark's user (manage.py's own commands)."""
     manage = [sys.executable, "manage.py"]
-    subprocess.run(manage + ["migrate", "--noinput", "-v", "0"], cwd=REPO_ROOT, env=env,
+    subprocess.run(manage + ["migrate", "--noinput", "-v", "0"], cwd=REPO_DIR, env=env,
                    check=True, capture_output=True)
     subprocess.run(manage + ["createsuperuser", "--noinput", "--username", USERNAME,
-                             "--email", "relay-bench@example.com"], cwd=REPO_ROOT, check=True,
+                             "--email", "relay-bench@example.com"], cwd=REPO_DIR, check=True,
                    env={**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}, capture_output=True)
 
 
@@ -112,8 +113,7 @@ def stand_in(interval_ms: float, first_token_ms: float) -> ChildProcess:
 
 def daphne(env: dict[str, str]) -> ChildProcess:
     port = free_port()
-    return child("daphne", [sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
-                            "chatapp.asgi:application"], env, f"http://127.0.0.1:{port}/healthz")
+    return child("daphne", commands.daphne(port), env, f"http://127.0.0.1:{port}/healthz")
 
 
 def nginx_in_front(daphnes: list[ChildProcess], scratch: Path) -> ChildProcess:

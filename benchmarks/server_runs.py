@@ -12,13 +12,15 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import report
+from harness.child_process import ChildProcess
+
+from . import inference_table
 from .cancel_check import cancel_experiment
+from .inference_table import OURS, OURS_NO_REUSE, llama_cpp_system
 from .latency import LevelResult
 from .machine_load import ForeignLoad
 from .multi_turn import MultiTurnResult, run_conversations
-from .report import OURS, OURS_NO_REUSE, llama_cpp_system
-from .server_process import ChildProcess, LlamaServerProcess, ServerProcess
+from .server_process import LlamaServerProcess, ServerProcess
 from .sse_client import run_closed_loop
 
 logger = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class ServerRuns:
                                                  level, system))
         result.extra["peak_rss_bytes"] = server.peak_rss_bytes()
         result.extra["other_cpu_cores"] = load.cores
-        logger.info("[%s] %s", device_run.label, report.level_line(result))
+        logger.info("[%s] %s", device_run.label, inference_table.level_line(result))
         device_run.levels.append(result)
         return result
 
@@ -118,7 +120,7 @@ class ServerRuns:
                 server.base_url, server.model_name, self.workload, self.conversations,
                 self.plan.turn_max_tokens, system))
         result.extra["other_cpu_cores"] = load.cores
-        logger.info("[%s] %s", device_run.label, report.multi_turn_line(result))
+        logger.info("[%s] %s", device_run.label, inference_table.multi_turn_line(result))
         device_run.multi_turn.append(result)
         return result
 

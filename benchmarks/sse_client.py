@@ -1,60 +1,20 @@
-"""A load generator that speaks the OpenAI chat-completions SSE protocol over httpx.
+"""A load generator that speaks the OpenAI chat-completions SSE protocol over httpx2.
 
-Events are parsed as the SSE specification says (fields per line, events ended by a blank
-line, comments starting with ':' ignored, any of CRLF/LF/CR ending a line), not by splitting on
-"data: ", so heartbeats, multi-line data and events cut across network reads are all handled.
+Events are read by the relay's own parser (chatapp/sse.py: heartbeats, multi-line data, events
+and characters cut across network reads), not by splitting on "data: ".
 """
 
 import asyncio
 import json
-import re
 import time
 from collections import deque
-from collections.abc import Iterator
 
-import httpx
+import httpx2
+
+from chatapp.upstream.sse import SSEParser
 
 from .latency import LevelResult, RequestRecord
 from .workload import BenchRequest
-
-
-_LINE_END = re.compile(r"\r\n|\r|\n")
-
-
-class SSEParser:
-    """Feed it text as it arrives; it yields the data of each complete event."""
-
-    def __init__(self):
-        self._buffer = ""
-        self._data: list[str] = []
-
-    def feed(self, text: str) -> Iterator[str]:
-        self._buffer += text
-        while True:
-            line, ending = self._next_line()
-            if ending is None:
-                return
-            if line == "":
-                if self._data:
-                    yield "\n".join(self._data)
-                self._data = []
-                continue
-            if line.startswith(":"):
-                continue  # a comment: the server's heartbeat
-            name, _, value = line.partition(":")
-            if value.startswith(" "):
-                value = value[1:]
-            if name == "data":
-                self._data.append(value)
-            # event, id and retry mean nothing to a chat completion stream
-
-    def _next_line(self) -> tuple[str, str | None]:
-        match = _LINE_END.search(self._buffer)
-        # A CR at the very end may be the first half of a CRLF still in flight.
-        if match is None or (match.group() == "\r" and match.end() == len(self._buffer)):
-            return "", None
-        line, self._buffer = self._buffer[:match.start()], self._buffer[match.end():]
-        return line, match.group()
 
 
 GREEDY = {"temperature": 0}
@@ -71,7 +31,7 @@ def chat_body(model: str, request: BenchRequest, sampling: dict = GREEDY) -> dic
     }
 
 
-async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
+async def stream_chat(client: httpx2.AsyncClient, url: str, model: str,
                       request: BenchRequest, record: RequestRecord | None = None,
                       sampling: dict = GREEDY) -> RequestRecord:
     """Streams one request into `record` as chunks arrive: a cancelled stream keeps its times."""
@@ -88,13 +48,13 @@ async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
                 body = (await response.aread()).decode(errors="replace")
                 record.error = f"HTTP {response.status_code}: {body[:300]}"
                 return record
-            async for text in response.aiter_text():
+            async for chunk in response.aiter_bytes():
                 now = time.perf_counter()
-                for data in parser.feed(text):
-                    if data == "[DONE]":
+                for event in parser.feed(chunk):
+                    if event.data == "[DONE]":
                         record.finished_at = now
                         continue
-                    _apply_event(record, json.loads(data), now)
+                    _apply_event(record, json.loads(event.data), now)
         finally:
             await response.aclose()
         if record.finished_at is None and record.error is None:
@@ -102,19 +62,19 @@ async def stream_chat(client: httpx.AsyncClient, url: str, model: str,
     except asyncio.CancelledError:
         record.cancelled = True
         raise
-    except (httpx.HTTPError, json.JSONDecodeError) as error:
+    except (httpx2.HTTPError, json.JSONDecodeError) as error:
         record.error = f"{type(error).__name__}: {error}"
     return record
 
 
-async def _send(client: httpx.AsyncClient, request: httpx.Request,
-                record: RequestRecord) -> httpx.Response:
+async def _send(client: httpx2.AsyncClient, request: httpx2.Request,
+                record: RequestRecord) -> httpx2.Response:
     """Sends again, once, on a fresh connection when the server closed a kept-alive one before
     answering: llama.cpp's server closes a connection idle for 5 s, and on a starved machine the
     client may take that long to send its next request. The time lost stays in the TTFT."""
     try:
         return await client.send(request, stream=True)
-    except httpx.RemoteProtocolError:
+    except httpx2.RemoteProtocolError:
         record.reconnects += 1
         return await client.send(request, stream=True)
 
@@ -137,11 +97,11 @@ def _apply_event(record: RequestRecord, event: dict, now: float) -> None:
         record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
 
 
-def new_client(concurrency: int, timeout_s: float) -> httpx.AsyncClient:
+def new_client(concurrency: int, timeout_s: float) -> httpx2.AsyncClient:
     # Room for every stream plus the side requests (/metrics) made while they run.
-    limits = httpx.Limits(max_connections=concurrency + 8,
+    limits = httpx2.Limits(max_connections=concurrency + 8,
                           max_keepalive_connections=concurrency + 8)
-    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0))
+    return httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(timeout_s, connect=10.0))
 
 
 async def run_closed_loop(base_url: str, model: str, requests: list[BenchRequest],

@@ -6,7 +6,7 @@ each compares ours with a peer measured minutes apart on the same cores.
 """
 
 from . import report
-from .report import LLAMA_CPP_F32, OURS
+from .inference_table import LLAMA_CPP_F32, OURS
 
 STATIC_SHARE = 0.9
 MANAGER_FACTOR = {16: 2.0, 64: 4.0}

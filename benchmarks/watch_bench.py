@@ -22,7 +22,9 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import httpx
+import httpx2
+
+from chatapp.upstream.sse import SSEParser
 
 from . import report
 from .latency import spread
@@ -30,7 +32,6 @@ from .relay_client import Connection
 from .relay_stack import (PASSWORD, USERNAME, app_env, base_url, daphne, fresh_database,
                           prepare_database, stand_in, started)
 from .relay_upstream import raise_open_files_limit
-from .sse_client import SSEParser
 
 logger = logging.getLogger(__name__)
 QUESTION = json.dumps({"content": "Say something."}).encode()
@@ -61,9 +62,9 @@ class Clients:
     """Signed-in HTTP clients of the app: one for the answers, one for all the watchers."""
 
     def __init__(self, url: str, connections: int):
-        limits = httpx.Limits(max_connections=connections + 10, max_keepalive_connections=connections + 10)
+        limits = httpx2.Limits(max_connections=connections + 10, max_keepalive_connections=connections + 10)
         self.url = url
-        self.client = httpx.AsyncClient(base_url=url, timeout=120.0, limits=limits)
+        self.client = httpx2.AsyncClient(base_url=url, timeout=120.0, limits=limits)
         self.headers: dict[str, str] = {}
 
     async def sign_in(self) -> None:
@@ -86,17 +87,17 @@ class Clients:
         return self.client.stream("GET", f"/api/generations/{generation_id}/events{query}")
 
 
-async def payloads(response: httpx.Response):
+async def payloads(response: httpx2.Response):
     """Each event's payload as it arrives, with the time it did."""
     parser = SSEParser()
-    async for text in response.aiter_text():
+    async for chunk in response.aiter_bytes():
         now = time.perf_counter()
-        for data in parser.feed(text):
-            yield json.loads(data), now
+        for event in parser.feed(chunk):
+            yield json.loads(event.data), now
 
 
 class Reader:
-    """One stream on a lean connection of its own (relay_client.py: httpx, at 1,000 streams in
+    """One stream on a lean connection of its own (relay_client.py: httpx2, at 1,000 streams in
     this process, would measure itself): its deltas' end offsets and arrival times."""
 
     def __init__(self, clients: "Clients", on_start=lambda payload: None):
@@ -113,8 +114,8 @@ class Reader:
         return self.held or 0, self.ends
 
     def _take(self, body: bytes, arrival: float) -> None:
-        for data in self.parser.feed(body.decode()):
-            payload = json.loads(data)
+        for event in self.parser.feed(body):
+            payload = json.loads(event.data)
             if "generation_id" in payload:  # start, prefix, or done
                 self.held = len(payload.get("text", "")) if self.held is None else self.held
                 self.on_start(payload)
@@ -212,7 +213,7 @@ async def measure(plan: Plan, url: str) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     plan = QUICK if args.quick else Plan()
     if args.watchers:
         plan = replace(plan, watchers=tuple(int(n) for n in args.watchers.split(",")), quick=True)

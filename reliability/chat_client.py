@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-import httpx
+import httpx2
 
 from chatapp.upstream.sse import SSEParser
 
@@ -65,12 +65,12 @@ class ChatClient:
     username: str
     password: str
     timeout_s: float = 120.0  # above the server's heartbeat: a quiet queue is not a dead one
-    http: httpx.AsyncClient = field(init=False)
+    http: httpx2.AsyncClient = field(init=False)
 
     def __post_init__(self):
         # One connection for the stream, one for a Stop while it is open, one spare.
-        self.http = httpx.AsyncClient(base_url=self.base_url, timeout=httpx.Timeout(self.timeout_s, connect=10.0),
-                                      limits=httpx.Limits(max_connections=8))
+        self.http = httpx2.AsyncClient(base_url=self.base_url, timeout=httpx2.Timeout(self.timeout_s, connect=10.0),
+                                      limits=httpx2.Limits(max_connections=8))
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -96,13 +96,13 @@ class ChatClient:
                     answer.outcome = Outcome.BUSY if response.status_code == 429 else Outcome.FAILED
                     return answer
                 await self._follow(response, answer)
-        except httpx.HTTPError as error:
+        except httpx2.HTTPError as error:
             answer.outcome, answer.error = Outcome.FAILED, f"{type(error).__name__}: {error}"
         finally:
             answer.ended_at = time.monotonic()
         return answer
 
-    async def _follow(self, response: httpx.Response, answer: Answer) -> None:
+    async def _follow(self, response: httpx2.Response, answer: Answer) -> None:
         parser = SSEParser()
         async for chunk in response.aiter_raw():
             for event in parser.feed(chunk):
@@ -141,7 +141,7 @@ class ChatClient:
         answer.is_stop_late = True
         return False
 
-    async def _post(self, path: str, body: dict) -> httpx.Response:
+    async def _post(self, path: str, body: dict) -> httpx2.Response:
         return await self.http.post(path, json=body, headers=self._csrf())
 
     def _csrf(self) -> dict[str, str]:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import psycopg
 
 from benchmarks import report
+from benchmarks.machine import inference_notes
 from common import env
-from tests.servers import healthy
+from harness.waiting import healthy
 
 from .chat_client import Answer, ChatClient, Ending, Outcome
 from .database import create_users, use_database
@@ -277,7 +278,7 @@ async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -
 
 
 def render(command: str, results: list[FaultResult], started_at: float) -> str:
-    machine = report.machine_notes(threads=0)
+    machine = inference_notes(threads=0)
     lines = [
         "## Faults", "",
         f"Command: `{command}` (`make faults`; started {report.stamp(started_at)}, "

@@ -7,8 +7,8 @@ import tempfile
 
 import redis
 
-from benchmarks.server_process import free_port
-from tests.servers import wait_until
+from harness.ports import free_port
+from harness.waiting import wait_until
 
 
 class RedisServer:

@@ -4,9 +4,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import report
-from benchmarks.server_process import REPO_ROOT
+from benchmarks.machine import inference_notes
+from harness.child_process import REPO_DIR
 
-RELIABILITY_PATH = REPO_ROOT / "RELIABILITY.md"
+RELIABILITY_PATH = REPO_DIR / "RELIABILITY.md"
 RELIABILITY_HEADER = ("# Reliability\n\nThe project's own proof, kept and runnable: each suite is one "
                       "command, rewrites only its own section below, and states how it was run.\n")
 
@@ -27,7 +28,7 @@ def _seconds(value: float | None) -> str:
 
 
 def render_soak(command: str, plan, figures: dict, criteria: list[Criterion]) -> str:
-    machine = report.machine_notes(threads=0)
+    machine = inference_notes(threads=0)
     answers, stored = figures["answers"], figures["stored"]
     minutes = (figures["finished_at"] - figures["started_at"]) / 60
     excess = stored.closed_excess_chars

@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.latency import percentile
 from benchmarks.machine_load import ForeignLoad
 from common import env
+from common.percentiles import percentile
 
 from .chat_client import Answer, ChatClient, Ending, Outcome
 from .database import create_users, use_database
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = SoakPlan(minutes=args.minutes, warmup_minutes=args.warmup_minutes, concurrency=args.concurrency,
                     users=args.users, seed=args.seed,
                     cancel_share=args.cancel_share)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the report
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per request drowns the report
     figures = soak(plan, args.database_url, args.redis_url)
     criteria = judge(figures)
     command = "python -m reliability.soak " + " ".join(argv if argv is not None else sys.argv[1:])

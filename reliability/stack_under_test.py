@@ -6,19 +6,21 @@ Everything is the real thing; the suite only chooses the environment it starts w
 
 import os
 import re
-import sys
 import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-import httpx
+import httpx2
 import psutil
 
 from benchmarks.relay_stack import fresh_database
-from benchmarks.server_process import ChildProcess, free_port, parse_metrics
-from tests.servers import healthy, wait_until
+from chatapp.upstream.inference_replicas import metric_values
+from harness.child_process import ChildProcess
+from harness.ports import free_port
+from harness.waiting import healthy, wait_until
+from stack import commands
 
 
 class Role(str, Enum):
@@ -28,10 +30,10 @@ class Role(str, Enum):
     NGINX = "nginx"
 
 
-# How each role's process shows itself in its command line (the stack starts them thus).
+# How each role's process shows itself in its command line (stack/commands.py).
 _ROLE_PATTERNS = {
-    Role.INFERENCE: re.compile(r"-m inference\b"),
-    Role.WEB: re.compile(r"-m chatapp\.daphne_uvloop\b"),
+    Role.INFERENCE: re.compile(rf"-m {re.escape(commands.INFERENCE_MODULE)}\b"),
+    Role.WEB: re.compile(rf"-m {re.escape(commands.DAPHNE_MODULE)}\b"),
     Role.WORKER: re.compile(r"-m celery\b"),
     Role.NGINX: re.compile(r"^nginx: master|\bnginx\b.* -c "),
 }
@@ -75,7 +77,7 @@ class StackUnderTest:
             "INFERENCE_URL": self.inference_url,
             **config.settings,
         }
-        self.process = ChildProcess("stack", [sys.executable, "-m", "stack"], self.env,
+        self.process = ChildProcess("stack", commands.whole_stack(), self.env,
                                     f"{self.public_url}/healthz", stop_timeout_s=60.0)
         self._known_pids: set[int] = set()
 
@@ -130,11 +132,10 @@ class StackUnderTest:
     # --- probes ---
     def engine_metrics(self) -> dict[str, float]:
         """The inference service's /metrics, unlabelled sample values by name."""
-        return parse_metrics(httpx.get(f"{self.inference_url}/metrics", timeout=10).text)
+        return metric_values(httpx2.get(f"{self.inference_url}/metrics", timeout=10).text)
 
     def log_tail(self, lines: int = 60) -> str:
         return self.process.log_tail(lines)
-
 
 
 def _process(pid: int) -> psutil.Process | None:

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
 from common import env
-from stack import nginx, web
+from stack import commands, nginx, web
 from stack.supervisor import Supervisor
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -73,21 +73,18 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
 
 
 def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):
-    python = sys.executable
     if (REPO_DIR / "inference" / "__main__.py").exists():
-        yield "inference", [python, "-m", "inference"]
+        yield "inference", commands.inference()
     # Each its own child of the supervisor: one that crashes restarts while the others serve.
     for name, port in zip(web_processes.names(), web_processes.ports):
-        yield name, [python, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port), "chatapp.asgi:application"]
+        yield name, commands.daphne(port)
     if env.string("REDIS_URL"):
         # One local worker also runs the periodic schedule (beat), e.g. ending interrupted streams.
-        yield "worker", [python, "-m", "celery", "-A", "chatapp", "worker", "--beat",
-                         "--schedule", str(REPO_DIR / "var" / "celerybeat-schedule"),
-                         "--loglevel", "INFO", "--concurrency", "1"]
+        yield "worker", commands.celery_worker(REPO_DIR / "var" / "celerybeat-schedule")
     else:
         # Without a broker nothing runs the schedule: this runs it (ends the streams a dead daphne
         # left open, purges what CHAT_RETENTION_DAYS let expire).
-        yield "reaper", [python, "manage.py", "reap_streams"]
+        yield "reaper", commands.reaper()
     if with_nginx:
         site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}",
                                upstreams=tuple(f"127.0.0.1:{port}" for port in web_processes.ports))

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
+from harness.child_process import REPO_DIR
 from tests import servers
 
 QUEUE = "chat-tests"  # send with .apply_async(queue=QUEUE): no other worker takes it
@@ -19,7 +20,7 @@ def celery_worker(queue: str = QUEUE, **variables: str):
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--pool", "solo",
          "--loglevel", "WARNING", "--queues", queue],
-        cwd=servers.REPO_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         yield worker

@@ -4,12 +4,30 @@ from contextlib import ExitStack
 
 import pytest
 
-from stack import nginx
-from tests import llama_server, servers
+from harness import child_process, ports
+from stack import commands, nginx
+from tests import child_processes, llama_server, servers
+
+
+def pytest_configure(config):
+    child_processes.refuse_in_unmarked_tests()
 
 
 def pytest_collection_modifyitems(config, items):
+    child_processes.mark(items)
     items[:] = llama_server.last(items)  # their server may still be building: see tests/llama_server.py
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with child_processes.watching(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with child_processes.watching(item):
+        return (yield)
 
 
 def pytest_collection_finish(session):
@@ -33,9 +51,8 @@ def database_threads_close_their_connections_after_each_test():
 @pytest.fixture(scope="session")
 def probe_app_port():
     """A real daphne serving the app plus the probe views (tests/probe_views.py)."""
-    port = servers.free_port()
-    command, env = servers.daphne_command(port)
-    with servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"):
+    port = ports.free_port()
+    with child_process.running(commands.daphne(port), env={"DJANGO_SETTINGS_MODULE": servers.PROBE_SETTINGS}, ready_url=f"http://127.0.0.1:{port}/healthz"):
         yield port
 
 
@@ -53,10 +70,10 @@ def nginx_in_front(nginx_binary, probe_app_port, tmp_path):
     with ExitStack() as stack:
 
         def start(site_template: str | None = None) -> int:
-            port = servers.free_port()
+            port = ports.free_port()
             site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstreams=(f"127.0.0.1:{probe_app_port}",))
             config = nginx.render(site, tmp_path / f"nginx-{port}", site_template)
-            stack.enter_context(servers.running(
+            stack.enter_context(child_process.running(
                 nginx.command(config), ready_url=f"http://127.0.0.1:{port}/healthz",
                 stop_signal=signal.SIGQUIT,
             ))

@@ -1,33 +1,34 @@
 """Every error under /api/ answers `{"error": {"code", "message"}}`, whether Django or nginx gives
 it, on daphne directly and behind nginx; pages outside /api/ keep their HTML."""
 
-import httpx
+import httpx2
 import pytest
 
+from harness import child_process, ports
 from stack import nginx
-from tests import servers
+
 
 # Past nginx's client_max_body_size (2m) and Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB).
 TOO_LARGE = b'{"username": "' + b"x" * (3 * 1024 * 1024) + b'"}'
 
 
-def csrf_client(base_url: str) -> httpx.Client:
-    client = httpx.Client(base_url=base_url, timeout=30)
+def csrf_client(base_url: str) -> httpx2.Client:
+    client = httpx2.Client(base_url=base_url, timeout=30)
     client.get("/api/auth/session")
     client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
     return client
 
 
 def unmatched_path(base_url):
-    return httpx.get(f"{base_url}/api/conversations/abc")
+    return httpx2.get(f"{base_url}/api/conversations/abc")
 
 
 def unknown_endpoint(base_url):
-    return httpx.get(f"{base_url}/api/no-such-thing")
+    return httpx2.get(f"{base_url}/api/no-such-thing")
 
 
 def missing_csrf_token(base_url):
-    return httpx.post(f"{base_url}/api/conversations", json={"title": "x"})
+    return httpx2.post(f"{base_url}/api/conversations", json={"title": "x"})
 
 
 def stale_csrf_token(base_url):
@@ -41,7 +42,7 @@ def wrong_method(base_url):
 
 
 def trace(base_url):
-    return httpx.request("TRACE", f"{base_url}/api/auth/session")
+    return httpx2.request("TRACE", f"{base_url}/api/auth/session")
 
 
 def body_too_large(base_url):
@@ -50,11 +51,11 @@ def body_too_large(base_url):
 
 
 def host_not_allowed(base_url):
-    return httpx.get(f"{base_url}/api/auth/session", headers={"Host": "elsewhere.example"})
+    return httpx2.get(f"{base_url}/api/auth/session", headers={"Host": "elsewhere.example"})
 
 
 def server_error(base_url):
-    return httpx.get(f"{base_url}/api/_probe/error")
+    return httpx2.get(f"{base_url}/api/_probe/error")
 
 
 CASES = {
@@ -70,7 +71,7 @@ CASES = {
 }
 
 
-def assert_json_error(response: httpx.Response, status: int, code: str) -> None:
+def assert_json_error(response: httpx2.Response, status: int, code: str) -> None:
     assert response.status_code == status
     assert response.headers["content-type"].startswith("application/json"), response.text[:200]
     error = response.json()["error"]
@@ -92,19 +93,19 @@ def test_nginxs_own_bad_request_is_json_under_the_api_and_its_page_elsewhere(ngi
     port = nginx_in_front()
     too_large = {"Cookie": "x" * 40_000}
 
-    api = httpx.get(f"http://127.0.0.1:{port}/api/auth/session", headers=too_large)
-    page = httpx.get(f"http://127.0.0.1:{port}/", headers=too_large)
+    api = httpx2.get(f"http://127.0.0.1:{port}/api/auth/session", headers=too_large)
+    page = httpx2.get(f"http://127.0.0.1:{port}/", headers=too_large)
 
     assert_json_error(api, 400, "bad_request")
     assert (page.status_code, page.headers["content-type"]) == (400, "text/html")
 
 
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
-    port, nobody_listens = servers.free_port(), servers.free_port()
+    port, nobody_listens = ports.free_port(), ports.free_port()
     site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstreams=(f"127.0.0.1:{nobody_listens}",))
     config = nginx.render(site, tmp_path / "nginx")
-    with servers.running(nginx.command(config), ready_url=f"http://127.0.0.1:{port}/index.html"):
-        response = httpx.get(f"http://127.0.0.1:{port}/api/auth/session")
+    with child_process.running(nginx.command(config), ready_url=f"http://127.0.0.1:{port}/index.html"):
+        response = httpx2.get(f"http://127.0.0.1:{port}/api/auth/session")
 
     assert_json_error(response, 502, "server_unreachable")
 
@@ -112,8 +113,8 @@ def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_bin
 def test_pages_outside_the_api_keep_djangos_html(probe_app_port):
     base_url = f"http://127.0.0.1:{probe_app_port}"
 
-    missing = httpx.get(f"{base_url}/staff/nothing-here")
-    forged = httpx.post(f"{base_url}/admin/login/", data={"username": "x", "password": "y"})
+    missing = httpx2.get(f"{base_url}/staff/nothing-here")
+    forged = httpx2.post(f"{base_url}/admin/login/", data={"username": "x", "password": "y"})
 
     assert (missing.status_code, forged.status_code) == (404, 403)
     assert missing.headers["content-type"].startswith("text/html")

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 from django.utils.html import escape
 
-from chatapp.staff.audit import BadPeriod, parse_period, percentile
+from chatapp.staff.audit import BadPeriod, parse_period
 from chatapp.models import Generation
 from chatapp.staff.svg_charts import line_chart
 from common.vocabulary import CancelledBy, FinishReason
@@ -160,26 +160,6 @@ def test_a_period_may_be_a_single_day_and_rejects_a_bad_date():
         date(2026, 3, 1)]
     with pytest.raises(BadPeriod, match="YYYY-MM-DD"):
         parse_period("03/01/2026", None, today=date(2026, 5, 1))
-
-
-@pytest.mark.parametrize(("values", "p", "expected"), [
-    ([15, 20, 35, 40, 50], 30, 20),  # rank ceil(1.5) = 2
-    ([15, 20, 35, 40, 50], 40, 20),  # rank exactly 2: no rounding up past it
-    ([15, 20, 35, 40, 50], 50, 35),
-    ([15, 20, 35, 40, 50], 100, 50),
-    ([15, 20, 35, 40, 50], 0, 15),
-    ([3, 1, 2], 50, 2),  # input order does not matter
-    (list(range(1, 21)), 95, 19),  # 0.95 * 20 is exactly 19, not just above it
-    ([7.5], 95, 7.5),
-])
-def test_percentile_is_the_nearest_rank_value(values, p, expected):
-    assert percentile(values, p) == expected
-
-
-def test_percentile_of_nothing_is_none_and_of_an_impossible_rank_is_an_error():
-    assert percentile([], 50) is None
-    with pytest.raises(ValueError):
-        percentile([1.0], 101)
 
 
 def test_a_line_chart_breaks_its_line_at_a_missing_day():

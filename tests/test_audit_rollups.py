@@ -9,9 +9,9 @@ from django.db.models import Count, Q, Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from chatapp.staff.audit import percentile
 from chatapp.models import DailyRollup, Generation
 from chatapp.tasks import purge_expired_records, roll_up_audit_days
+from common.percentiles import percentile
 from common.vocabulary import FinishReason
 from tests import factories
 

@@ -111,12 +111,14 @@ def check_schema(*paths: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*command, *map(str, paths)], capture_output=True, text=True)
 
 
+@pytest.mark.process
 def test_both_compose_files_match_the_compose_spec_schema():
     # The schema requires no key of a service, so the partial GPU override validates alone.
     result = check_schema(BASE_FILE, GPU_FILE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.process
 def test_the_base_file_with_the_gpu_override_merged_matches_the_compose_spec_schema(tmp_path):
     merged = tmp_path / "merged.yml"
     merged.write_text(yaml.safe_dump(merge(load(BASE_FILE), load(GPU_FILE))))

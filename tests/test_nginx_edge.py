@@ -1,6 +1,6 @@
 """nginx serves the browser's files only, each with the headers that keep the page to itself."""
 
-import httpx
+import httpx2
 import pytest
 
 APP_FILES = ["/", "/index.html", "/app.js", "/style.css", "/favicon.svg", "/vendor/marked.js"]
@@ -13,7 +13,7 @@ NOT_FOR_BROWSERS = ["/package.json", "/package-lock.json", "/tests/api.test.mjs"
 def test_each_app_file_carries_the_security_headers(nginx_in_front, path):
     port = nginx_in_front()
 
-    response = httpx.get(f"http://127.0.0.1:{port}{path}")
+    response = httpx2.get(f"http://127.0.0.1:{port}{path}")
 
     policy = response.headers["content-security-policy"]
     assert response.status_code == 200
@@ -28,7 +28,7 @@ def test_each_app_file_carries_the_security_headers(nginx_in_front, path):
 def test_files_a_browser_never_needs_are_not_served(nginx_in_front, path):
     port = nginx_in_front()
 
-    response = httpx.get(f"http://127.0.0.1:{port}{path}")
+    response = httpx2.get(f"http://127.0.0.1:{port}{path}")
 
     assert response.status_code == 404
     assert response.headers["x-content-type-options"] == "nosniff"
@@ -37,7 +37,7 @@ def test_files_a_browser_never_needs_are_not_served(nginx_in_front, path):
 def test_the_api_keeps_djangos_headers_without_duplicates(nginx_in_front):
     port = nginx_in_front()
 
-    response = httpx.get(f"http://127.0.0.1:{port}/api/auth/session")
+    response = httpx2.get(f"http://127.0.0.1:{port}/api/auth/session")
 
     assert response.headers.get_list("x-frame-options") == ["DENY"]
     assert response.headers.get_list("x-content-type-options") == ["nosniff"]

@@ -9,7 +9,7 @@ batching, which shows the measurement can fail.
 import time
 from dataclasses import dataclass
 
-import httpx
+import httpx2
 
 from tests.probe_views import EVENT_COUNT, EVENT_INTERVAL_S
 
@@ -51,7 +51,7 @@ def stream_arrivals(url: str) -> Arrivals:
     started = time.monotonic()
     times: list[float] = []
     pending = b""
-    with httpx.stream("GET", url, timeout=30) as response:
+    with httpx2.stream("GET", url, timeout=30) as response:
         assert response.status_code == 200
         for data in response.iter_raw():
             now = time.monotonic() - started
@@ -94,7 +94,7 @@ def test_the_apps_header_alone_unbuffers_even_a_default_nginx(nginx_in_front):
 def test_a_post_with_csrf_through_nginx_on_a_non_default_port_succeeds(nginx_in_front):
     port = nginx_in_front()
     origin = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=origin, timeout=10) as client:
+    with httpx2.Client(base_url=origin, timeout=10) as client:
         client.get("/api/_probe/echo")
         token = client.cookies["csrftoken"]
 

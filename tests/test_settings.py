@@ -71,6 +71,7 @@ def test_only_common_env_reads_the_environment_directly():
     assert readers == {"common/env.py"}
 
 
+@pytest.mark.process
 def test_debug_is_off_by_default():
     result = settings_under({"DJANGO_SECRET_KEY": "x" * 50})
 
@@ -78,6 +79,7 @@ def test_debug_is_off_by_default():
     assert json.loads(result.stdout)["DEBUG"] is False
 
 
+@pytest.mark.process
 def test_a_missing_secret_key_stops_start_up_when_debug_is_off():
     result = settings_under({})
 
@@ -93,6 +95,7 @@ def test_a_missing_secret_key_stops_start_up_when_debug_is_off():
         ("DJANGO_DEBUG", "perhaps"),
     ],
 )
+@pytest.mark.process
 def test_a_bad_value_stops_start_up_with_a_message_naming_the_variable(variable, value):
     result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, variable: value})
 
@@ -101,6 +104,7 @@ def test_a_bad_value_stops_start_up_with_a_message_naming_the_variable(variable,
     assert variable in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.process
 def test_without_redis_everything_runs_in_process():
     result = settings_under({"DJANGO_SECRET_KEY": "x" * 50})
     loaded = json.loads(result.stdout)
@@ -111,6 +115,7 @@ def test_without_redis_everything_runs_in_process():
     assert loaded["ENGINE"] == "chatapp.runtime.sqlite_queue"  # SQLite, its writers queued in Python
 
 
+@pytest.mark.process
 def test_redis_url_moves_the_channel_layer_cache_and_broker_to_redis():
     url = "redis://127.0.0.1:6379/3"
     result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, "REDIS_URL": url})
@@ -124,6 +129,7 @@ def test_redis_url_moves_the_channel_layer_cache_and_broker_to_redis():
     assert loaded["CELERY_TASK_ALWAYS_EAGER"] is False
 
 
+@pytest.mark.process
 def test_database_url_selects_postgresql():
     result = settings_under(
         {"DJANGO_SECRET_KEY": "x" * 50, "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test"}
@@ -132,6 +138,7 @@ def test_database_url_selects_postgresql():
     assert json.loads(result.stdout)["ENGINE"] == "django.db.backends.postgresql"
 
 
+@pytest.mark.process
 def test_a_sqlite_database_keeps_a_write_ahead_log_synced_at_checkpoints_not_at_every_commit(tmp_path):
     pragmas = (
         "import json, django; django.setup(); from django.db import connection;"
@@ -152,6 +159,7 @@ def deploy_check(variables: dict[str, str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.process
 def test_the_production_settings_pass_the_deploy_check_with_no_warning():
     result = deploy_check({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k3P9-real-looking-" + secrets.token_urlsafe(40),
                            "CHAT_SECURE_COOKIES": "1", "ALLOWED_HOSTS": "chat.example.com"})
@@ -160,6 +168,7 @@ def test_the_production_settings_pass_the_deploy_check_with_no_warning():
     assert "no issues" in result.stdout
 
 
+@pytest.mark.process
 def test_without_secure_cookies_the_deploy_check_warns_about_them():
     result = deploy_check({"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "k3P9-real-looking-" + secrets.token_urlsafe(40),
                            "ALLOWED_HOSTS": "chat.example.com"})
@@ -168,6 +177,7 @@ def test_without_secure_cookies_the_deploy_check_warns_about_them():
     assert "SESSION_COOKIE_SECURE" in result.stderr
 
 
+@pytest.mark.process
 def test_secure_cookies_make_both_cookies_https_only_and_turn_on_hsts():
     script = ("import json, django; from django.conf import settings; django.setup();"
               "print(json.dumps([settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE,"

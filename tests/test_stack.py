@@ -6,22 +6,25 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import uuid
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 import psutil
 import psycopg
 import pytest
 
-from tests import servers
+from harness import child_process, ports, waiting
+from harness.child_process import REPO_DIR
+from stack import commands
 
 
 def listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
+
+pytestmark = pytest.mark.process  # every test here starts the stack
 
 ON_REDIS = bool(os.environ.get("REDIS_URL"))
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
@@ -46,7 +49,7 @@ def stack_database(tmp_path):
 
 def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str, str]:
     """`make run` with two web processes asked."""
-    inference_port = servers.free_port()
+    inference_port = ports.free_port()
     return {
         "INFERENCE_PORT": str(inference_port),
         "INFERENCE_URL": f"http://127.0.0.1:{inference_port}",
@@ -61,25 +64,25 @@ def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_sigterm(
         nginx_binary, stack_database, stop_signal):
-    public_port, daphne_port = servers.free_port(), servers.free_port_run(2)
+    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
     env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
-    with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base}/healthz",
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base}/healthz",
                          timeout_s=120, stop_signal=stop_signal) as stack:
-        health = httpx.get(f"{base}/healthz")
-        login_page = httpx.get(f"{base}/admin/login/")
-        stylesheet = httpx.get(f"{base}/static/admin/css/base.css")
-        front_page = httpx.get(f"{base}/")
+        health = httpx2.get(f"{base}/healthz")
+        login_page = httpx2.get(f"{base}/admin/login/")
+        stylesheet = httpx2.get(f"{base}/static/admin/css/base.css")
+        front_page = httpx2.get(f"{base}/")
         assert listening(daphne_port)
         if SEVERAL_WEB_PROCESSES:  # nginx answered through whichever came up first
-            servers.wait_until(lambda: listening(daphne_port + 1), 60, "the second web process")
+            waiting.wait_until(lambda: listening(daphne_port + 1), 60, "the second web process")
         else:
             assert not listening(daphne_port + 1)
 
-        stack.send_signal(stop_signal)
-        status = stack.wait(timeout=30)
-        output = servers.output_of(stack)
+        stack.process.send_signal(stop_signal)
+        status = stack.process.wait(timeout=30)
+        output = stack.log_text()
 
     assert health.json() == {"status": "ok"}
     assert health.headers["server"] == "nginx"
@@ -109,28 +112,28 @@ def daphne_pid(stack, port: int) -> int | None:
             command = child.cmdline()
         except psutil.Error:  # it ended meanwhile
             continue
-        if "stack.daphne_uvloop" in command and str(port) in command:
+        if commands.DAPHNE_MODULE in command and str(port) in command:
             return child.pid
     return None
 
 
 @pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
 def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(nginx_binary, stack_database):
-    public_port, daphne_port = servers.free_port(), servers.free_port_run(2)
+    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
     env = stack_env(stack_database, public_port, daphne_port)
     base = f"http://127.0.0.1:{public_port}"
 
-    with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base}/healthz",
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base}/healthz",
                          timeout_s=120) as stack:
-        servers.wait_until(lambda: listening(daphne_port) and listening(daphne_port + 1), 60, "both web processes")
+        waiting.wait_until(lambda: listening(daphne_port) and listening(daphne_port + 1), 60, "both web processes")
         first, second = daphne_pid(stack, daphne_port), daphne_pid(stack, daphne_port + 1)
         os.kill(first, signal.SIGKILL)
-        servers.wait_until(lambda: not listening(daphne_port), 10, "web-1 to die")
-        healthy_meanwhile = [servers.healthy(f"{base}/healthz") for _ in range(4)]
-        servers.wait_until(lambda: daphne_pid(stack, daphne_port) not in (None, first) and listening(daphne_port),
+        waiting.wait_until(lambda: not listening(daphne_port), 10, "web-1 to die")
+        healthy_meanwhile = [waiting.healthy(f"{base}/healthz") for _ in range(4)]
+        waiting.wait_until(lambda: daphne_pid(stack, daphne_port) not in (None, first) and listening(daphne_port),
                            60, "web-1 to come back")
         second_after = daphne_pid(stack, daphne_port + 1)
-        output = servers.output_of(stack)
+        output = stack.log_text()
 
     assert healthy_meanwhile == [True] * 4
     assert second_after == second
@@ -146,7 +149,7 @@ def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through
 def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_that_would_do(name, value, told):
     env = {**os.environ, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40, name: value}
 
-    finished = subprocess.run([sys.executable, "-m", "stack"], cwd=servers.REPO_DIR, env=env, capture_output=True,
+    finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env, capture_output=True,
                               text=True, timeout=120)
 
     lines = [line for line in (finished.stdout + finished.stderr).splitlines() if line.strip()]
@@ -158,13 +161,13 @@ def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_t
 
 
 def test_without_nginx_on_the_path_the_stack_says_once_that_daphne_serves_the_port_itself(stack_database, tmp_path):
-    public_port = servers.free_port()
-    env = stack_env(stack_database, public_port, servers.free_port_run(2)) | {"PATH": str(tmp_path)}
+    public_port = ports.free_port()
+    env = stack_env(stack_database, public_port, ports.free_port_run(2)) | {"PATH": str(tmp_path)}
 
-    with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"http://127.0.0.1:{public_port}/healthz",
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"http://127.0.0.1:{public_port}/healthz",
                          timeout_s=120) as stack:
-        health = httpx.get(f"http://127.0.0.1:{public_port}/healthz")
-        output = servers.output_of(stack)
+        health = httpx2.get(f"http://127.0.0.1:{public_port}/healthz")
+        output = stack.log_text()
 
     told = [line for line in output.splitlines() if "nginx not found" in line]
     assert health.status_code == 200 and health.headers.get("server") != "nginx"

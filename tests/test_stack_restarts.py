@@ -8,15 +8,16 @@ supervisor starts them.
 import json
 import os
 import signal
-import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-import httpx
+import httpx2
 import psutil
 import pytest
 
 from chatapp.upstream.sse import SSEParser
+from harness import child_process, ports, waiting
+from stack import commands
 from tests import servers
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ class Stack:
                      if matches(command_line(child))), None)
 
     def log(self) -> str:
-        return "".join(servers.output_of(self.process).splitlines(keepends=True)[-80:])
+        return "".join(self.process.log_text().splitlines(keepends=True)[-80:])
 
 
 def command_line(process: psutil.Process) -> list[str]:
@@ -56,7 +57,7 @@ def command_line(process: psutil.Process) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stack(nginx_binary, tmp_path_factory):
-    public_port, daphne_port, inference_port = (servers.free_port() for _ in range(3))
+    public_port, daphne_port, inference_port = (ports.free_port() for _ in range(3))
     inference_url = f"http://127.0.0.1:{inference_port}"
     env = {
         "DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('stack') / 'stack.sqlite3'}",
@@ -74,28 +75,28 @@ def stack(nginx_binary, tmp_path_factory):
         "CHAT_MAX_STREAMS_PER_USER": "1",
     }
     base_url = f"http://127.0.0.1:{public_port}"
-    with servers.running([sys.executable, "-m", "stack"], env=env, ready_url=f"{base_url}/healthz",
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base_url}/healthz",
                          timeout_s=MODEL_LOAD_TIMEOUT_S, stop_signal=signal.SIGINT) as process:
         running = Stack(process, base_url, inference_url)
-        servers.wait_until(lambda: servers.healthy(f"{inference_url}/health"), MODEL_LOAD_TIMEOUT_S,
+        waiting.wait_until(lambda: waiting.healthy(f"{inference_url}/health"), MODEL_LOAD_TIMEOUT_S,
                            "the inference service to load the model")
         yield running
 
 
-def signed_in_client(stack: Stack) -> httpx.Client:
-    client = httpx.Client(base_url=stack.base_url, timeout=60)
+def signed_in_client(stack: Stack) -> httpx2.Client:
+    client = httpx2.Client(base_url=stack.base_url, timeout=60)
     servers.sign_in(client, SimpleNamespace(username="admin"))
     return client
 
 
-def new_conversation(client: httpx.Client) -> int:
+def new_conversation(client: httpx2.Client) -> int:
     response = client.post("/api/conversations", json={"title": "restarts"},
                            headers={"X-CSRFToken": client.cookies["csrftoken"]})
     assert response.status_code == 201
     return response.json()["id"]
 
 
-def stream_answer(client: httpx.Client, conversation_id: int, on_first_delta=None,
+def stream_answer(client: httpx2.Client, conversation_id: int, on_first_delta=None,
                   refused: list[int] | None = None) -> list[tuple[str, dict]]:
     """Asks a question through nginx and reads the answer's events to the end of the stream.
 
@@ -115,7 +116,7 @@ def stream_answer(client: httpx.Client, conversation_id: int, on_first_delta=Non
                     if event.event == "delta" and on_first_delta is not None:
                         on_first_delta()
                         on_first_delta = None
-        except httpx.RemoteProtocolError:
+        except httpx2.RemoteProtocolError:
             pass  # the server went away mid-answer
     return events
 
@@ -143,9 +144,9 @@ def test_killing_the_inference_service_fails_the_open_stream_and_it_comes_back_w
 
     assert names(interrupted)[0] == "start" and "delta" in names(interrupted)
     assert names(interrupted)[-2:] == ["error", "done"], interrupted
-    assert servers.healthy(f"{stack.base_url}/healthz"), stack.log()
-    assert httpx.get(f"{stack.base_url}/admin/login/").status_code == 200
-    servers.wait_until(lambda: restarted(stack, "inference", old_pid) and servers.healthy(f"{stack.inference_url}/health"),
+    assert waiting.healthy(f"{stack.base_url}/healthz"), stack.log()
+    assert httpx2.get(f"{stack.base_url}/admin/login/").status_code == 200
+    waiting.wait_until(lambda: restarted(stack, "inference", old_pid) and waiting.healthy(f"{stack.inference_url}/health"),
                        MODEL_LOAD_TIMEOUT_S, "the inference service to come back")
     answer = stream_answer(client, conversation_id)
     assert names(answer)[0] == "start" and names(answer)[-1] == "done", answer
@@ -155,19 +156,19 @@ def test_killing_the_inference_service_fails_the_open_stream_and_it_comes_back_w
 def test_killing_daphne_mid_answer_leaves_nginx_up_and_the_orphaned_answer_frees_its_user(stack):
     client = signed_in_client(stack)
     conversation_id = new_conversation(client)
-    old_pid, nginx_pid = stack.pid_of("stack.daphne_uvloop"), stack.nginx_master_pid()
+    old_pid, nginx_pid = stack.pid_of(commands.DAPHNE_MODULE), stack.nginx_master_pid()
     assert old_pid is not None and nginx_pid is not None, stack.log()
 
     cut = stream_answer(client, conversation_id, on_first_delta=lambda: os.kill(old_pid, signal.SIGKILL))
 
     assert "delta" in names(cut) and "done" not in names(cut)
-    servers.wait_until(lambda: restarted(stack, "stack.daphne_uvloop", old_pid), 60, "daphne to come back")
-    servers.wait_until(lambda: servers.healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
+    waiting.wait_until(lambda: restarted(stack, commands.DAPHNE_MODULE, old_pid), 60, "daphne to come back")
+    waiting.wait_until(lambda: waiting.healthy(f"{stack.base_url}/healthz"), 60, "the web to answer through nginx")
     assert stack.nginx_master_pid() == nginx_pid
     # The cut answer still holds the conversation (409) and the user's one stream (429) until
     # the reaper sees its relay's heartbeat stop; then the user chats again.
     answers = []
-    servers.wait_until(lambda: answers.append(stream_answer(client, conversation_id, refused=[409, 429]))
+    waiting.wait_until(lambda: answers.append(stream_answer(client, conversation_id, refused=[409, 429]))
                        or answers[-1], 60, "the orphaned answer to be reaped")
     answer = answers[-1]
     assert names(answer)[0] == "start" and names(answer)[-1] == "done", answer

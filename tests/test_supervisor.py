@@ -9,8 +9,8 @@ import signal
 import threading
 from contextlib import contextmanager
 
+from harness import waiting
 from stack.supervisor import Backoff, Supervisor
-from tests import servers
 
 
 def test_restart_delays_double_from_the_first_up_to_the_cap():
@@ -52,12 +52,12 @@ def alive(pid: int) -> bool:
 def test_a_killed_child_comes_back_under_a_new_pid_while_the_other_runs_on(tmp_path):
     backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=60)
     with supervising(tmp_path, backoff, web=["sleep", "600"], inference=["sleep", "600"]) as (supervisor, _):
-        servers.wait_until(lambda: pid_in(tmp_path, "web") and pid_in(tmp_path, "inference"), 10, "both to start")
+        waiting.wait_until(lambda: pid_in(tmp_path, "web") and pid_in(tmp_path, "inference"), 10, "both to start")
         web_pid, inference_pid = pid_in(tmp_path, "web"), pid_in(tmp_path, "inference")
 
         os.kill(inference_pid, signal.SIGKILL)
 
-        servers.wait_until(lambda: pid_in(tmp_path, "inference") not in (None, inference_pid), 10,
+        waiting.wait_until(lambda: pid_in(tmp_path, "inference") not in (None, inference_pid), 10,
                            "the inference child to come back")
         assert pid_in(tmp_path, "web") == web_pid and alive(web_pid)
         assert alive(pid_in(tmp_path, "inference"))
@@ -66,7 +66,7 @@ def test_a_killed_child_comes_back_under_a_new_pid_while_the_other_runs_on(tmp_p
 
 def test_stopping_stops_every_child_returns_0_and_removes_their_pid_files(tmp_path):
     with supervising(tmp_path, Backoff(), web=["sleep", "600"], nginx=["sleep", "600"]) as (supervisor, result):
-        servers.wait_until(lambda: pid_in(tmp_path, "web") and pid_in(tmp_path, "nginx"), 10, "both to start")
+        waiting.wait_until(lambda: pid_in(tmp_path, "web") and pid_in(tmp_path, "nginx"), 10, "both to start")
         pids = [pid_in(tmp_path, "web"), pid_in(tmp_path, "nginx")]
     output = supervisor.out.getvalue()
 
@@ -83,7 +83,7 @@ def restart_delays(output: str) -> list[str]:
 def test_a_child_crashing_in_a_row_waits_twice_as_long_each_time_up_to_the_cap(tmp_path):
     backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=60)
     with supervising(tmp_path, backoff, broken=["false"]) as (supervisor, _):
-        servers.wait_until(lambda: len(restart_delays(supervisor.out.getvalue())) >= 5, 20, "five crashes")
+        waiting.wait_until(lambda: len(restart_delays(supervisor.out.getvalue())) >= 5, 20, "five crashes")
 
     assert restart_delays(supervisor.out.getvalue())[:5] == ["0.05", "0.1", "0.2", "0.2", "0.2"]
 
@@ -91,13 +91,13 @@ def test_a_child_crashing_in_a_row_waits_twice_as_long_each_time_up_to_the_cap(t
 def test_a_child_that_ran_healthily_before_it_crashed_waits_only_the_first_delay(tmp_path):
     backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=0)  # every run counts as healthy
     with supervising(tmp_path, backoff, broken=["false"]) as (supervisor, _):
-        servers.wait_until(lambda: len(restart_delays(supervisor.out.getvalue())) >= 3, 20, "three crashes")
+        waiting.wait_until(lambda: len(restart_delays(supervisor.out.getvalue())) >= 3, 20, "three crashes")
 
     assert set(restart_delays(supervisor.out.getvalue())) == {"0.05"}
 
 
 def test_every_line_a_child_prints_carries_its_name(tmp_path):
     with supervising(tmp_path, Backoff(), web=["echo", "hello from web"]) as (supervisor, _):
-        servers.wait_until(lambda: "hello from web" in supervisor.out.getvalue(), 10, "the line")
+        waiting.wait_until(lambda: "hello from web" in supervisor.out.getvalue(), 10, "the line")
 
     assert re.search(r"^\S+ web +\| hello from web$", supervisor.out.getvalue(), re.MULTILINE)

@@ -4,14 +4,14 @@ listening with room for a burst of new connections."""
 import shutil
 import subprocess
 
-import httpx
+import httpx2
 import pytest
 
 from stack.daphne_uvloop import LISTEN_BACKLOG
 
 
 def test_the_web_process_runs_daphne_on_uvloops_event_loop(probe_app_port):
-    answer = httpx.get(f"http://127.0.0.1:{probe_app_port}/api/_probe/loop", timeout=10)
+    answer = httpx2.get(f"http://127.0.0.1:{probe_app_port}/api/_probe/loop", timeout=10)
     assert answer.json()["loop"].startswith("uvloop.")
 
 

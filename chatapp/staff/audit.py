@@ -5,11 +5,11 @@ A day's totals come from its raw rows (fetched with `.values_list`) or from its 
 SQLite and PostgreSQL (no database-specific percentile or date-truncation functions).
 """
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
+from common.percentiles import percentile
 from common.vocabulary import FinishReason
 
 DEFAULT_DAYS = 14
@@ -59,21 +59,6 @@ def parse_period(from_text: str | None, to_text: str | None, today: date) -> Per
     if (end - start).days + 1 > MAX_DAYS:
         raise BadPeriod(f"The period is longer than {MAX_DAYS} days; choose a shorter one.")
     return Period(start, end)
-
-
-def percentile(values: list[float], p: int) -> float | None:
-    """Nearest-rank percentile: the smallest value with at least p% of the values <= it.
-
-    That is the ceil(p/100 * n)-th smallest value (1-based), so the result is always an
-    observed value. `p` is an integer so that p * n / 100 is exact in floating point.
-    """
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile must be within 0..100, not {p}")
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p * len(ordered) / 100))
-    return ordered[rank - 1]
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,18 @@ import sys
 
 import pytest
 
-from tests import servers
+from harness.child_process import REPO_DIR
 
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not ON_POSTGRES, reason="the benchmark fills PostgreSQL with generate_series")
 def test_a_small_audit_benchmark_fills_rolls_up_and_times_every_page():
     run = subprocess.run(
         [sys.executable, "-m", "benchmarks", "audit", "--generations", "3000", "--days", "20",
          "--requests", "2", "--no-publish"],
-        cwd=servers.REPO_DIR, capture_output=True, text=True, timeout=300)
+        cwd=REPO_DIR, capture_output=True, text=True, timeout=300)
 
     assert run.returncode == 0, run.stdout + run.stderr
     figures = json.loads(run.stdout.strip().splitlines()[-1])
@@ -28,8 +29,9 @@ def test_a_small_audit_benchmark_fills_rolls_up_and_times_every_page():
     assert "PASS" in run.stdout
 
 
+@pytest.mark.process
 def test_without_postgresql_the_benchmark_says_it_is_skipped():
     run = subprocess.run([sys.executable, "-m", "benchmarks", "audit", "--database", "sqlite:///x"],
-                         cwd=servers.REPO_DIR, capture_output=True, text=True, timeout=60)
+                         cwd=REPO_DIR, capture_output=True, text=True, timeout=60)
 
     assert run.returncode == 0 and "skipped" in run.stdout

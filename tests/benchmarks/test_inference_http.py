@@ -1,6 +1,10 @@
 """The HTTP-layer benchmark streams the stand-in engine's known answers and checks each one."""
 
+import pytest
+
 from benchmarks.inference_http import measure
+
+pytestmark = pytest.mark.process
 
 
 def test_a_short_run_finds_every_stream_exact_and_every_first_token_alone():

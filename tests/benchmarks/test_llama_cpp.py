@@ -44,6 +44,7 @@ def sdist_home(tmp_path):
     return tmp_path / "releases"
 
 
+@pytest.mark.process
 def test_the_source_is_the_vendored_commit_files_the_sdist_left_out_included(sdist_home):
     llama_cpp = LlamaCpp(sdist_home, VERSION)
 

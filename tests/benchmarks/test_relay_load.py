@@ -1,7 +1,11 @@
 """The load generator reads the stand-in upstream's answers whole and exact, stream by stream."""
 
+import pytest
+
 from benchmarks.relay_load import DIRECT, Target
 from benchmarks.relay_stack import base_url, stand_in, started
+
+pytestmark = pytest.mark.process
 
 
 async def test_a_direct_round_gets_every_token_of_every_stream_and_the_stand_ins_cpu():

@@ -3,7 +3,7 @@ states them with the table and the command."""
 
 from dataclasses import asdict
 
-from benchmarks import report, targets
+from benchmarks import relay_table, targets
 from benchmarks.relay_bench import Plan
 
 
@@ -91,7 +91,7 @@ def test_the_section_has_every_measurement_its_verdicts_and_the_command():
     data = results()
     data["targets"] = targets.relay(data)
 
-    text = report.relay_section(data)
+    text = relay_table.section(data)
 
     assert "Command: `python -m benchmarks relay`" in text
     assert "| capacity: nginx + 2 daphne | 10/10 |" in text
@@ -103,4 +103,4 @@ def test_the_section_says_so_when_the_client_alone_cannot_offer_the_load():
     data = results(**{"capacity direct": figures(tok_s=15_000.0)})
     data["targets"] = targets.relay(data)
 
-    assert "this machine cannot offer the full load" in report.relay_section(data)
+    assert "this machine cannot offer the full load" in relay_table.section(data)

@@ -1,8 +1,8 @@
 """The published section shows llama.cpp's rows, ours / llama.cpp ratios and TTFT per turn."""
 
-from benchmarks import report, targets
+from benchmarks import inference_table, targets
 from benchmarks.inference_bench import DeviceRun
-from benchmarks.report import LLAMA_CPP_F32, OURS, OURS_NO_REUSE
+from benchmarks.inference_table import LLAMA_CPP_F32, OURS, OURS_NO_REUSE
 from tests.benchmarks.test_targets import conversations, level
 
 MACHINE = {"cpu": "a CPU", "cores": 2, "memory_gb": 8.0, "python": "3.11", "torch": "2.13",
@@ -18,10 +18,10 @@ WORKLOAD = {"requests_per_level": {4: 1}, "long_prompt_share": 0.5, "prompt_toke
 
 def section(run: DeviceRun) -> str:
     run.targets = targets.evaluate(run)
-    results = report.Results(command="python -m benchmarks inference", plan=PLAN,
+    results = inference_table.Results(command="python -m benchmarks inference", plan=PLAN,
                              machine=MACHINE, runs=[run], started=0.0, finished=60.0,
                              workload=WORKLOAD)
-    return report.render_section(results)
+    return inference_table.render_section(results)
 
 
 def test_the_section_compares_ours_with_llama_cpp_level_by_level_and_turn_by_turn():

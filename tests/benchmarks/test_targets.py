@@ -2,9 +2,9 @@
 
 from benchmarks import targets
 from benchmarks.inference_bench import DeviceRun
+from benchmarks.inference_table import LLAMA_CPP_F32, OURS
 from benchmarks.latency import LevelResult, RequestRecord
 from benchmarks.multi_turn import MultiTurnResult
-from benchmarks.report import LLAMA_CPP_F32, OURS
 
 
 def answer(ttft: float, itl: float, tokens: int = 10) -> RequestRecord:

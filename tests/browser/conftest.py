@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import web_stack
+from harness.page_probes import CHROMIUM, CHROMIUM_ARGS
 from tests import factories, servers
-from tests.browser.page_probes import CHROMIUM, CHROMIUM_ARGS
 from tests.fakes.upstream import FakeUpstream, Script
 
 PASSWORD = "a-long-test-password"
@@ -41,7 +42,7 @@ def running_stack(inference_url: str, tmp_dir: Path, **settings):
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_LOG_LEVEL": "WARNING",
            "DJANGO_SECRET_KEY": "browser-test-secret-" + "x" * 40,
            **{key: str(value) for key, value in settings.items()}}
-    with servers.nginx_and_daphne(env, tmp_dir) as url:
+    with web_stack.nginx_and_daphne(env, tmp_dir) as url:
         yield url
 
 
@@ -55,7 +56,9 @@ def inference_url():
         yield url
 
 
-@pytest.fixture(scope="module")
+# One stand-in and one stack for every module that needs no settings of its own: each test
+# resets the stand-in's script (`upstream`) and signs in a user of its own.
+@pytest.fixture(scope="session")
 def fake_upstream():
     upstream = FakeUpstream()
     with servers.uvicorn_in_thread(upstream) as url:
@@ -63,7 +66,7 @@ def fake_upstream():
         yield upstream
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack_with_fake_upstream(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
     with running_stack(fake_upstream.url, tmp_path_factory.mktemp("stack")) as url:
         yield url

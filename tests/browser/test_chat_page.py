@@ -3,8 +3,8 @@
 import pytest
 
 from chatapp.models import Message
+from harness.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
 from tests.browser.conftest import sign_in
-from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from harness.page_probes import last_answer, send, wait_for_end
 from tests.browser.conftest import sign_in
-from tests.browser.page_probes import last_answer, send, wait_for_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

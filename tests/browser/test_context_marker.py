@@ -5,9 +5,9 @@ import pytest
 
 from benchmarks.workload import meeting_notes
 from chatapp.models import Generation
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests import factories
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 MARKER = "#messages .context-marker"

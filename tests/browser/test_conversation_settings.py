@@ -8,9 +8,10 @@ import contextlib
 import pytest
 
 from chatapp.models import Conversation, Message
+from harness import waiting
 from tests import servers
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -71,7 +72,7 @@ def test_the_system_prompt_goes_first_the_picked_model_answers_next_and_a_reload
     echoed = last_answer(chat).locator(".message-content").inner_text()
 
     chat.select_option("#model-picker", OTHER_MODEL)
-    servers.wait_until(lambda: Conversation.objects.filter(owner=user, model=OTHER_MODEL).exists(), 10,
+    waiting.wait_until(lambda: Conversation.objects.filter(owner=user, model=OTHER_MODEL).exists(), 10,
                        "the picked model to be stored")
     send(chat, "And now?")
     wait_for_end(chat)
@@ -133,7 +134,7 @@ def test_a_conversation_whose_model_is_gone_says_so_keeps_the_message_and_can_sw
     wait_for_true(chat, "document.getElementById('composer').value === 'Still there?'")  # given back
     stored = list(Message.objects.filter(conversation__owner=user).values_list("content", flat=True))
     chat.select_option("#model-picker", DEFAULT_MODEL)
-    servers.wait_until(lambda: Conversation.objects.get(owner=user).model == DEFAULT_MODEL, 10,
+    waiting.wait_until(lambda: Conversation.objects.get(owner=user).model == DEFAULT_MODEL, 10,
                        "the picked model to be stored")
     chat.press("#composer", "Enter")
     wait_for_end(chat)

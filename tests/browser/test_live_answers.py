@@ -8,9 +8,10 @@ import time
 import pytest
 
 from chatapp.models import Conversation, Generation, Message
-from tests import servers
+from harness import waiting
+
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.fakes.stalling_proxy import stalling_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -67,7 +68,7 @@ def stored_answer() -> Message:
 
 
 def wait_for_stored_end() -> Generation:
-    servers.wait_until(lambda: stored_answer().status != "streaming", 30, "the answer's final write")
+    waiting.wait_until(lambda: stored_answer().status != "streaming", 30, "the answer's final write")
     return Generation.objects.get(message=stored_answer())
 
 

@@ -8,10 +8,11 @@ import os
 import pytest
 
 from chatapp.models import Conversation
-from tests import servers
-from tests.celery_worker import DEFAULT_QUEUE, celery_worker
+from harness import waiting
+
+from harness.page_probes import send, wait_for_end, wait_for_true
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import send, wait_for_end, wait_for_true
+from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 QUESTION = "What is the capital of France?"
@@ -32,7 +33,7 @@ def test_the_sidebar_and_the_heading_show_the_models_title_without_a_reload(page
 
     send(page, QUESTION)
     wait_for_end(page)
-    servers.wait_until(lambda: Conversation.objects.filter(owner=user).exclude(title=QUESTION).exists(), 60,
+    waiting.wait_until(lambda: Conversation.objects.filter(owner=user).exclude(title=QUESTION).exists(), 60,
                        "the model's title to be saved")
     title = Conversation.objects.get(owner=user).title
     wait_for_true(page, f"document.querySelector('#conversation-list .conversation-open')?.textContent === {json.dumps(title)}"

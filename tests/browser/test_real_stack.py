@@ -4,13 +4,14 @@ import os
 import shutil
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from chatapp.models import Message
-from tests import servers
+from harness import waiting
+
+from harness.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import FRAME_PROBE, last_answer, send, wait_for_end, wait_for_true
 from tests.inference.serving import metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -38,7 +39,7 @@ def plain(text: str) -> list[str]:
 
 
 def running_sequences(inference_url: str) -> float:
-    return metric(httpx.get(f"{inference_url}/metrics").text, "inference_running_sequences")
+    return metric(httpx2.get(f"{inference_url}/metrics").text, "inference_running_sequences")
 
 
 def test_the_default_model_answers_growing_frame_by_frame(chat):
@@ -62,12 +63,12 @@ def test_stop_freezes_the_text_the_server_keeps_exactly_it_and_the_engine_lets_g
 
     assert last_answer(chat).get_attribute("data-status") == "stopped"
     assert last_answer(chat).locator(".message-content").inner_text() == shown
-    servers.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
+    waiting.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
                        30, "the stopped answer to be saved")
     stored = Message.objects.get(role="assistant")
     assert stored.generations.get().cancelled_by == "user"
     assert plain(stored.content) == plain(shown)
-    servers.wait_until(lambda: running_sequences(inference_url) == 0, 30, "the engine to drop the sequence")
+    waiting.wait_until(lambda: running_sequences(inference_url) == 0, 30, "the engine to drop the sequence")
 
 
 def test_a_finished_conversation_looks_right_in_light_and_dark(chat, tmp_path):

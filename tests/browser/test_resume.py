@@ -7,9 +7,10 @@ import random
 import pytest
 
 from chatapp.models import Generation, Message
-from tests import servers
+from harness import waiting
+
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.browser.conftest import running_stack, sign_in
-from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.fakes.resetting_proxy import resetting_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -53,7 +54,7 @@ def shown_text(page) -> str:
 
 
 def stored_generation() -> Generation:
-    servers.wait_until(lambda: Message.objects.filter(role="assistant").exclude(status="streaming").exists(),
+    waiting.wait_until(lambda: Message.objects.filter(role="assistant").exclude(status="streaming").exists(),
                        60, "the answer's final write")
     return Generation.objects.select_related("message").get()
 

@@ -4,9 +4,10 @@ through nginx; the user's page says who stopped it."""
 import pytest
 
 from chatapp.models import Conversation, Generation
-from tests import factories, servers
+from harness import waiting
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from tests import factories
 from tests.browser.conftest import PASSWORD, sign_in
-from tests.browser.page_probes import last_answer, send, wait_for_end, wait_for_true
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -49,7 +50,7 @@ def test_an_admin_sees_the_streaming_answer_and_its_stop_ends_it_as_stopped_by_a
 
     row.locator("button").click()
     wait_for_end(page)
-    servers.wait_until(lambda: Generation.objects.get().status == "stopped", 30, "the answer's final write")
+    waiting.wait_until(lambda: Generation.objects.get().status == "stopped", 30, "the answer's final write")
     admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"]').wait_for(state="detached")
     stopped = Generation.objects.select_related("message").get()
 

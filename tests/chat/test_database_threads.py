@@ -4,7 +4,7 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import httpx2
 import psutil
 import pytest
 from django.conf import settings
@@ -24,7 +24,7 @@ def signed_in_daphne(user):
     """A real daphne on the test database (the test client never closes connections) and a
     client signed in to it."""
     with servers.daphne_on(servers.shared_database_url()) as base_url, \
-            httpx.Client(base_url=base_url, timeout=30) as client:
+            httpx2.Client(base_url=base_url, timeout=30) as client:
         servers.sign_in(client, user)
         yield client
 
@@ -33,6 +33,7 @@ def connections_opened(client) -> int:
     return client.get("/api/_probe/connections").json()["opened"]
 
 
+@pytest.mark.process
 def test_requests_one_after_another_open_at_most_one_connection_per_thread(signed_in_daphne):
     client = signed_in_daphne
     before = connections_opened(client)
@@ -66,6 +67,7 @@ def terminate(backends: list[int]) -> None:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s) AS pid", [backends])
 
 
+@pytest.mark.process
 def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threads(signed_in_daphne):
     client = signed_in_daphne
     before = connections_opened(client)
@@ -76,6 +78,7 @@ def test_requests_at_the_same_time_open_no_more_connections_than_there_are_threa
     assert connections_opened(client) - before <= settings.CHAT_DATABASE_THREADS < 40
 
 
+@pytest.mark.process
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
 def test_after_every_session_is_terminated_no_request_fails_at_once_or_one_by_one(signed_in_daphne):
     client = signed_in_daphne
@@ -92,13 +95,14 @@ def test_after_every_session_is_terminated_no_request_fails_at_once_or_one_by_on
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
+@pytest.mark.process
 def test_after_every_session_is_terminated_under_streams_no_request_fails_and_the_answers_end(user, upstream):
     upstream.script = Script(chunks=[f" word{i}" for i in range(60)], interval_s=0.05)
     conversations = [factories.conversation(owner=user) for _ in range(4)]
     env = {"INFERENCE_URL": settings.INFERENCE_URL, "CHAT_MAX_STREAMS_PER_USER": "4",
            "CHAT_SAVE_INTERVAL_SECONDS": "0.1"}
     with servers.daphne_on(servers.shared_database_url(), env=env) as base_url, \
-            httpx.Client(base_url=base_url, timeout=60) as client, ThreadPoolExecutor(max_workers=8) as pool:
+            httpx2.Client(base_url=base_url, timeout=60) as client, ThreadPoolExecutor(max_workers=8) as pool:
         servers.sign_in(client, user)
         client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
         started = [threading.Event() for _ in conversations]

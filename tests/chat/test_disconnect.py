@@ -5,9 +5,10 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp.runtime.database_threads import on_database_thread
 from chatapp.models import Generation, Message
-from tests import servers
+from chatapp.runtime.database_threads import on_database_thread
+from harness import waiting
+
 from tests.chat.streams import Browser, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,6 +68,6 @@ async def test_text_sent_before_the_upstream_pauses_is_saved_during_the_pause(
         return Message.objects.get(conversation=conversation, role="assistant").content
 
     # Fails (TimeoutError) unless the text is saved while the upstream stays quiet.
-    await on_database_thread(servers.wait_until)(lambda: saved_text() == "One two three", 10,
+    await on_database_thread(waiting.wait_until)(lambda: saved_text() == "One two three", 10,
                                                  "the text before the pause to be saved")
     await browser.hang_up()

@@ -7,13 +7,14 @@ prove them against the real service's /metrics and a real process killed between
 import contextlib
 import os
 import signal
-import sys
 
-import httpx
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests import factories, servers
+from harness import child_process, ports
+from stack import commands
+from tests import factories
 from tests.chat.streams import names, read_events
 from tests.inference.serving import metric
 
@@ -24,25 +25,31 @@ REPLICA_ENV = {"INFERENCE_HOST": "127.0.0.1", "INFERENCE_MATRICES": "plain", "IN
                "INFERENCE_MAX_RUNNING": "4", "INFERENCE_MAX_CACHED_TOKENS": "4096"}
 
 
-@pytest.fixture
-def replica_processes(settings):
-    """Two inference processes, listed in INFERENCE_URL; yields [(url, process)]."""
+@pytest.fixture(scope="module")
+def started_replicas():
+    """Two inference processes, started once for the module: the test that kills one runs last."""
     with contextlib.ExitStack() as running:
         pair = []
         for _ in range(2):
-            port = servers.free_port()
+            port = ports.free_port()
             url = f"http://127.0.0.1:{port}"
-            process = running.enter_context(servers.running(
-                [sys.executable, "-m", "inference"], env={**REPLICA_ENV, "INFERENCE_PORT": str(port)},
+            process = running.enter_context(child_process.running(
+                commands.inference(), env={**REPLICA_ENV, "INFERENCE_PORT": str(port)},
                 ready_url=f"{url}/health", timeout_s=180))
             pair.append((url, process))
-        settings.INFERENCE_URL = ",".join(url for url, _ in pair)
-        settings.CHAT_MAX_TOKENS = 4
         yield pair
 
 
+@pytest.fixture
+def replica_processes(started_replicas, settings):
+    """The two replicas, listed in INFERENCE_URL; [(url, process)]."""
+    settings.INFERENCE_URL = ",".join(url for url, _ in started_replicas)
+    settings.CHAT_MAX_TOKENS = 4
+    return started_replicas
+
+
 def prompts_served(url: str) -> float:
-    return metric(httpx.get(f"{url}/metrics").text, "inference_prompt_tokens_total")
+    return metric(httpx2.get(f"{url}/metrics").text, "inference_prompt_tokens_total")
 
 
 async def completed_answer(api, user) -> list[str]:
@@ -62,11 +69,12 @@ async def test_answers_spread_over_both_real_replicas(api, user, replica_process
     assert all(prompts_served(url) > 0 for url, _ in replica_processes)
 
 
+# Last in the module: it kills one of the replicas the module shares.
 async def test_a_real_replica_killed_between_requests_is_skipped_without_an_error(api, user, replica_processes):
     (_, killed), (survivor, _) = replica_processes
     await completed_answer(api, user)
     os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
+    killed.process.wait()
     served_before = prompts_served(survivor)
 
     shown = [await completed_answer(api, user) for _ in range(3)]

@@ -2,7 +2,7 @@
 
 import asyncio
 
-import httpx
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
@@ -12,7 +12,8 @@ from chatapp.staff import selectors as staff_selectors
 from chatapp.upstream.replica_figures import parse_load, replica_loads
 from chatapp.models import Generation
 from common.vocabulary import GenerationStatus
-from tests import factories, servers
+from harness import ports
+from tests import factories
 from tests.chat.streams import Browser
 from tests.inference import models
 from tests.inference.serving import service_for, serving
@@ -98,7 +99,7 @@ async def test_a_replica_says_its_running_and_waiting_sequences_and_cache_use(se
     engine = models.engine(models.tiny_model(), max_running=4, max_model_len=128, max_cached_tokens=1024)
     with serving(service_for(engine)) as url:
         settings.INFERENCE_URL = url
-        httpx.post(f"{url}/v1/chat/completions", json={
+        httpx2.post(f"{url}/v1/chat/completions", json={
             "model": "tiny-test-model", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]},
             timeout=60)
         [load] = await replica_loads()
@@ -110,7 +111,7 @@ async def test_a_replica_says_its_running_and_waiting_sequences_and_cache_use(se
 
 async def test_every_listed_replica_is_shown_and_one_that_does_not_answer_as_unreachable(settings, upstream):
     upstream.metrics = "inference_running_sequences 2\ninference_waiting_sequences 5\n"
-    dead = f"http://127.0.0.1:{servers.free_port()}"
+    dead = f"http://127.0.0.1:{ports.free_port()}"
     settings.INFERENCE_URL = f"{settings.INFERENCE_URL},{dead}"
 
     answering, down = await replica_loads()

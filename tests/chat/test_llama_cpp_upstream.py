@@ -5,15 +5,16 @@ The same default model (the GGUF file our service loads, as it is) answers throu
 behaviour the chat app shows with our service to the same account with llama.cpp's.
 """
 
-import httpx
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
 from benchmarks.workload import meeting_notes
-from chatapp.upstream import titles
 from chatapp.models import Conversation, Generation, Message
+from chatapp.upstream import titles
+from harness import waiting
 from inference.engine import loader
-from tests import factories, servers
+from tests import factories
 from tests.chat.streams import names, read_events, stop_after_deltas, text_of
 from tests.inference.serving import metric
 from tests.llama_server import llama_server
@@ -51,13 +52,13 @@ def generations_of(conversation) -> list[Generation]:
 
 
 def llama_metric(llama, name: str) -> float:
-    return metric(httpx.get(f"{llama.base_url}/metrics").text, f"llamacpp:{name}")
+    return metric(httpx2.get(f"{llama.base_url}/metrics").text, f"llamacpp:{name}")
 
 
 async def tokens_predicted(llama) -> float:
     """Every token it decoded, for answers ended or cancelled (counted as each slot is freed),
     once it works on nothing."""
-    await sync_to_async(servers.wait_until)(lambda: llama_metric(llama, "requests_processing") == 0, 30,
+    await sync_to_async(waiting.wait_until)(lambda: llama_metric(llama, "requests_processing") == 0, 30,
                                             "llama.cpp to be working on nothing")
     return llama_metric(llama, "tokens_predicted_total")
 
@@ -123,14 +124,14 @@ async def test_a_stop_mid_answer_ends_llama_cpps_work_on_it(api, user, settings,
 
 def llama_count(llama, messages: list[dict]) -> int:
     """llama.cpp's own count of a prompt: its chat template, then its tokenizer."""
-    prompt = httpx.post(f"{llama.base_url}/apply-template", json={"messages": messages}).json()["prompt"]
-    return len(httpx.post(f"{llama.base_url}/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
+    prompt = httpx2.post(f"{llama.base_url}/apply-template", json={"messages": messages}).json()["prompt"]
+    return len(httpx2.post(f"{llama.base_url}/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
 
 
 async def test_a_conversation_longer_than_llama_cpps_context_leaves_its_oldest_messages_out_by_its_count(
         api, conversation, settings, upstream_is_llama):
     settings.CHAT_CONTEXT_TOKENS = 0  # llama.cpp's slot says its own (2,048)
-    n_ctx = httpx.get(f"{upstream_is_llama.base_url}/props").json()["default_generation_settings"]["n_ctx"]
+    n_ctx = httpx2.get(f"{upstream_is_llama.base_url}/props").json()["default_generation_settings"]["n_ctx"]
     for turn in range(4):
         events = await ask(api, conversation, meeting_notes(turn, 2500))
 

@@ -5,7 +5,7 @@ Beyond either, the API answers 429 with Retry-After and the admin's form says so
 import asyncio
 import json
 
-import httpx
+import httpx2
 import pytest
 from django.core.cache import cache
 from django.test import AsyncClient, override_settings
@@ -127,6 +127,7 @@ def test_wrong_passwords_at_the_admin_login_are_refused_and_count_for_the_api_to
     assert api.status_code == 429
 
 
+@pytest.mark.process
 def test_every_web_process_sees_the_same_count_through_redis(user, settings):
     if not settings.REDIS_URL:
         pytest.fail("this test needs REDIS_URL: the count is shared through Redis")
@@ -134,7 +135,7 @@ def test_every_web_process_sees_the_same_count_through_redis(user, settings):
     database = servers.shared_database_url()
     with servers.daphne_on(database, env=env) as first, servers.daphne_on(database, env=env) as second:
         def sign_in_at(base_url: str, password: str) -> int:
-            with httpx.Client(base_url=base_url) as client:
+            with httpx2.Client(base_url=base_url) as client:
                 client.get("/api/auth/session")
                 return client.post("/api/auth/login", json={"username": user.username, "password": password},
                                    headers={"X-CSRFToken": client.cookies["csrftoken"],

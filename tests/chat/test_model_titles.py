@@ -7,9 +7,11 @@ import os
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatapp.upstream import titles
 from chatapp.models import Conversation
-from tests import factories, servers
+from chatapp.upstream import titles
+from harness import waiting
+from harness import ports
+from tests import factories
 from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 from tests.chat.streams import read_events
 from tests.inference.serving import real_model_serving
@@ -55,7 +57,7 @@ async def test_no_title_is_asked_for_when_model_titles_are_off(api, conversation
 
 
 def test_an_unreachable_inference_service_leaves_the_first_line_title(answered, settings):
-    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()}"
+    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()}"
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"
@@ -141,7 +143,7 @@ async def test_the_real_model_names_a_conversation_after_its_first_answer(
 
     with title_worker(real_inference_url):
         done = (await ask(api, conversation.pk, "What is the capital of France?"))[-1][1]
-        await sync_to_async(servers.wait_until)(
+        await sync_to_async(waiting.wait_until)(
             lambda: title_of(conversation.pk) != "What is the capital of France?", 60,
             "the model's title to be saved")
 
@@ -162,7 +164,7 @@ def test_the_real_models_title_is_not_saved_over_a_rename(answered, settings, re
 @pytest.mark.slow
 def test_a_replica_that_cannot_be_reached_passes_the_title_request_to_the_next(
         answered, settings, real_inference_url):
-    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()},{real_inference_url}"
+    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()},{real_inference_url}"
 
     for _ in range(2):  # the replicas take turns at being tried first: each is, once
         Conversation.objects.filter(pk=answered.pk).update(title="Soup recipes")
@@ -171,7 +173,7 @@ def test_a_replica_that_cannot_be_reached_passes_the_title_request_to_the_next(
 
 
 def test_no_replica_that_answers_leaves_the_first_line_title(answered, settings):
-    settings.INFERENCE_URL = ",".join(f"http://127.0.0.1:{servers.free_port()}" for _ in range(2))
+    settings.INFERENCE_URL = ",".join(f"http://127.0.0.1:{ports.free_port()}" for _ in range(2))
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"

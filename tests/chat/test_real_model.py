@@ -5,7 +5,7 @@ import asyncio
 import json
 import time
 
-import httpx
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -13,7 +13,8 @@ from benchmarks.workload import meeting_notes
 from chatapp import selectors
 from chatapp.models import Generation, Message
 from chatapp.upstream import models as upstream_models
-from tests import factories, servers
+from harness import waiting
+from tests import factories
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
 from tests.inference.serving import metric, real_model_serving
 
@@ -80,7 +81,7 @@ def whole_context_url():
 
 
 def service_count(url: str, messages: list[dict]) -> int:
-    return httpx.post(f"{url}/tokenize", json={"messages": messages}, timeout=30).json()["count"]
+    return httpx2.post(f"{url}/tokenize", json={"messages": messages}, timeout=30).json()["count"]
 
 
 def prompt_of(generation: Generation, system: list[dict]) -> list[dict]:
@@ -95,7 +96,7 @@ async def test_an_eight_turn_conversation_keeps_every_earlier_message_the_model_
         api, conversation, settings, whole_context_url):
     settings.INFERENCE_URL, settings.CHAT_CONTEXT_TOKENS = whole_context_url, 0
     settings.CHAT_MAX_TOKENS, settings.CHAT_TEMPERATURE = 24, 0
-    context = httpx.get(f"{whole_context_url}/v1/models").json()["data"][0]["max_model_len"]
+    context = httpx2.get(f"{whole_context_url}/v1/models").json()["data"][0]["max_model_len"]
     url = f"/api/conversations/{conversation.pk}/messages"
 
     for turn in range(8):
@@ -152,7 +153,7 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
     left_at = time.monotonic()
     await browser.hang_up()
 
-    async with httpx.AsyncClient(base_url=real_inference_url) as inference:
+    async with httpx2.AsyncClient(base_url=real_inference_url) as inference:
         async def running() -> float:
             return metric((await inference.get("/metrics")).text, "inference_running_sequences")
 
@@ -162,7 +163,7 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
         freed_after = time.monotonic() - left_at
 
     def ended() -> Generation:
-        servers.wait_until(lambda: not Generation.objects.get(conversation=conversation).is_streaming, 10, "the final write")
+        waiting.wait_until(lambda: not Generation.objects.get(conversation=conversation).is_streaming, 10, "the final write")
         return Generation.objects.get(conversation=conversation)
     generation = await sync_to_async(ended)()
     assert grace_s <= freed_after < grace_s + 1.0
@@ -184,9 +185,9 @@ def second_inference_url():
 
 def cancelled_on(url: str) -> float:
     """Requests the service ended because their client went away, once it runs nothing."""
-    servers.wait_until(lambda: metric(httpx.get(f"{url}/metrics").text, "inference_running_sequences") == 0,
+    waiting.wait_until(lambda: metric(httpx2.get(f"{url}/metrics").text, "inference_running_sequences") == 0,
                        30, f"{url} to be working on nothing")
-    return metric(httpx.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
+    return metric(httpx2.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
 
 
 async def test_two_conversations_side_by_side_are_each_answered_by_their_own_model_and_both_stop(

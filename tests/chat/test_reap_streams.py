@@ -4,11 +4,13 @@ it ends interrupted answers on its interval, and purges expired rows, until it i
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from chatapp.models import Generation
+from harness import waiting
+from harness.child_process import REPO_DIR
+from stack import commands
 from tests import servers
 from tests.chat.test_retention import generation_started
 from tests.chat.test_tasks import streaming_generation
@@ -20,17 +22,18 @@ def ended(generation) -> bool:
     return Generation.objects.filter(pk=generation.pk, status="failed").exists()
 
 
+@pytest.mark.process
 def test_the_reaper_ends_interrupted_streams_on_every_round_purges_expired_rows_and_exits_cleanly_on_sigterm():
     first = streaming_generation(heartbeat_ago_s=600)
     expired = generation_started(days_ago=31)
     env = {**os.environ, "DATABASE_URL": servers.shared_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings",
            "CHAT_STALE_STREAM_SECONDS": "60", "CHAT_REAP_INTERVAL_SECONDS": "0.2", "CHAT_RETENTION_DAYS": "30"}
-    reaper = subprocess.Popen([sys.executable, "manage.py", "reap_streams"], cwd=servers.REPO_DIR, env=env,
+    reaper = subprocess.Popen(commands.reaper(), cwd=REPO_DIR, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        servers.wait_until(lambda: ended(first) or reaper.poll() is not None, 60, "the first round")
+        waiting.wait_until(lambda: ended(first) or reaper.poll() is not None, 60, "the first round")
         second = streaming_generation(heartbeat_ago_s=600)  # only a later round can end this one
-        servers.wait_until(lambda: ended(second) or reaper.poll() is not None, 60, "a later round")
+        waiting.wait_until(lambda: ended(second) or reaper.poll() is not None, 60, "a later round")
         reaper.send_signal(signal.SIGTERM)
         status = reaper.wait(timeout=30)
     finally:

@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from chatapp.models import Generation, Message
+from harness import ports
 from tests.chat.streams import names, read_events, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,9 +163,7 @@ async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_f
 
 
 async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conversation, settings):
-    from tests import servers
-
-    settings.INFERENCE_URL = f"http://127.0.0.1:{servers.free_port()}"
+    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()}"
 
     response = await send(api, conversation)
 

@@ -10,9 +10,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
+from harness import waiting
 from chatapp import selectors
 from chatapp.models import Generation, Message
-from tests import factories, servers
+from tests import factories
 from tests.chat.streams import Browser, EventReader, names, read_events, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +42,7 @@ async def leave_after(api, conversation, upstream, deltas: int) -> tuple[Browser
 async def final(generation: Generation) -> Generation:
     """The row once its final write is done."""
     ended = Generation.objects.exclude(status__in=Generation.LIVE_STATUSES).filter(pk=generation.pk)
-    await sync_to_async(servers.wait_until)(ended.exists, 10, "the answer's final write")
+    await sync_to_async(waiting.wait_until)(ended.exists, 10, "the answer's final write")
     return await sync_to_async(Generation.objects.get)(pk=generation.pk)
 
 

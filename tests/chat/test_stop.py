@@ -3,15 +3,16 @@
 import asyncio
 import json
 import os
-import sys
 
-import httpx
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 
 from chatapp.models import Generation
 from chatapp.upstream.sse import SSEParser
+from harness import child_process, ports
+from stack import commands
 from tests import servers
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas
 
@@ -80,18 +81,17 @@ async def test_a_stop_that_arrives_after_the_answer_ended_answers_409_and_change
     assert generation.stop_seen_chars is None and generation.message.content == ended.final_text
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="processes share a channel layer only on Redis")
 def test_a_stop_sent_to_another_daphne_process_stops_the_stream(user, conversation, upstream):
     upstream.script.chunks = [f" word{i}" for i in range(40)]
     upstream.script.interval_s = 0.1
     env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": django_settings.INFERENCE_URL,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40}
-    ports = [servers.free_port(), servers.free_port()]
-    commands = [[sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(p), "chatapp.asgi:application"]
-                for p in ports]
-    with servers.running(commands[0], env=env, ready_url=f"http://127.0.0.1:{ports[0]}/healthz"), \
-            servers.running(commands[1], env=env, ready_url=f"http://127.0.0.1:{ports[1]}/healthz"):
-        holder, other = (httpx.Client(base_url=f"http://127.0.0.1:{p}", timeout=30) for p in ports)
+    web_ports = [ports.free_port(), ports.free_port()]
+    with child_process.running(commands.daphne(web_ports[0]), env=env, ready_url=f"http://127.0.0.1:{web_ports[0]}/healthz"), \
+            child_process.running(commands.daphne(web_ports[1]), env=env, ready_url=f"http://127.0.0.1:{web_ports[1]}/healthz"):
+        holder, other = (httpx2.Client(base_url=f"http://127.0.0.1:{p}", timeout=30) for p in web_ports)
         servers.sign_in(holder, user)
         other.cookies = holder.cookies
         token = holder.cookies["csrftoken"]

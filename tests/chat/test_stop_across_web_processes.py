@@ -10,19 +10,19 @@ and its watcher on the other by construction.
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from django.conf import settings as django_settings
 
 from chatapp.models import Generation
 from chatapp.upstream.sse import SSEParser
-from stack import nginx
+from harness import child_process, ports, waiting
+from stack import commands, nginx
 from tests import factories, servers
 from tests.chat.streams import shown
 
@@ -45,9 +45,9 @@ class TwoWebProcesses:
         return next((log for log in self.access_logs if log.exists() and f'"{request}"' in log.read_text()), None)
 
     @contextmanager
-    def browser(self, user, base_url: str | None = None) -> Iterator[httpx.Client]:
+    def browser(self, user, base_url: str | None = None) -> Iterator[httpx2.Client]:
         """A client signed in as `user` through nginx (or at `base_url`), sending its CSRF token."""
-        with httpx.Client(base_url=base_url or self.base_url, timeout=30) as client:
+        with httpx2.Client(base_url=base_url or self.base_url, timeout=30) as client:
             servers.sign_in(client, user)
             client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
             yield client
@@ -59,19 +59,18 @@ def two_web_processes(upstream, nginx_binary, tmp_path):
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_SECRET_KEY": "shared-test-secret-" + "x" * 40,
            "CHAT_MAX_STREAMS_PER_USER": "1", "CHAT_SAVE_INTERVAL_SECONDS": "0.1",
            "CHAT_WATCH_INTERVAL_SECONDS": "0.1", "TEST_CHAT_RESUME_GRACE_SECONDS": "10"}
-    ports, public_port = [servers.free_port(), servers.free_port()], servers.free_port()
+    web_ports, public_port = [ports.free_port(), ports.free_port()], ports.free_port()
     logs = [tmp_path / f"web-{number}.log" for number in (1, 2)]
-    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=tuple(f"127.0.0.1:{p}" for p in ports))
+    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=tuple(f"127.0.0.1:{p}" for p in web_ports))
     config = nginx.render(site, tmp_path / "nginx")
     with ExitStack() as running:
-        for port, log in zip(ports, logs):
-            command = [sys.executable, "-m", "stack.daphne_uvloop", "-b", "127.0.0.1", "-p", str(port),
-                       "--access-log", str(log), "chatapp.asgi:application"]
-            running.enter_context(servers.running(command, env=env, ready_url=f"http://127.0.0.1:{port}/healthz"))
-        running.enter_context(servers.running(nginx.command(config),
-                                              ready_url=f"http://127.0.0.1:{public_port}/healthz"))
+        for port, log in zip(web_ports, logs):
+            running.enter_context(child_process.running(commands.daphne(port, access_log=log), env=env,
+                                                        ready_url=f"http://127.0.0.1:{port}/healthz"))
+        running.enter_context(child_process.running(nginx.command(config),
+                                                    ready_url=f"http://127.0.0.1:{public_port}/healthz"))
         yield TwoWebProcesses(f"http://127.0.0.1:{public_port}", logs,
-                              [f"http://127.0.0.1:{port}" for port in ports])
+                              [f"http://127.0.0.1:{port}" for port in web_ports])
 
 
 def streamed_text(events) -> str:
@@ -91,7 +90,7 @@ def test_a_stop_through_nginx_reaches_the_stream_held_by_the_other_web_process(
             if stop is None and len([e for e in events if e.event == "delta"]) == 3:
                 generation_id = json.loads(events[0].data)["generation_id"]
                 stop = browser.post(f"/api/generations/{generation_id}/stop", json={"seen_chars": 12})
-    servers.wait_until(lambda: two_web_processes.served_by(question), 10, "the question's access log line")
+    waiting.wait_until(lambda: two_web_processes.served_by(question), 10, "the question's access log line")
     stopper = two_web_processes.served_by(f"POST /api/generations/{generation_id}/stop")
     generation = Generation.objects.select_related("message").get(pk=generation_id)
 
@@ -117,7 +116,7 @@ def test_the_per_user_stream_limit_holds_on_the_other_web_process(two_web_proces
         for _ in chunks:  # to the end, for the access log's line
             pass
     first_question = f"POST /api/conversations/{conversation.pk}/messages"
-    servers.wait_until(lambda: two_web_processes.served_by(first_question), 10, "the first answer's access log line")
+    waiting.wait_until(lambda: two_web_processes.served_by(first_question), 10, "the first answer's access log line")
 
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
     refuser = two_web_processes.served_by(second)
@@ -125,7 +124,7 @@ def test_the_per_user_stream_limit_holds_on_the_other_web_process(two_web_proces
 
 
 def events_of(response, parser: SSEParser):
-    """(name, payload) of each event of an httpx stream, as it comes."""
+    """(name, payload) of each event of an httpx2 stream, as it comes."""
     for chunk in response.iter_raw():
         for event in parser.feed(chunk):
             yield event.event, json.loads(event.data)

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from chatapp.models import Generation
 from chatapp.tasks import fail_interrupted_streams
-from tests import factories, servers
+from harness import waiting
+from tests import factories
 from tests.celery_worker import QUEUE, celery_worker
 
 pytestmark = pytest.mark.django_db
@@ -52,13 +53,14 @@ def test_a_stop_pressed_before_the_crash_still_counts(settings):
     assert stale.message.content == "part"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="a separate worker needs the Redis broker")
 @pytest.mark.django_db(transaction=True)
 def test_a_celery_worker_runs_the_task_from_the_redis_broker(settings):
     stale = streaming_generation(heartbeat_ago_s=600)
     with celery_worker(CHAT_STALE_STREAM_SECONDS="60"):
         fail_interrupted_streams.apply_async(queue=QUEUE)
-        servers.wait_until(
+        waiting.wait_until(
             lambda: Generation.objects.filter(pk=stale.pk, status="failed").exists(),
             60, "the worker to end the interrupted stream",
         )

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from tests.servers import wait_until
+from harness.waiting import wait_until
 
 _EVENT_STREAM = b"text/event-stream"
 

@@ -8,7 +8,7 @@ its inference service answer their health checks afterwards.
 
 from dataclasses import dataclass
 
-import httpx
+import httpx2
 import pytest
 import requests
 from hypothesis import given
@@ -97,7 +97,7 @@ def signed_in(app_url, transactional_db):
         "message_id": [completed_rows[0].pk, truncated_rows[1].pk, others_rows[0].pk],
         "generation_id": [completed_rows[2].pk, truncated_rows[2].pk, others_rows[2].pk],
     }
-    with httpx.Client(base_url=app_url, timeout=30) as client:
+    with httpx2.Client(base_url=app_url, timeout=30) as client:
         servers.sign_in(client, user)
         session = requests.Session()
         session.cookies.update(dict(client.cookies))
@@ -155,8 +155,8 @@ def test_hostile_queries_and_ids_get_no_server_error(signed_in):
 
 
 def test_the_app_and_its_inference_service_are_healthy_after_the_fuzz(app_url, inference_url):
-    statuses = {"chat /healthz": httpx.get(app_url + "/healthz").status_code,
-                "inference /health": httpx.get(inference_url + "/health").status_code}
+    statuses = {"chat /healthz": httpx2.get(app_url + "/healthz").status_code,
+                "inference /health": httpx2.get(inference_url + "/health").status_code}
     RUN.health.update(statuses)
 
     assert statuses == {"chat /healthz": 200, "inference /health": 200}

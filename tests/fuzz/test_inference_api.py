@@ -2,7 +2,7 @@
 hostile bodies, against a real server with the real model. No answer may be a 5xx, and the
 service must still answer /health with 200 after each request."""
 
-import httpx
+import httpx2
 import pytest
 from hypothesis import given
 
@@ -39,7 +39,7 @@ def inference_url():
 def send_and_check_health(url: str, send):
     """The request's answer, or the health check's when the request left the service unhealthy."""
     response = send()
-    health = httpx.get(url + "/health")
+    health = httpx2.get(url + "/health")
     return response if response.status_code >= 500 or health.status_code == 200 else health
 
 
@@ -60,7 +60,7 @@ def test_generated_requests_get_no_server_error(endpoint, inference_url):
 
 
 def test_hostile_bodies_get_no_server_error(inference_url):
-    with httpx.Client(base_url=inference_url, timeout=120) as client:
+    with httpx2.Client(base_url=inference_url, timeout=120) as client:
         findings = [exchange(endpoint, what, f"{endpoint} with {what}",
                              send=lambda body=body, path=endpoint.split(" ")[1]: send_and_check_health(
                                  inference_url, lambda: client.post(
@@ -72,7 +72,7 @@ def test_hostile_bodies_get_no_server_error(inference_url):
 
 
 def test_the_inference_service_is_healthy_after_the_fuzz(inference_url):
-    status = httpx.get(inference_url + "/health").status_code
+    status = httpx2.get(inference_url + "/health").status_code
     RUN.health["inference alone /health"] = status
 
     assert status == 200

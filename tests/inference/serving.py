@@ -4,8 +4,10 @@ import asyncio
 import json
 from contextlib import contextmanager
 
-import httpx
+import httpx2
+from prometheus_client.parser import text_string_to_metric_families
 
+from chatapp.upstream.sse import SSEParser
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
 from inference.server import create_app
@@ -40,10 +42,10 @@ def real_model_serving(model_name: str = "SmolLM2-135M-Instruct", **limits):
         yield url
 
 
-async def health_while_stalled(url: str, stall, send) -> tuple[httpx.Response, httpx.Response]:
+async def health_while_stalled(url: str, stall, send) -> tuple[httpx2.Response, httpx2.Response]:
     """/health's answer while `stall` (a stalling fake) holds the request `send(client)` makes,
     and that request's answer once released."""
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx2.AsyncClient(timeout=60) as client:
         pending = asyncio.ensure_future(send(client))
         try:
             assert await asyncio.to_thread(stall.entered.wait, 30)  # held there now
@@ -60,25 +62,25 @@ def chat(content: str = "Hello there", **fields) -> dict:
     return body
 
 
-def stream(url: str, body: dict, headers=None) -> tuple[httpx.Response, list]:
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+def stream(url: str, body: dict, headers=None) -> tuple[httpx2.Response, list]:
+    with httpx2.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
                       timeout=60) as response:
-        lines = list(response.iter_lines())
-    return response, sse_events(lines)
+        body = response.read()
+    return response, sse_events(body)
 
 
-def sse_events(lines) -> list:
-    """`data:` payloads of an SSE body, in order: JSON objects, or the string "[DONE]"."""
-    events = []
-    for line in lines:
-        if line.startswith("data: "):
-            payload = line[len("data: "):]
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+def sse_events(body: bytes) -> list:
+    """The events of an SSE body, in order, read by the relay's own parser: the JSON objects,
+    or the string "[DONE]"."""
+    return [event.data if event.data == "[DONE]" else json.loads(event.data)
+            for event in SSEParser().feed(body)]
 
 
-def metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)
+def metric(text: str, name: str, **labels: str) -> float:
+    """A sample's value in a Prometheus text exposition (prometheus_client reads it), summed over
+    the labels not given; KeyError when no sample matches."""
+    found = [sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+             if sample.name == name and labels.items() <= sample.labels.items()]
+    if not found:
+        raise KeyError(name)
+    return sum(found)

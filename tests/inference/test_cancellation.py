@@ -2,11 +2,13 @@
 
 import asyncio
 
-import httpx
+import httpx2
 
+from harness import waiting
+from harness import waiting
 from inference.async_engine import AsyncEngine
 from inference.engine import SamplingParams
-from tests import servers
+
 from tests.inference import models
 from tests.inference.serving import chat, metric, serving, service_for
 
@@ -41,7 +43,7 @@ async def test_a_stream_closed_after_k_outputs_is_freed_before_the_next_step():
 
 def running_and_cache(url: str) -> tuple[float, float, float]:
     """Running sequences, cache memory they hold (kept prefixes give theirs up on demand), cancels."""
-    text = httpx.get(f"{url}/metrics").text
+    text = httpx2.get(f"{url}/metrics").text
     held = metric(text, "inference_kv_cache_bytes") - metric(text, "inference_kv_cache_reusable_bytes")
     return (metric(text, "inference_running_sequences"), held,
             metric(text, "inference_requests_cancelled_total"))
@@ -50,14 +52,14 @@ def running_and_cache(url: str) -> tuple[float, float, float]:
 def test_a_client_that_disconnects_mid_stream_leaves_nothing_running():
     engine = models.engine(models.tiny_model())
     with serving(service_for(engine)) as url:
-        with httpx.stream("POST", f"{url}/v1/chat/completions",
+        with httpx2.stream("POST", f"{url}/v1/chat/completions",
                           json=chat(stream=True, max_tokens=1000), timeout=60) as response:
             chunks = 0
             for line in response.iter_lines():
                 chunks += line.startswith("data: ")
                 if chunks == 4:
                     break
-        servers.wait_until(lambda: running_and_cache(url)[0] == 0, 30, "the sequence to be freed")
+        waiting.wait_until(lambda: running_and_cache(url)[0] == 0, 30, "the sequence to be freed")
         running, cache_bytes, cancelled = running_and_cache(url)
 
     assert (running, cache_bytes, cancelled) == (0, 0, 1)
@@ -67,7 +69,7 @@ async def test_fifty_concurrent_cancels_leave_zero_running_and_all_cache_memory_
     engine = models.engine(models.tiny_model(), max_running=64, max_cached_tokens=65536,
                            cache_group_size=8)
     with serving(service_for(engine, max_waiting=64)) as url:
-        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=60)) as client:
+        async with httpx2.AsyncClient(timeout=120, limits=httpx2.Limits(max_connections=60)) as client:
 
             async def leave_after(chunks_wanted: int) -> int:
                 seen = 0
@@ -80,7 +82,7 @@ async def test_fifty_concurrent_cancels_leave_zero_running_and_all_cache_memory_
                 return seen
 
             seen = await asyncio.gather(*(leave_after(3 + i % 5) for i in range(50)))
-        await asyncio.to_thread(servers.wait_until, lambda: running_and_cache(url)[0] == 0, 60,
+        await asyncio.to_thread(waiting.wait_until, lambda: running_and_cache(url)[0] == 0, 60,
                                 "every sequence to be freed")
         running, cache_bytes, cancelled = running_and_cache(url)
 

@@ -6,7 +6,6 @@ so that which outputs are waiting when it looks is decided here rather than by t
 """
 
 import asyncio
-import asyncio
 import json
 
 import pytest
@@ -56,10 +55,10 @@ class Writer:
 
     async def next(self):
         raw = await anext(self.events)
-        return raw if raw == SSE_HEARTBEAT else sse_events(raw.decode().splitlines())[0]
+        return raw if raw == SSE_HEARTBEAT else sse_events(raw)[0]
 
     async def rest(self) -> list:
-        return [sse_events(raw.decode().splitlines())[0] async for raw in self.events]
+        return [sse_events(raw)[0] async for raw in self.events]
 
     def metric(self, name: str) -> float:
         return metric(self.service.metrics.render().decode(), name)

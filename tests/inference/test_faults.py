@@ -2,7 +2,7 @@
 
 import asyncio
 
-import httpx
+import httpx2
 
 from common.vocabulary import FinishReason
 from inference.engine import SamplingParams
@@ -16,12 +16,12 @@ async def test_a_step_that_raises_ends_every_open_stream_with_an_error_event():
     engine = models.engine(models.tiny_model())
     engine.runner = FailingRunner(engine.runner, after_steps=5)
     with serving(service_for(engine)) as url:
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx2.AsyncClient(timeout=60) as client:
 
             async def read_all() -> list:
                 async with client.stream("POST", f"{url}/v1/chat/completions",
                                          json=chat(stream=True, max_tokens=500)) as response:
-                    return sse_events([line async for line in response.aiter_lines()])
+                    return sse_events(await response.aread())
 
             streams = await asyncio.gather(*(read_all() for _ in range(4)))
             health = await client.get(f"{url}/health")
@@ -43,12 +43,12 @@ async def test_a_request_whose_step_raises_ends_alone_while_its_neighbours_finis
     engine.runner = PoisonedRunner(engine.runner, "poisoned")
     body = chat(stream=True, max_tokens=12, temperature=0)
     with serving(service_for(engine)) as url:
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx2.AsyncClient(timeout=60) as client:
 
             async def read_all(request_id: str) -> list:
                 async with client.stream("POST", f"{url}/v1/chat/completions", json=body,
                                          headers={"X-Request-Id": request_id}) as response:
-                    return sse_events([line async for line in response.aiter_lines()])
+                    return sse_events(await response.aread())
 
             poisoned, *neighbours = await asyncio.gather(
                 read_all("poisoned"), *(read_all(f"neighbour-{i}") for i in range(3)))

@@ -5,7 +5,7 @@ cache row and the next turn starts from it. Reuse must never change a token (gre
 kept row must never stand in the way of a running request's memory.
 """
 
-import httpx
+import httpx2
 import pytest
 
 from common.vocabulary import FinishReason
@@ -46,6 +46,7 @@ def drain(engine) -> dict[str, list]:
     return outputs
 
 
+@pytest.mark.slow
 def test_a_real_conversation_answers_token_for_token_the_same_with_and_without_reuse():
     # A model each: an engine that packs its matrices releases the model's plain weights.
     with_reuse = converse(models.engine(models.real_model()), USER_TURNS, max_tokens=32)
@@ -197,7 +198,7 @@ def test_the_api_counts_every_prompt_token_and_says_how_many_came_from_the_cache
         history += [{"role": "assistant", "content": "Grey, silver and pale green."},
                     {"role": "user", "content": "And at night?"}]
         second = usage_of(url, chat(messages=history, max_tokens=5, temperature=0), stream_it)
-        text = httpx.get(f"{url}/metrics").text
+        text = httpx2.get(f"{url}/metrics").text
 
     prompt_tokens = len(models.engine_tokenizer_prompt(history))
     assert first["prompt_tokens_details"]["cached_tokens"] == 0
@@ -213,4 +214,4 @@ def usage_of(url: str, body: dict, stream_it: bool) -> dict:
     if stream_it:
         _, events = stream(url, {**body, "stream": True, "stream_options": {"include_usage": True}})
         return events[-2]["usage"]
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()["usage"]
+    return httpx2.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()["usage"]

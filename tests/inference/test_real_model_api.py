@@ -1,6 +1,6 @@
 """The default model through the HTTP API: multi-byte text and stop strings over the wire."""
 
-import httpx
+import httpx2
 import pytest
 
 from inference.engine import LLMEngine
@@ -24,15 +24,15 @@ def body(content: str, **fields) -> dict:
 
 
 def streamed(url: str, request: dict) -> tuple[list[str], list]:
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**request, "stream": True},
+    with httpx2.stream("POST", f"{url}/v1/chat/completions", json={**request, "stream": True},
                       timeout=120) as response:
-        events = sse_events(response.iter_lines())
+        events = sse_events(response.read())
     deltas = [e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e.get("choices")]
     return deltas, events
 
 
 def whole(url: str, request: dict) -> dict:
-    return httpx.post(f"{url}/v1/chat/completions", json=request, timeout=120).json()
+    return httpx2.post(f"{url}/v1/chat/completions", json=request, timeout=120).json()
 
 
 def test_emoji_and_cjk_arrive_in_whole_characters_and_add_up_to_the_whole_answer(real_url):

@@ -2,9 +2,10 @@
 
 import json
 
-import httpx
+import httpx2
 import pytest
 
+from harness import waiting
 from inference.config import InferenceConfig
 from inference.server import create_app
 from inference.service import InferenceService
@@ -22,28 +23,28 @@ def default_url():
     """The service as its defaults configure it (the context left to the model), real model."""
     service = InferenceService(InferenceConfig(max_running=4, matrices="plain"))
     with servers.uvicorn_in_thread(create_app(service)) as url:
-        servers.wait_until(lambda: httpx.get(f"{url}/health").status_code != 503 or service.error,
+        waiting.wait_until(lambda: httpx2.get(f"{url}/health").status_code != 503 or service.error,
                            300, "the model to load")
-        assert httpx.get(f"{url}/health").status_code == 200, service.error
+        assert httpx2.get(f"{url}/health").status_code == 200, service.error
         yield url
     service.stop()
 
 
 def count(url: str, body: dict) -> dict:
-    response = httpx.post(f"{url}/tokenize", json=body, timeout=60)
+    response = httpx2.post(f"{url}/tokenize", json=body, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def completion(url: str, messages: list[dict], **fields) -> httpx.Response:
-    return httpx.post(f"{url}/v1/chat/completions", timeout=300, json={
+def completion(url: str, messages: list[dict], **fields) -> httpx2.Response:
+    return httpx2.post(f"{url}/v1/chat/completions", timeout=300, json={
         "model": NAME, "messages": messages, "temperature": 0, "max_tokens": 1, **fields})
 
 
 def test_the_default_context_is_the_models_own(default_url):
     trained = json.loads((models.default_model_dir() / "config.json").read_text())["max_position_embeddings"]
 
-    listed = httpx.get(f"{default_url}/v1/models").json()["data"]
+    listed = httpx2.get(f"{default_url}/v1/models").json()["data"]
 
     assert trained == 8192
     assert [(m["id"], m["max_model_len"]) for m in listed] == [(NAME, trained)]

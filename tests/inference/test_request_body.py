@@ -2,7 +2,7 @@
 
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from tests.fakes.stalling_tokenizer import StallingTokenizer
@@ -19,7 +19,7 @@ def capped_url():
         yield url
 
 
-def assert_too_large(response: httpx.Response) -> None:
+def assert_too_large(response: httpx2.Response) -> None:
     assert response.status_code == 413
     assert response.headers["content-type"] == "application/json"
     error = response.json()["error"]
@@ -28,7 +28,7 @@ def assert_too_large(response: httpx.Response) -> None:
 
 
 def test_a_body_whose_declared_length_is_over_the_cap_is_refused_with_413(capped_url):
-    response = httpx.post(f"{capped_url}/v1/chat/completions", json=chat("x" * 2 * CAP))
+    response = httpx2.post(f"{capped_url}/v1/chat/completions", json=chat("x" * 2 * CAP))
 
     assert_too_large(response)
 
@@ -40,7 +40,7 @@ def test_a_chunked_body_that_grows_over_the_cap_is_refused_with_413(capped_url):
         for start in range(0, len(body), 1000):
             yield body[start:start + 1000]
 
-    response = httpx.post(f"{capped_url}/v1/chat/completions", content=chunks(),
+    response = httpx2.post(f"{capped_url}/v1/chat/completions", content=chunks(),
                           headers={"content-type": "application/json"})
 
     assert "content-length" not in response.request.headers
@@ -52,7 +52,7 @@ def test_a_body_just_under_the_cap_is_read_whole(capped_url):
     padding = CAP - 1 - len(json.dumps(request))
     content = json.dumps({**request, "user": "u" * padding}).encode()
 
-    response = httpx.post(f"{capped_url}/v1/chat/completions", content=content,
+    response = httpx2.post(f"{capped_url}/v1/chat/completions", content=content,
                           headers={"content-type": "application/json"})
 
     assert len(content) == CAP - 1

@@ -2,7 +2,7 @@
 
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from inference.config import InferenceConfig
@@ -25,14 +25,14 @@ def tiny_url():
         yield url
 
 
-def tokenize(url: str, body) -> httpx.Response:
+def tokenize(url: str, body) -> httpx2.Response:
     content = body if isinstance(body, str) else json.dumps(body)
-    return httpx.post(f"{url}/tokenize", content=content, headers={"content-type": "application/json"},
+    return httpx2.post(f"{url}/tokenize", content=content, headers={"content-type": "application/json"},
                       timeout=60)
 
 
 def prompt_tokens(url: str, messages: list[dict], **fields) -> int:
-    completion = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+    completion = httpx2.post(f"{url}/v1/chat/completions", timeout=60,
                             json=chat(max_tokens=1, temperature=0, **fields) | {"messages": messages})
     assert completion.status_code == 200, completion.text
     return completion.json()["usage"]["prompt_tokens"]
@@ -126,7 +126,7 @@ def test_an_unknown_model_is_refused_with_404(tiny_url):
 
 
 def test_models_say_the_context_a_prompt_and_its_answer_must_fit(tiny_url):
-    listed = httpx.get(f"{tiny_url}/v1/models").json()
+    listed = httpx2.get(f"{tiny_url}/v1/models").json()
 
     assert [(m["id"], m["max_model_len"]) for m in listed["data"]] == [(MODEL_NAME, CONTEXT)]
 

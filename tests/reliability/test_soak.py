@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.servers import REPO_DIR
+from harness.child_process import REPO_DIR
 
 # Growth needs minutes to mean anything; every other verdict must hold after 20 s too.
 NOT_JUDGED_HERE = {"no growth between the first and the last window"}

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import django
-import httpx
+import httpx2
 
 django.setup()
 
@@ -52,7 +52,7 @@ QUESTIONS = [
 
 
 def completion(url: str, messages: list[dict], **sampling) -> str:
-    response = httpx.post(f"{url}/v1/chat/completions", timeout=300,
+    response = httpx2.post(f"{url}/v1/chat/completions", timeout=300,
                           json={"model": "SmolLM2-135M-Instruct", "messages": messages, "stream": False, **sampling})
     response.raise_for_status()
     return response.json()["choices"][0]["message"]["content"]

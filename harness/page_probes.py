@@ -2,7 +2,7 @@
 
 import os
 
-from tests.servers import wait_until
+from harness.waiting import wait_until
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # Run as root in CI; without the networking flags Chromium keeps trying to reach the internet.
