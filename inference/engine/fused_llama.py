@@ -155,13 +155,12 @@ class FusedLlama:
         return self.lm_head(self._norm(hidden.index_select(0, sampled_at), self.norm))
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if hidden.dtype != torch.float64:
-            # One operation instead of six: torch's kernel accumulates bf16 and fp16 in float32
-            # and rounds once, where transformers' way rounds twice (so a bf16 step is closer to
-            # the exact norm than transformers' bf16 forward, and not bitwise equal to it).
+        if hidden.dtype == torch.float32:
             return F.rms_norm(hidden, weight.shape, weight, self.eps)
-        # transformers narrows float64 to float32 here; float64 is the reference the tests hold
-        # the forward to, exactly.
+        # Every other dtype the way transformers does it: normalised in float32, scaled in the
+        # model's dtype. torch 2.13's CPU rms_norm for bf16 strays far enough that the default
+        # model's greedy answer to "What is the capital of France?" became "L'Étoile, ..."
+        # (tests/inference/test_precision.py); float64 narrows here, as the tests' reference does.
         wide = hidden.float()
         wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * wide.to(hidden.dtype)
