@@ -1,6 +1,6 @@
 """chatapp: the Django project and app. Importing it loads the Celery app so tasks register.
 
-The conversation core lives here: its rows (models), the writes (services) and reads
+The conversation core lives here: its rows (models), the writes (services/) and reads
 (selectors) of them, request input and its errors (error_views: Django's error answers, JSON
 under /api/), the sign-in limit (login_limit); and the doors that tie the rooms together
 (api, views, urls, admin, tasks, settings, asgi, celery). The rooms are streaming/, upstream/,

@@ -1,5 +1,5 @@
 """The staff room's writes: the daily rollups saved, expired rows purged. The conversation
-core's writes are chatapp/services.py; the reads these start from are staff/selectors.py.
+core's writes are chatapp/services/; the reads these start from are staff/selectors.py.
 """
 
 from dataclasses import asdict

@@ -1,0 +1,204 @@
+"""Writes of one answer's life once started: status moves, the final write, partial saves while
+it streams, the relay's heartbeat, and Stop."""
+
+import logging
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, status_for
+
+from ..models import Generation, Message
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """How one generation ended, as the relay saw it."""
+
+    text: str = ""  # what went out to the browser
+    finish_reason: FinishReason | None = None
+    cancelled_by: CancelledBy | None = None
+    error_code: str = ""
+    error_message: str = ""
+    usage: dict | None = None
+    prompt_tokens: int | None = None  # said by the upstream at open; its final usage wins
+    first_token_at: object = None  # datetime
+    ttft_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_max_ms: float | None = None
+    num_chunks: int = 0
+
+
+class IllegalTransition(Exception):
+    """A generation was asked to move where its status does not allow (a final one never moves)."""
+
+    def __init__(self, generation: Generation, to: GenerationStatus):
+        super().__init__(f"generation {generation.pk} is {generation.status}; it cannot become {to}")
+        self.status, self.to = GenerationStatus(generation.status), to
+
+
+# Every move a generation may make; a final status has no way out.
+_MOVES = {
+    GenerationStatus.STREAMING: {GenerationStatus.STOP_REQUESTED, GenerationStatus.COMPLETED,
+                                 GenerationStatus.STOPPED, GenerationStatus.TRUNCATED,
+                                 GenerationStatus.FAILED},
+    GenerationStatus.STOP_REQUESTED: {GenerationStatus.STOPPED},
+}
+
+
+def generation_move(*, generation_id: int, to: GenerationStatus, **fields) -> Generation:
+    """The one place a generation's status changes: under the row's lock, legal moves only.
+
+    `fields` are written with the move; the answer's message follows the status. Raises
+    IllegalTransition, leaving the row untouched, for any other move.
+    """
+    with transaction.atomic():
+        return _move(_locked(generation_id), to, **fields)
+
+
+def _locked(generation_id: int) -> Generation:
+    """The generation with its message, its row locked until the transaction ends."""
+    return (Generation.objects.select_for_update(of=("self",)).select_related("message")
+            .get(pk=generation_id))
+
+
+def _move(generation: Generation, to: GenerationStatus, **fields) -> Generation:
+    """generation_move's work on a row already locked."""
+    if to not in _MOVES.get(GenerationStatus(generation.status), ()):
+        raise IllegalTransition(generation, to)
+    generation.status = to
+    for name, value in fields.items():
+        setattr(generation, name, value)
+    generation.save(update_fields=["status", *fields])
+    message = generation.message
+    if message is not None and to.is_final:
+        message.content = _prefix(message, generation.pk) + generation.final_text
+        message.status = to.message_status
+        message.save(update_fields=["content", "status"])
+    return generation
+
+
+@transaction.atomic
+def generation_finish(*, generation_id: int, outcome: Outcome,
+                      unless_heartbeat_since: object = None) -> Generation | None:
+    """The final write: the exact text the user saw, the status, and the audit figures.
+
+    A Stop recorded earlier (stop_requested) wins over however the stream ended: the text is cut
+    to what the user saw then. A generation that already ended (the reaper judged it dead) keeps
+    its final status: it is returned as it is. With `unless_heartbeat_since` (the reaper's
+    cutoff), a generation whose relay has proven alive since then is left alone (None).
+    """
+    # Locked from this read on, so that a Stop or a heartbeat cannot land between it and the move.
+    current = _locked(generation_id)
+    if unless_heartbeat_since is not None and (current.heartbeat_at >= unless_heartbeat_since
+                                               or GenerationStatus(current.status).is_final):
+        return None  # alive after all, or its relay finished it meanwhile
+    text, reason, cancelled_by = outcome.text, outcome.finish_reason, outcome.cancelled_by
+    error_code, error_message = outcome.error_code, outcome.error_message
+    if current.status == GenerationStatus.STOP_REQUESTED:
+        # An admin's Stop has no count of characters seen: the user keeps all that was sent.
+        text = text[: current.stop_seen_chars]
+        reason, error_code, error_message = FinishReason.CANCELLED, "", ""
+        cancelled_by = current.cancelled_by or CancelledBy.USER
+    elif cancelled_by is not None:
+        reason = FinishReason.CANCELLED
+    elif error_code or reason is None:
+        # Without [DONE] the stream did not end as the protocol intends, whatever it said.
+        reason = FinishReason.ERROR
+    usage = outcome.usage or {}
+    prompt_tokens = usage.get("prompt_tokens")
+    try:
+        return _move(
+            current, status_for(reason), final_text=text,
+            finish_reason=reason, cancelled_by=cancelled_by or "", error_code=error_code,
+            error_message=error_message,
+            input_tokens=outcome.prompt_tokens if prompt_tokens is None else prompt_tokens,
+            # Without usage (a stream cut short), each content chunk carried at least one token.
+            output_tokens=usage.get("completion_tokens", outcome.num_chunks),
+            first_token_at=outcome.first_token_at, ttft_ms=outcome.ttft_ms,
+            itl_mean_ms=outcome.itl_mean_ms, itl_max_ms=outcome.itl_max_ms,
+            finished_at=timezone.now(),
+        )
+    except IllegalTransition as refused:
+        logger.warning("generation %s had already ended (%s); its final write was dropped",
+                       generation_id, refused.status)
+        return current
+
+
+@dataclass(frozen=True)
+class PartialText:
+    """An answer's text so far, for the coarse periodic save while it streams."""
+
+    generation_id: int
+    message_id: int
+    before: str  # the answer's text from earlier generations (a continuation's start)
+    text: str  # this generation's text so far
+
+
+def generation_save_partials(*, partials: list[PartialText]) -> int:
+    """The periodic saves of several streaming answers, in one transaction: a crash loses at
+    most one interval. Returns how many were written.
+
+    Only answers whose generation is still live are written: their rows are locked first (on
+    PostgreSQL; a SQLite transaction of ours holds the file's write lock), so one that ends
+    meanwhile either ended before (and is left alone) or waits for this write to commit.
+    """
+    with transaction.atomic():
+        live = set(Generation.objects.select_for_update()
+                   .filter(pk__in=[p.generation_id for p in partials], status__in=Generation.LIVE_STATUSES)
+                   .values_list("pk", flat=True))
+        kept = [p for p in partials if p.generation_id in live]
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        _update_each(Generation, ["final_text", "heartbeat_at"], [(p.text, now, p.generation_id) for p in kept])
+        _update_each(Message, ["content"], [(p.before + p.text, p.message_id) for p in kept])
+    return len(kept)
+
+
+def _update_each(model, fields: list[str], rows: list[tuple]) -> None:
+    """One UPDATE of `fields` by primary key, run for each row (the field values, then the key).
+
+    Django's bulk_update builds one CASE over every row instead, which the database evaluates
+    for each row it updates: 2 ms a row at 300 rows on SQLite. The statement is ours, its names
+    come from the model.
+    """
+    if not rows:
+        return
+    quote, meta = connection.ops.quote_name, model._meta
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in fields)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s",
+                           rows)
+
+
+def generation_heartbeat(*, generation_id: int) -> bool:
+    """The relay is alive. True while the generation goes on streaming; False once a Stop is
+    recorded or it has ended (then the relay stops and makes its final write)."""
+    return bool(Generation.objects.filter(pk=generation_id, status=GenerationStatus.STREAMING)
+                .update(heartbeat_at=timezone.now()))
+
+
+def _prefix(message: Message, generation_id: int) -> str:
+    """The answer's text before this generation (the part a continuation continues)."""
+    earlier = message.generations.filter(pk__lt=generation_id).exclude(status__in=Generation.LIVE_STATUSES)
+    return "".join(earlier.order_by("pk").values_list("final_text", flat=True))
+
+
+def generation_stop(*, generation: Generation, seen_chars: int | None,
+                    cancelled_by: CancelledBy = CancelledBy.USER) -> Generation:
+    """Records a Stop with the length its user saw; the relay applies it at its final write.
+
+    An admin's Stop (from the live view) passes `seen_chars=None`: the answer keeps every
+    character its user was sent. A second Stop while the first is pending changes nothing.
+    Raises IllegalTransition when the answer has already ended: its text and audit figures stay
+    as they are.
+    """
+    try:
+        return generation_move(generation_id=generation.pk, to=GenerationStatus.STOP_REQUESTED,
+                               cancelled_by=cancelled_by, stop_seen_chars=seen_chars)
+    except IllegalTransition as refused:
+        if refused.status == GenerationStatus.STOP_REQUESTED:
+            return Generation.objects.get(pk=generation.pk)
+        raise
