@@ -6,10 +6,10 @@ import { createCharacterLimit } from "./character_limit.js";
 import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
-import { answerLabel } from "./labels.js";
 import { LiveAnswers } from "./live_answers.js";
+import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
-import { copyWithFeedback, createFramePainter } from "./render.js";
+import { createFramePainter } from "./render.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
 import { watchTitle } from "./title_watch.js";
@@ -27,9 +27,6 @@ const view = {
   send: $("send"), stop: $("stop"), announcer: $("announcer"), alert: $("alert"), alertText: $("alert-text"),
   dismiss: $("alert-dismiss"), count: $("composer-count"),
 };
-const NEAR_BOTTOM_PX = 80;
-const VISIBLE_ROLES = new Set(["user", "assistant"]);
-
 let conversationId = null;
 const live = new LiveAnswers(); // the answers being read, in this conversation or others
 const liveHere = () => live.get(conversationId);
@@ -66,6 +63,8 @@ function handleError(error) {
   if (error instanceof ApiError && error.status === 401) return auth.showLogin(sentenceFor(error));
   showAlert(sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars }));
 }
+
+const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
 
 const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
 
@@ -116,13 +115,10 @@ function showConversation(id, title = "", messages = [], conversation = null) {
 
 function renderHistory(messages) {
   live.detachAll(); // their elements are about to go
-  const shown = messages.filter((m) => VISIBLE_ROLES.has(m.role));
-  view.messages.replaceChildren(...shown.map(msg.messageFromApi));
-  msg.markContextStart(view.messages, msg.contextStartOf(shown));
-  view.empty.hidden = view.messages.children.length > 0;
+  const shown = messageList.show(messages);
   followLiveAnswer(shown.at(-1));
   syncStreaming();
-  view.messages.scrollTop = view.messages.scrollHeight;
+  messageList.scrollToBottom();
 }
 
 /**
@@ -134,7 +130,7 @@ function followLiveAnswer(lastMessage) {
   const isStreamingAnswer = last?.dataset.role === "assistant" && last.dataset.status === STATUS.STREAMING;
   const entry = liveHere();
   if (entry) {
-    const el = isStreamingAnswer ? last : newAnswer();
+    const el = isStreamingAnswer ? last : messageList.newAnswer();
     entry.el = el;
     msg.beginStreaming(el);
     if (!entry.generation.stopped) entry.generation.paintNow();
@@ -198,8 +194,7 @@ async function reloadMessages(id) {
   }
 }
 
-// Answers and user messages appear before the server names them; learn their ids afterwards
-// without rendering anything twice.
+/** The ids the server gave the messages on screen; its history instead where they differ. */
 async function learnIds(id) {
   let results;
   try {
@@ -208,19 +203,8 @@ async function learnIds(id) {
     return;
   }
   if (id !== conversationId || live.get(id)) return;
-  const stored = results.filter((m) => VISIBLE_ROLES.has(m.role));
-  const shown = [...view.messages.querySelectorAll(".message")];
-  if (shown.length !== stored.length || shown.some((el, i) => el.dataset.role !== stored[i].role)) {
-    renderHistory(stored);
-    return;
-  }
-  shown.forEach((el, i) => {
-    if (!el.dataset.messageId) el.dataset.messageId = String(stored[i].id);
-    // The stream's done does not say who stopped an answer; the stored record does.
-    if (el.dataset.role === "assistant") msg.settleFromApi(el, stored[i]);
-  });
-  msg.markContextStart(view.messages, msg.contextStartOf(stored));
-  msg.refreshActions(view.messages, false);
+  const stored = shownOf(results);
+  if (!messageList.learnIds(stored)) renderHistory(stored);
 }
 
 view.newConversation.addEventListener("click", async () => {
@@ -245,10 +229,6 @@ document.addEventListener("conversation-renamed", ({ detail }) => showTitle(deta
 document.addEventListener("conversations-loaded", ({ detail }) => detail.forEach(showTitle));
 
 // --- streaming ---
-const nearBottom = () =>
-  view.messages.scrollHeight - view.messages.scrollTop - view.messages.clientHeight < NEAR_BOTTOM_PX;
-const scrollToBottom = () => { view.messages.scrollTop = view.messages.scrollHeight; };
-
 /** Send or Stop, for the conversation on screen. */
 const syncStreaming = () => setStreaming(liveHere() !== null);
 
@@ -264,13 +244,6 @@ function setStreaming(on) {
   if (!on && (lost || focused === view.stop || focused.disabled)) view.composer.focus();
 }
 
-function newAnswer() {
-  const el = msg.createMessage({ role: "assistant", status: STATUS.STREAMING });
-  view.messages.append(el);
-  view.empty.hidden = true;
-  return el;
-}
-
 /** Follows an answer this page did not start (another tab's, or one from before a reload). */
 function watchAnswer(el, generationId) {
   el.dataset.watched = "true";
@@ -282,17 +255,13 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
   const mySession = session;
   clearAlert();
   msg.beginStreaming(el);
-  scrollToBottom();
+  messageList.scrollToBottom();
   let entry = null;
   const generation = new Generation({
     baseText,
     createPainter: (paint) => createFramePainter(paint),
     paint: (text) => {
-      if (!entry.el) return; // its conversation is not on screen: read on, paint nothing
-      const follow = nearBottom();
-      msg.paintStreaming(entry.el, text);
-      window.chatappStats.paints += 1;
-      if (follow) scrollToBottom();
+      if (entry.el) messageList.paint(entry.el, text); // else not on screen: read on, paint nothing
     },
     onStart: (start) => {
       conversationSettings.used(start.model);
@@ -306,10 +275,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     resume: api.resume,
     // A lost connection is not an error yet: the answer goes on at the server while it is away.
     onReconnecting: (on) => {
-      if (!entry.el) return;
-      entry.el.dataset.reconnecting = String(on);
-      msg.setState(entry.el, on ? "Reconnecting…" : "");
-      if (on) announce("Connection lost; reconnecting.");
+      if (entry.el) messageList.setReconnecting(entry.el, on);
     },
   });
   entry = live.add(id, generation, el);
@@ -332,7 +298,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     handleError(outcome.error);
     await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
   } else {
-    finishAnswer(shownIn, outcome);
+    messageList.finish(shownIn, outcome, liveHere() !== null);
     await learnIds(id);
   }
   sidebar.refresh(); // a first message names the conversation and moves it to the top
@@ -351,22 +317,6 @@ function watchModelTitle(id, mySession) {
       showTitle(conversation);
     },
   });
-}
-
-function finishAnswer(el, outcome) {
-  const { done, error, ending, status, cancelledBy } = outcome;
-  let state = answerLabel({ status, cancelledBy, ending, isFollowed: el.dataset.watched === "true" });
-  if (error) state = `Failed: ${sentenceFor(error)}`;
-  const follow = nearBottom();
-  const started = performance.now();
-  msg.finishMessage(el, {
-    status, cancelledBy, text: outcome.text, state, error: ending || error?.code,
-    figures: done && { ttftMs: done.ttft_ms, tokens: done.usage?.completion_tokens },
-  });
-  window.chatappStats.finalRenderMs = performance.now() - started;
-  msg.refreshActions(view.messages, liveHere() !== null);
-  if (follow) scrollToBottom();
-  announce(status === STATUS.COMPLETED ? "Answer complete." : `Answer: ${state}`);
 }
 
 async function send() {
@@ -388,7 +338,7 @@ async function send() {
   composerChanged();
   view.messages.append(msg.createMessage({ role: "user", content }));
   const sentIn = conversationId;
-  const outcome = await streamAnswer(newAnswer(), api.send(conversationId, content));
+  const outcome = await streamAnswer(messageList.newAnswer(), api.send(conversationId, content));
   // Refused before anything was stored (502-504 from the model store the failed answer, and
   // the message; a model no longer served stores nothing): give the text back so it is not lost.
   const isStored = outcome.error?.status >= 502 && outcome.error?.code !== "model_unavailable";
@@ -412,22 +362,17 @@ function startEdit(userEl) {
     if (liveHere()) return;
     msg.setText(userEl, content);
     while (userEl.nextElementSibling) userEl.nextElementSibling.remove();
-    streamAnswer(newAnswer(), api.edit(userEl.dataset.messageId, content));
+    streamAnswer(messageList.newAnswer(), api.edit(userEl.dataset.messageId, content));
   });
 }
 
-view.messages.addEventListener("click", (event) => {
-  const control = event.target.closest("button");
-  const el = control?.closest(".message");
-  if (!el || control.disabled) return;
-  if (control.classList.contains("copy-answer")) copyWithFeedback(control, msg.textOf(el));
-  else if (control.classList.contains("edit")) startEdit(el);
-  else if (control.classList.contains("retry") && el.dataset.watched && el.dataset.error) {
-    openConversation(conversationId); // the watch broke, not the answer: see where it stands now
-  } else if (control.classList.contains("regenerate") || control.classList.contains("retry")) regenerate();
-  else if (control.classList.contains("continue") && !liveHere()) {
-    streamAnswer(el, api.continueAnswer(el.dataset.messageId), { baseText: msg.textOf(el) });
-  }
+messageList.onControl({
+  edit: startEdit,
+  reopen: () => openConversation(conversationId),
+  regenerate,
+  continueAnswer: (el) => {
+    if (!liveHere()) streamAnswer(el, api.continueAnswer(el.dataset.messageId), { baseText: msg.textOf(el) });
+  },
 });
 
 // --- composer and keys ---

@@ -1,0 +1,111 @@
+// The open conversation's messages on screen: drawn from the stored history, answers added,
+// painted and finished as they stream, their ids learnt afterwards, the clicks on their
+// controls, and the scroll that follows new text while the user is at the bottom. Which
+// conversation and which answers are live is app.js's to know.
+import { sentenceFor } from "./errors.js";
+import { answerLabel } from "./labels.js";
+import * as msg from "./messages.js";
+import { copyWithFeedback } from "./render.js";
+import { STATUS } from "./vocabulary.js";
+
+const NEAR_BOTTOM_PX = 80;
+const VISIBLE_ROLES = new Set(["user", "assistant"]);
+
+/** The stored messages a conversation shows (a system prompt is not one). */
+export const shownOf = (messages) => messages.filter((m) => VISIBLE_ROLES.has(m.role));
+
+/**
+ * @param {object} parts
+ * @param {HTMLElement} parts.list the messages' container
+ * @param {HTMLElement} parts.empty shown while the conversation has no message
+ * @param {(text: string) => void} parts.announce
+ */
+export function createMessageList({ list, empty, announce }) {
+  const nearBottom = () => list.scrollHeight - list.scrollTop - list.clientHeight < NEAR_BOTTOM_PX;
+  const scrollToBottom = () => { list.scrollTop = list.scrollHeight; };
+
+  return {
+    scrollToBottom,
+
+    /** Draws the stored history, unscrolled (a live answer may join it first); returns what it shows. */
+    show(messages) {
+      const shown = shownOf(messages);
+      list.replaceChildren(...shown.map(msg.messageFromApi));
+      msg.markContextStart(list, msg.contextStartOf(shown));
+      empty.hidden = list.children.length > 0;
+      return shown;
+    },
+
+    newAnswer() {
+      const el = msg.createMessage({ role: "assistant", status: STATUS.STREAMING });
+      list.append(el);
+      empty.hidden = true;
+      return el;
+    },
+
+    paint(el, text) {
+      const follow = nearBottom();
+      msg.paintStreaming(el, text);
+      window.chatappStats.paints += 1;
+      if (follow) scrollToBottom();
+    },
+
+    setReconnecting(el, on) {
+      el.dataset.reconnecting = String(on);
+      msg.setState(el, on ? "Reconnecting…" : "");
+      if (on) announce("Connection lost; reconnecting.");
+    },
+
+    /** An answer's end as its stream told it; `streaming`: another answer here still streams. */
+    finish(el, outcome, streaming) {
+      const { done, error, ending, status, cancelledBy } = outcome;
+      let state = answerLabel({ status, cancelledBy, ending, isFollowed: el.dataset.watched === "true" });
+      if (error) state = `Failed: ${sentenceFor(error)}`;
+      const follow = nearBottom();
+      const started = performance.now();
+      msg.finishMessage(el, {
+        status, cancelledBy, text: outcome.text, state, error: ending || error?.code,
+        figures: done && { ttftMs: done.ttft_ms, tokens: done.usage?.completion_tokens },
+      });
+      window.chatappStats.finalRenderMs = performance.now() - started;
+      msg.refreshActions(list, streaming);
+      if (follow) scrollToBottom();
+      announce(status === STATUS.COMPLETED ? "Answer complete." : `Answer: ${state}`);
+    },
+
+    /**
+     * Answers and user messages appear before the server names them: gives them the ids (and an
+     * answer its stored ending) of `stored`, the shown history as stored, without rendering
+     * anything twice. False, changing nothing, when the two do not match one to one.
+     */
+    learnIds(stored) {
+      const shown = [...list.querySelectorAll(".message")];
+      if (shown.length !== stored.length || shown.some((el, i) => el.dataset.role !== stored[i].role)) {
+        return false;
+      }
+      shown.forEach((el, i) => {
+        if (!el.dataset.messageId) el.dataset.messageId = String(stored[i].id);
+        // The stream's done does not say who stopped an answer; the stored record does.
+        if (el.dataset.role === "assistant") msg.settleFromApi(el, stored[i]);
+      });
+      msg.markContextStart(list, msg.contextStartOf(stored));
+      msg.refreshActions(list, false);
+      return true;
+    },
+
+    /** A message's controls: Copy is done here, the others are the caller's. */
+    onControl({ edit, reopen, regenerate, continueAnswer }) {
+      list.addEventListener("click", (event) => {
+        const control = event.target.closest("button");
+        const el = control?.closest(".message");
+        if (!el || control.disabled) return;
+        if (control.classList.contains("copy-answer")) copyWithFeedback(control, msg.textOf(el));
+        else if (control.classList.contains("edit")) edit(el);
+        else if (control.classList.contains("retry") && el.dataset.watched && el.dataset.error) {
+          reopen(); // the watch broke, not the answer: see where it stands now
+        } else if (control.classList.contains("regenerate") || control.classList.contains("retry")) regenerate();
+        else if (control.classList.contains("continue")) continueAnswer(el);
+      });
+    },
+  };
+}
