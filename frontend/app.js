@@ -6,13 +6,13 @@ import { createCharacterLimit } from "./character_limit.js";
 import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
+import { createHeading } from "./heading.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
 import { createFramePainter } from "./render.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
-import { watchTitle } from "./title_watch.js";
 import { STATUS } from "./vocabulary.js";
 
 // For end-to-end tests and the browser benchmark: paints per streamed answer (to compare with
@@ -65,6 +65,9 @@ function handleError(error) {
 }
 
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
+const heading = createHeading({
+  el: view.title, openId: () => conversationId, sidebar, read: (id) => api.conversation(id),
+});
 
 const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
 
@@ -109,7 +112,7 @@ function showConversation(id, title = "", messages = [], conversation = null) {
   conversationSettings.show(id === null ? null : conversation);
   sidebar.setCurrent(id);
   showInAddress(id, { replace: id === null });
-  view.title.textContent = id === null ? "New conversation" : title || "New conversation";
+  heading.set(id, title);
   renderHistory(messages);
 }
 
@@ -222,12 +225,6 @@ view.newConversation.addEventListener("click", async () => {
   }
 });
 
-const showTitle = (conversation) => {
-  if (conversation.id === conversationId) view.title.textContent = conversation.title || "New conversation";
-};
-document.addEventListener("conversation-renamed", ({ detail }) => showTitle(detail));
-document.addEventListener("conversations-loaded", ({ detail }) => detail.forEach(showTitle));
-
 // --- streaming ---
 /** Send or Stop, for the conversation on screen. */
 const syncStreaming = () => setStreaming(liveHere() !== null);
@@ -253,6 +250,7 @@ function watchAnswer(el, generationId) {
 async function streamAnswer(el, open, { baseText = "", watching = false } = {}) {
   const id = conversationId;
   const mySession = session;
+  const stillSignedIn = () => mySession === session; // no sign-out (and in again) meanwhile
   clearAlert();
   msg.beginStreaming(el);
   messageList.scrollToBottom();
@@ -288,7 +286,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
   if (id === conversationId) syncStreaming();
   if (!shownIn || id !== conversationId) {
     sidebar.refresh(); // a first message names the conversation and moves it to the top
-    if (outcome.done?.title_requested) watchModelTitle(id, mySession);
+    if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
     return outcome;
   }
   if (outcome.ending === ENDING.REFUSED && watching) {
@@ -302,21 +300,8 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     await learnIds(id);
   }
   sidebar.refresh(); // a first message names the conversation and moves it to the top
-  if (outcome.done?.title_requested) watchModelTitle(id, mySession);
+  if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
   return outcome;
-}
-
-/** The model is naming the conversation: its title in the list and the heading follow. */
-function watchModelTitle(id, mySession) {
-  watchTitle({
-    read: () => api.conversation(id),
-    shown: () => sidebar.titleOf(id) ?? (id === conversationId ? view.title.textContent : undefined),
-    show: (conversation) => {
-      if (mySession !== session) return; // signed out and in again meanwhile
-      sidebar.setTitle(conversation);
-      showTitle(conversation);
-    },
-  });
 }
 
 async function send() {
