@@ -2,7 +2,7 @@
 // one per conversation, followed in the background when the user opens another.
 import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
-import { createCharacterLimit } from "./character_limit.js";
+import { createComposer } from "./composer.js";
 import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
@@ -71,9 +71,9 @@ const heading = createHeading({
 
 const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
 
-const characterLimit = createCharacterLimit({
-  composer: view.composer, counter: view.count, send: view.send, announce,
-  isBusy: () => document.body.dataset.streaming === "true",
+const { limit: characterLimit, setText: setComposerText } = createComposer({
+  composer: view.composer, form: view.form, counter: view.count, send: view.send, announce,
+  isBusy: () => document.body.dataset.streaming === "true", submit: () => send(),
 });
 
 // --- signing in ---
@@ -319,8 +319,7 @@ async function send() {
       creating = false;
     }
   }
-  view.composer.value = "";
-  composerChanged();
+  setComposerText("");
   view.messages.append(msg.createMessage({ role: "user", content }));
   const sentIn = conversationId;
   const outcome = await streamAnswer(messageList.newAnswer(), api.send(conversationId, content));
@@ -328,8 +327,7 @@ async function send() {
   // the message; a model no longer served stores nothing): give the text back so it is not lost.
   const isStored = outcome.error?.status >= 502 && outcome.error?.code !== "model_unavailable";
   if (outcome.ending === ENDING.REFUSED && !isStored && !view.composer.value && sentIn === conversationId) {
-    view.composer.value = content;
-    composerChanged();
+    setComposerText(content);
   }
 }
 
@@ -360,25 +358,7 @@ messageList.onControl({
   },
 });
 
-// --- composer and keys ---
-function resizeComposer() {
-  view.composer.style.height = "auto";
-  view.composer.style.height = `${view.composer.scrollHeight}px`;
-}
-// Set by the page, not typed: input does not fire.
-function composerChanged() {
-  resizeComposer();
-  characterLimit.update();
-}
-view.composer.addEventListener("input", resizeComposer);
-view.composer.addEventListener("keydown", (event) => {
-  // isComposing: Enter that confirms an input-method candidate (CJK) must not send.
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-    event.preventDefault();
-    send();
-  }
-});
-view.form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
+// --- keys ---
 /**
  * A Stop of the answer on screen. One the server refuses because the answer had ended (it came
  * back after the grace period, or crossed the answer's end) leaves the stored record as it is:
