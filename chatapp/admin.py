@@ -93,12 +93,14 @@ class GenerationAdmin(ReviewOnlyAdmin):
 
 @admin.register(DailyRollup)
 class DailyRollupAdmin(ReviewOnlyAdmin):
-    """The days the staff page reads instead of their generations (chatapp/staff/rollups.py)."""
+    """The days the staff page reads instead of their generations (chatapp/staff/rollups.py): a
+    row for every model (a blank model) and one for each model."""
 
-    list_display = ["day", "generations", "cancelled", "input_tokens", "output_tokens", "ttft_p50_ms",
+    list_display = ["day", "model", "generations", "cancelled", "input_tokens", "output_tokens", "ttft_p50_ms",
                     "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms", "errors", "computed_at"]
+    list_filter = ["model"]
     date_hierarchy = "day"
-    ordering = ["-day"]
+    ordering = ["-day", "model"]
 
     ttft_p50_ms = tenths_of("ttft_p50", "TTFT p50 (ms)")
     ttft_p95_ms = tenths_of("ttft_p95", "TTFT p95 (ms)")

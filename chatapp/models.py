@@ -152,9 +152,20 @@ class Generation(models.Model):
 
 class DailyRollup(models.Model):
     """One UTC day of the audit log summed up (chatapp/staff/rollups.py), so the staff page reads a row
-    per past day instead of every generation; the fields are those of audit.DayTotals."""
+    per past day instead of every generation; the fields are those of audit.DayTotals.
 
-    day = models.DateField(unique=True)
+    A day has one row for every model together (`model` ALL_MODELS) and one for each model its
+    answers came from: the percentiles of a day do not add up from its models' percentiles, so
+    the every-model row is kept whole rather than summed.
+    """
+
+    ALL_MODELS = ""
+
+    day = models.DateField()
+    model = models.CharField(max_length=200, blank=True, default=ALL_MODELS)
+    # On the every-model row: whether the day's per-model rows were written with it. A day rolled
+    # up before rollups were kept per model has its every-model row alone (migration 0009).
+    is_split_by_model = models.BooleanField(default=False)
     generations = models.PositiveIntegerField(default=0)
     cancelled = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
@@ -171,7 +182,8 @@ class DailyRollup(models.Model):
     computed_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["day"]
+        ordering = ["day", "model"]
+        constraints = [models.UniqueConstraint(fields=["day", "model"], name="daily_rollup_one_per_day_and_model")]
 
     def __str__(self) -> str:
-        return f"{self.day}: {self.generations} generation(s)"
+        return f"{self.day} {self.model or 'every model'}: {self.generations} generation(s)"

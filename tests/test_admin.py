@@ -127,6 +127,17 @@ def test_the_daily_rollups_are_listed_with_their_counts_and_percentiles(staff_cl
         assert heading in text
 
 
+def test_the_daily_rollups_are_listed_per_model_and_filter_by_it(staff_client):
+    rollup()
+    rollup(model="qwen2.5-0.5b", generations=7)
+
+    page = staff_client.get(reverse("admin:chatapp_dailyrollup_changelist"), {"model": "qwen2.5-0.5b"})
+
+    text = page.content.decode()
+    assert "By model" in text
+    assert list(page.context["cl"].queryset.values_list("model", "generations")) == [("qwen2.5-0.5b", 7)]
+
+
 def test_a_daily_rollup_cannot_be_added_changed_or_deleted(staff_client):
     day = rollup()
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 DAY_ONE = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 PERIOD = {"from": "2026-03-01", "to": "2026-03-03"}
-HEADINGS = ["Finish reason mix", "Cancel rate per day", "Time to first token per day",
+HEADINGS = ["Generations by model", "Finish reason mix", "Cancel rate per day", "Time to first token per day",
             "Inter-token latency per day", "Errors by error code"]
 
 
@@ -168,3 +168,78 @@ def test_a_line_chart_breaks_its_line_at_a_missing_day():
     assert svg.count("<polyline") == 1
     assert svg.count("<circle") == 3
     assert 'aria-label="t"' in svg and "<title>t</title>" in svg
+
+
+OURS, THEIRS = "SmolLM2-135M-Instruct", "qwen2.5-0.5b"
+
+
+@pytest.fixture
+def two_models():
+    """One day of each model's answers, different in every figure the page draws."""
+    second = timedelta(seconds=1)
+    started(DAY_ONE, model=OURS, finish_reason=FinishReason.STOP, ttft_ms=100.0, itl_mean_ms=10.0,
+            input_tokens=10, output_tokens=20, finished_at=DAY_ONE + second)
+    started(DAY_ONE, model=OURS, finish_reason=FinishReason.CANCELLED, cancelled_by=CancelledBy.USER,
+            ttft_ms=300.0, itl_mean_ms=30.0, input_tokens=10, output_tokens=5, finished_at=DAY_ONE + 3 * second)
+    started(DAY_ONE, model=THEIRS, finish_reason=FinishReason.ERROR, error_code="upstream_refused",
+            input_tokens=7, finished_at=DAY_ONE + 9 * second)
+    started(DAY_ONE + timedelta(days=2), model=THEIRS, finish_reason=FinishReason.CANCELLED,
+            cancelled_by=CancelledBy.ADMIN, ttft_ms=900.0, itl_mean_ms=90.0, output_tokens=50)
+
+
+def test_the_model_filter_narrows_every_figure_to_that_models_answers(staff_client, two_models):
+    ours = audit_page(staff_client, **PERIOD, model=OURS).context
+    theirs = audit_page(staff_client, **PERIOD, model=THEIRS).context
+
+    assert (ours["report"].generations, ours["report"].input_tokens, ours["report"].output_tokens) == (2, 20, 25)
+    assert ours["report"].mean_duration_ms == 2000.0
+    assert dict(ours["report"].finish_reasons)["stop"] == 1 and dict(ours["report"].finish_reasons)["error"] == 0
+    assert ours["report"].cancelled_by == [("user", 1)] and ours["report"].errors == []
+    assert [(day.ttft_p50, day.itl_p95, day.cancel_rate) for day in ours["report"].days] == [
+        (100.0, 30.0, 0.5), (None, None, None), (None, None, None)]
+    assert (theirs["report"].generations, theirs["report"].input_tokens, theirs["report"].output_tokens) == (2, 7, 50)
+    assert theirs["report"].cancelled_by == [("admin", 1)] and theirs["report"].errors == [("upstream_refused", 1)]
+    assert [(day.ttft_p50, day.cancel_rate) for day in theirs["report"].days] == [
+        (None, 0.0), (None, None), (900.0, 1.0)]
+    # Every chart is drawn from the narrowed figures: no chart of one model shows the other's.
+    assert "upstream_refused" in theirs["charts"]["errors"] and "upstream_refused" not in ours["charts"]["errors"]
+    assert all(ours["charts"][name] != theirs["charts"][name] for name in ours["charts"])
+
+
+def test_without_a_model_the_page_counts_every_model_and_shows_each_ones_share(staff_client, two_models):
+    page = audit_page(staff_client)
+
+    text = page.content.decode()
+    assert page.context["report"].generations == 4
+    assert page.context["models"] == [(OURS, 2, "50.0%"), (THEIRS, 2, "50.0%")]
+    assert "<h2>Generations by model</h2>" in text
+    assert f'href="?from=2026-03-01&amp;to=2026-03-03&amp;model={THEIRS}"' in text
+
+
+def test_the_model_chooser_lists_the_models_seen_and_keeps_the_one_chosen(staff_client, two_models):
+    page = audit_page(staff_client, **PERIOD, model=OURS)
+
+    text = page.content.decode()
+    assert '<option value="">All models</option>' in text
+    assert f'<option value="{OURS}" selected>{OURS}</option>' in text
+    assert f'<option value="{THEIRS}">{THEIRS}</option>' in text
+    assert f"<h1>Generation audit: {OURS}</h1>" in text
+
+
+def test_a_model_with_no_answers_in_the_period_gives_an_empty_page_not_an_error(staff_client, two_models):
+    page = audit_page(staff_client, **PERIOD, model="gone-model")
+
+    assert page.status_code == 200
+    assert page.context["report"].generations == 0
+    assert '<option value="gone-model" selected>gone-model</option>' in page.content.decode()
+
+
+@pytest.mark.parametrize("is_staff", [False, None], ids=["a plain user", "anonymous"])
+def test_anyone_who_is_not_staff_is_refused_a_models_figures(client, two_models, is_staff):
+    if is_staff is not None:
+        client.force_login(factories.user(is_staff=is_staff))
+
+    page = audit_page(client, **PERIOD, model=OURS)
+
+    assert page.status_code == 302
+    assert page.url.startswith(reverse("admin:login"))

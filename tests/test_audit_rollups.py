@@ -1,5 +1,6 @@
-"""Daily rollups of the audit log equal a direct computation over the raw rows, and the staff
-page reads them for past days (the raw rows only for the days without one, such as today)."""
+"""Daily rollups of the audit log equal a direct computation over the raw rows, for every model
+together and for each model alone, and the staff page reads them for past days (the raw rows only
+for the days without one, such as today)."""
 
 import random
 from datetime import UTC, datetime, time, timedelta
@@ -10,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chatapp.models import DailyRollup, Generation
+from chatapp.staff import rollups
 from chatapp.tasks import purge_expired_records, roll_up_audit_days
 from common.percentiles import percentile
 from common.vocabulary import FinishReason
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.django_db
 
 REASONS = ["stop", "stop", "stop", "length", "cancelled", "error"]
 CODES = ["upstream_refused", "interrupted", ""]
+MODELS = ["SmolLM2-135M-Instruct", "qwen2.5-0.5b"]
 
 
 def today():
@@ -33,7 +36,7 @@ def started(day, rng: random.Random, **fields) -> Generation:
         error_code=rng.choice(CODES) if reason == "error" else "",
         input_tokens=rng.randrange(1, 500), output_tokens=rng.choice([None, rng.randrange(0, 500)]),
         ttft_ms=rng.choice([None, rng.uniform(5, 900)]), itl_mean_ms=rng.choice([None, rng.uniform(1, 60)]),
-        **fields)
+        **{"model": rng.choice(MODELS), **fields})
     Generation.objects.filter(pk=generation.pk).update(
         started_at=at, finished_at=at + timedelta(milliseconds=rng.uniform(10, 20000)) if reason else None)
     return generation
@@ -53,9 +56,10 @@ def audit_log():
     return past
 
 
-def direct(day) -> dict:
-    """The day's numbers straight from the raw rows, through the database's own aggregates."""
-    rows = Generation.objects.filter(started_at__date=day).order_by()
+def direct(day, model: str = "") -> dict:
+    """The day's numbers straight from the raw rows (of one model, or of all), through the
+    database's own aggregates."""
+    rows = Generation.objects.filter(started_at__date=day, **({"model": model} if model else {})).order_by()
     numbers = rows.aggregate(generations=Count("pk"), cancelled=Count("pk", filter=Q(finish_reason="cancelled")),
                              input_tokens=Sum("input_tokens", default=0), output_tokens=Sum("output_tokens", default=0),
                              finished=Count("finished_at"))
@@ -70,8 +74,8 @@ def direct(day) -> dict:
     return numbers
 
 
-def rolled(day) -> dict:
-    rollup = DailyRollup.objects.get(day=day)
+def rolled(day, model: str = "") -> dict:
+    rollup = DailyRollup.objects.get(day=day, model=model)
     return {name: getattr(rollup, name) for name in (
         "generations", "cancelled", "input_tokens", "output_tokens", "finished", "finish_reasons",
         "cancelled_by", "errors", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95")}
@@ -86,6 +90,17 @@ def test_each_past_day_is_rolled_up_to_exactly_what_its_raw_rows_say(audit_log):
     assert rolled(audit_log[1])["generations"] == 0  # an empty day is rolled up too, as a gap
 
 
+def test_each_past_day_is_rolled_up_per_model_too_beside_its_every_model_row(audit_log):
+    roll_up_audit_days()
+
+    for day in audit_log:
+        models = set(Generation.objects.filter(started_at__date=day).values_list("model", flat=True))
+        assert set(DailyRollup.objects.filter(day=day).exclude(model="").values_list("model", flat=True)) == models
+        for model in models:
+            assert rolled(day, model) == direct(day, model), (day, model)
+    assert DailyRollup.objects.filter(day=audit_log[1]).count() == 1  # an empty day: its every-model row alone
+
+
 def test_rolling_up_again_changes_nothing_and_adds_no_rows(audit_log):
     roll_up_audit_days()
     first = {day: rolled(day) for day in audit_log}
@@ -94,7 +109,18 @@ def test_rolling_up_again_changes_nothing_and_adds_no_rows(audit_log):
     DailyRollup.objects.filter(day=audit_log[0]).delete()  # a day missed (the worker was down)
     assert roll_up_audit_days() == [audit_log[0].isoformat()]
     assert {day: rolled(day) for day in audit_log} == first
-    assert DailyRollup.objects.count() == len(audit_log)
+    assert DailyRollup.objects.count() == len(audit_log) + 3 * len(MODELS)  # the empty day has no model's row
+
+
+def test_rolling_a_day_up_again_recomputes_each_models_row_and_drops_a_model_gone_from_it(audit_log):
+    roll_up_audit_days()
+    day = audit_log[0]
+    Generation.objects.filter(started_at__date=day, model=MODELS[1]).update(model=MODELS[0])
+
+    rollups.roll_up(day)
+
+    assert rolled(day, MODELS[0]) == direct(day, MODELS[0]) == rolled(day)
+    assert not DailyRollup.objects.filter(day=day, model=MODELS[1]).exists()
 
 
 def test_a_day_with_an_answer_still_streaming_waits_until_it_ends(audit_log):
@@ -107,9 +133,10 @@ def test_a_day_with_an_answer_still_streaming_waits_until_it_ends(audit_log):
     assert rolled(audit_log[-1]) == direct(audit_log[-1])
 
 
-def test_the_staff_page_shows_the_same_numbers_from_rollups_as_from_raw_rows(client, audit_log):
+@pytest.mark.parametrize("model", ["", *MODELS])
+def test_the_staff_page_shows_the_same_numbers_from_rollups_as_from_raw_rows(client, audit_log, model):
     client.force_login(factories.user(is_staff=True))
-    period = {"from": audit_log[0].isoformat(), "to": today().isoformat()}
+    period = {"from": audit_log[0].isoformat(), "to": today().isoformat(), "model": model}
     from_raw_rows = client.get(reverse("staff-audit"), period).content
 
     roll_up_audit_days()
@@ -117,7 +144,8 @@ def test_the_staff_page_shows_the_same_numbers_from_rollups_as_from_raw_rows(cli
     assert client.get(reverse("staff-audit"), period).content == from_raw_rows
 
 
-def test_past_days_come_from_their_rollups_and_today_from_its_rows(client, audit_log, settings):
+@pytest.mark.parametrize("model", ["", MODELS[1]])
+def test_past_days_come_from_their_rollups_and_today_from_its_rows(client, audit_log, settings, model):
     client.force_login(factories.user(is_staff=True))
     roll_up_audit_days()
     settings.CHAT_RETENTION_DAYS = 2  # the two oldest days' rows go, after they were rolled up
@@ -125,8 +153,65 @@ def test_past_days_come_from_their_rollups_and_today_from_its_rows(client, audit
     assert not Generation.objects.filter(started_at__date=audit_log[0]).exists()
     started(today(), random.Random(2), finish_reason="stop")
 
-    page = client.get(reverse("staff-audit"), {"from": audit_log[0].isoformat(), "to": today().isoformat()})
+    page = client.get(reverse("staff-audit"), {"from": audit_log[0].isoformat(), "to": today().isoformat(),
+                                               "model": model})
 
-    expected = sum(rolled(day)["generations"] for day in audit_log) + Generation.objects.filter(
-        started_at__date=today()).count()
+    expected = sum(DailyRollup.objects.filter(day__in=audit_log, model=model).values_list("generations", flat=True))
+    expected += Generation.objects.filter(started_at__date=today(), **({"model": model} if model else {})).count()
     assert f"<dt>Generations</dt><dd>{expected}</dd>" in page.content.decode()
+
+
+def as_rolled_up_before_models(day) -> None:
+    """The day's rollup as it was before rollups were kept per model: its every-model row alone."""
+    DailyRollup.objects.filter(day=day).exclude(model="").delete()
+    DailyRollup.objects.filter(day=day).update(is_split_by_model=False)
+
+
+def test_a_day_rolled_up_before_models_is_split_while_its_rows_are_kept_and_left_unknown_once_purged(
+        client, audit_log):
+    client.force_login(factories.user(is_staff=True))
+    roll_up_audit_days()
+    kept, purged = audit_log[2], audit_log[0]
+    for day in (kept, purged):
+        as_rolled_up_before_models(day)
+    Generation.objects.filter(started_at__date=purged).delete()  # retention took its rows
+
+    assert roll_up_audit_days() == [kept.isoformat()]
+
+    assert rolled(kept, MODELS[0]) == direct(kept, MODELS[0])
+    assert DailyRollup.objects.get(day=kept, model="").is_split_by_model
+    assert not DailyRollup.objects.filter(day=purged).exclude(model="").exists()
+    period = {"from": purged.isoformat(), "to": kept.isoformat()}
+    every_model = client.get(reverse("staff-audit"), period).context
+    one_model = client.get(reverse("staff-audit"), {**period, "model": MODELS[0]}).context
+    assert every_model["report"].days[0].generations == rolled(purged)["generations"] > 0
+    assert every_model["days_not_split"] == [purged]
+    # Its model's share of that day is not known: a gap, named under the figures, never a zero.
+    assert one_model["report"].days[0].generations == 0 and one_model["days_not_split"] == [purged]
+    assert one_model["report"].generations == rolled(kept, MODELS[0])["generations"]
+
+
+def test_the_migration_keeps_each_old_rollup_as_its_days_every_model_row(transactional_db):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("chatapp", "0008_conversation_settings")], [("chatapp", "0009_daily_rollup_per_model")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps.get_model("chatapp", "DailyRollup")
+    figures = {"generations": 12, "cancelled": 2, "input_tokens": 300, "output_tokens": 900,
+               "finish_reasons": {"stop": 10, "cancelled": 2}, "ttft_p50": 41.5, "itl_p95": 60.0}
+    days = [today() - timedelta(days) for days in (3, 2)]
+    for day in days:
+        old.objects.create(day=day, **figures)
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    migrated = executor.loader.project_state(after).apps.get_model("chatapp", "DailyRollup")
+    rows = [(row.day, row.model, row.is_split_by_model, {name: getattr(row, name) for name in figures})
+            for row in migrated.objects.order_by("day")]
+    # Back to the newest schema: the tests after this one need its columns.
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert rows == [(day, "", False, figures) for day in days]

@@ -5,7 +5,7 @@ A day's totals come from its raw rows (fetched with `.values_list`) or from its 
 SQLite and PostgreSQL (no database-specific percentile or date-truncation functions).
 """
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -17,10 +17,11 @@ DEFAULT_DAYS = 14
 MAX_DAYS = 366
 IN_PROGRESS = "in progress"  # label for rows whose finish_reason is still '' (streaming)
 NO_CODE = "(no code)"
+NO_MODEL = "(no model)"  # a row naming none; "" is every model's rollup (DailyRollup.ALL_MODELS)
 
 FIELDS = (
     "started_at", "finished_at", "finish_reason", "cancelled_by", "error_code",
-    "ttft_ms", "itl_mean_ms", "input_tokens", "output_tokens",
+    "ttft_ms", "itl_mean_ms", "input_tokens", "output_tokens", "model",
 )
 
 
@@ -108,6 +109,19 @@ def totals_by_day(rows: list[tuple], days: list[date]) -> list[DayTotals]:
     for row in rows:
         by_day[row[0].astimezone(UTC).date()].append(dict(zip(FIELDS, row)))
     return [day_totals(day, by_day[day]) for day in days]
+
+
+def model_of(row: tuple) -> str:
+    """The model of a row shaped like FIELDS."""
+    return row[-1] or NO_MODEL
+
+
+def totals_by_model(rows: list[tuple], day: date) -> dict[str, DayTotals]:
+    """One day's rows shaped like FIELDS, summed for each model they came from."""
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_model[model_of(row)].append(dict(zip(FIELDS, row)))
+    return {model: day_totals(day, model_rows) for model, model_rows in sorted(by_model.items())}
 
 
 def day_totals(day: date, rows: list[dict]) -> DayTotals:

@@ -48,14 +48,20 @@ def audit_rows(*, start: datetime, end: datetime) -> list[tuple]:
                 .values_list(*FIELDS))
 
 
+def generations_started(*, start: datetime, end: datetime) -> int:
+    return Generation.objects.filter(started_at__gte=start, started_at__lt=end).count()
+
+
 def any_streaming(*, start: datetime, end: datetime) -> bool:
     """Whether an answer that started in [start, end) is streaming still."""
     return Generation.objects.filter(started_at__gte=start, started_at__lt=end,
                                      status__in=Generation.LIVE_STATUSES).exists()
 
 
-def rollups_of(*, first: date, last: date) -> list[DailyRollup]:
-    return list(DailyRollup.objects.filter(day__gte=first, day__lte=last))
+def rollups_of(*, first: date, last: date, model: str | None = None) -> list[DailyRollup]:
+    """The days' rollups: of one model (DailyRollup.ALL_MODELS: every model's row), or all of them."""
+    rollups = DailyRollup.objects.filter(day__gte=first, day__lte=last)
+    return list(rollups if model is None else rollups.filter(model=model))
 
 
 # --- what retention purges ---

@@ -12,11 +12,20 @@ from . import selectors
 from .audit import DayTotals
 
 
-def daily_rollup_save(*, totals: DayTotals) -> DailyRollup:
-    """The day's rollup, written over any earlier one of the same day."""
-    values = {name: value for name, value in asdict(totals).items() if name != "day"}
-    rollup, _ = DailyRollup.objects.update_or_create(day=totals.day, defaults=values)
+@transaction.atomic
+def daily_rollups_save(*, totals: DayTotals, totals_by_model: dict[str, DayTotals]) -> DailyRollup:
+    """The day's rollups, every model's and each model's, written over any earlier ones of the
+    same day (a model gone from the day loses its row); returns every model's."""
+    rollup, _ = DailyRollup.objects.update_or_create(
+        day=totals.day, model=DailyRollup.ALL_MODELS, defaults={**_values(totals), "is_split_by_model": True})
+    for model, model_totals in totals_by_model.items():
+        DailyRollup.objects.update_or_create(day=totals.day, model=model, defaults=_values(model_totals))
+    DailyRollup.objects.filter(day=totals.day).exclude(model__in=[DailyRollup.ALL_MODELS, *totals_by_model]).delete()
     return rollup
+
+
+def _values(totals: DayTotals) -> dict:
+    return {name: value for name, value in asdict(totals).items() if name != "day"}
 
 
 def generations_purge(*, before: datetime, batch_size: int) -> int:

@@ -95,4 +95,4 @@ def test_a_celery_worker_rolls_the_expired_days_up_then_purges_their_rows():
                            "the worker to purge the expired row")
 
     assert Generation.objects.filter(pk=kept.pk).exists()
-    assert DailyRollup.objects.get(day=expired_day).generations == 1
+    assert DailyRollup.objects.get(day=expired_day, model=DailyRollup.ALL_MODELS).generations == 1
