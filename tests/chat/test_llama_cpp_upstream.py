@@ -1,9 +1,14 @@
-"""llama.cpp's server in place of ours: the relay speaks nothing but the OpenAI protocol.
+"""llama.cpp's server in place of ours, and beside ours: the relay speaks nothing but the OpenAI
+protocol.
 
 The same default model (the GGUF file our service loads, as it is) answers through
 `llama-server`, built once from the pinned release (tests/llama_server.py). Each test holds a
-behaviour the chat app shows with our service to the same account with llama.cpp's.
+behaviour the chat app shows with our service to the same account with llama.cpp's; the last
+lists both upstreams, each serving a model name of its own.
 """
+
+import asyncio
+import json
 
 import httpx2
 import pytest
@@ -11,16 +16,17 @@ from asgiref.sync import sync_to_async
 
 from benchmarks.workload import meeting_notes
 from chatapp.models import Conversation, Generation, Message
+from chatapp.upstream import models as upstream_models
 from chatapp.upstream import titles
 from harness import waiting
 from inference.engine import loader
 from tests import factories
 from tests.chat.streams import names, read_events, stop_after_deltas, text_of
-from tests.inference.serving import metric
+from tests.inference.serving import cancelled_on, metric, real_model_serving
 from tests.llama_server import llama_server
 
 # The first test may wait for the build (about 10 minutes of both cores on a fresh machine).
-pytestmark = [pytest.mark.slow, pytest.mark.llama_cpp, pytest.mark.timeout(1500),
+pytestmark = [pytest.mark.slow, pytest.mark.llama_cpp, pytest.mark.process, pytest.mark.timeout(1500),
               pytest.mark.django_db(transaction=True)]
 
 MAX_TOKENS = 40
@@ -170,3 +176,47 @@ def test_llama_cpp_names_a_conversation_after_its_first_answer(transactional_db,
     title = titles.title_conversation(conversation.pk)
 
     assert title is not None and Conversation.objects.get(pk=conversation.pk).title == title
+
+
+# Our service beside llama.cpp's: the same weights, served by ours under a name of its own, so
+# that INFERENCE_URL lists two upstreams serving two models (llama.cpp's is named by --alias).
+OURS = "smollm2-ours"
+
+
+@pytest.fixture(scope="module")
+def ours():
+    with real_model_serving(OURS, max_running=4) as url:
+        yield url
+
+
+async def test_ours_and_llama_cpps_each_answer_their_own_models_conversation_side_by_side_and_both_stop(
+        api, user, settings, llama, ours):
+    settings.INFERENCE_URL = f"{ours},{llama.base_url}"
+    settings.CHAT_MODEL = loader.DEFAULT_MODEL_NAME
+    settings.CHAT_MAX_TOKENS = LONG_ANSWER  # a cap the Stops come far before
+    upstream_models.forget()
+    offered = [entry["id"] for entry in (await api.get("/api/models")).json()["models"]]
+    on_ours, on_llama = await sync_to_async(lambda: [
+        factories.conversation(owner=user, model=OURS), factories.conversation(owner=user, model=llama.model_name)])()
+    question = "Tell me about the history of France."
+    cancelled_before = await sync_to_async(cancelled_on)(ours)
+    predicted_before = await tokens_predicted(llama)
+
+    (stop_ours, start_ours, after_ours), (stop_llama, start_llama, after_llama) = await asyncio.gather(
+        stop_after_deltas(api, on_ours, deltas=2, seen_chars=1, content=question),
+        stop_after_deltas(api, on_llama, deltas=2, seen_chars=1, content=question))
+
+    cancelled_by_ours = await sync_to_async(cancelled_on)(ours) - cancelled_before
+    predicted_by_llama = await tokens_predicted(llama) - predicted_before
+    generations = await sync_to_async(lambda: [generations_of(c)[0] for c in (on_ours, on_llama)])()
+    assert offered == [OURS, loader.DEFAULT_MODEL_NAME]  # what each upstream's /v1/models lists
+    assert [json.loads(start[0].data)["model"] for start in (start_ours, start_llama)] == [OURS, llama.model_name]
+    assert [g.model for g in generations] == [OURS, llama.model_name]
+    assert stop_ours.status_code == stop_llama.status_code == 202
+    assert after_ours[-1][1]["status"] == after_llama[-1][1]["status"] == "stopped"
+    assert all(g.status == "stopped" and g.cancelled_by == "user" for g in generations)
+    # Ours was asked one answer (not llama.cpp's as well) and let it go at its Stop, its running
+    # gauge back at 0; llama.cpp decoded the other and stopped when the relay hung up, far
+    # before the cap, its slots idle again.
+    assert cancelled_by_ours == 1
+    assert 2 <= predicted_by_llama < LONG_ANSWER

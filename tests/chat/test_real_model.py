@@ -16,7 +16,7 @@ from chatapp.upstream import models as upstream_models
 from harness import waiting
 from tests import factories
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
-from tests.inference.serving import metric, real_model_serving
+from tests.inference.serving import cancelled_on, metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -181,13 +181,6 @@ OTHER_MODEL = "smollm2-second"
 def second_inference_url():
     with real_model_serving(OTHER_MODEL, max_running=4) as url:
         yield url
-
-
-def cancelled_on(url: str) -> float:
-    """Requests the service ended because their client went away, once it runs nothing."""
-    waiting.wait_until(lambda: metric(httpx2.get(f"{url}/metrics").text, "inference_running_sequences") == 0,
-                       30, f"{url} to be working on nothing")
-    return metric(httpx2.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
 
 
 async def test_two_conversations_side_by_side_are_each_answered_by_their_own_model_and_both_stop(

@@ -8,6 +8,7 @@ import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
 from chatapp.upstream.sse import SSEParser
+from harness import waiting
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
 from inference.server import create_app
@@ -40,6 +41,14 @@ def real_model_serving(model_name: str = "SmolLM2-135M-Instruct", **limits):
     engine = LLMEngine(models.real_model(), models.tokenizer(), models.limits(**limits))
     with serving(service_for(engine, model_name)) as url:
         yield url
+
+
+def cancelled_on(url: str) -> float:
+    """Requests the service at `url` ended because their client went away, once it runs nothing
+    (its running gauge back at 0)."""
+    waiting.wait_until(lambda: metric(httpx2.get(f"{url}/metrics").text, "inference_running_sequences") == 0,
+                       30, f"{url} to be working on nothing")
+    return metric(httpx2.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
 
 
 async def health_while_stalled(url: str, stall, send) -> tuple[httpx2.Response, httpx2.Response]:
