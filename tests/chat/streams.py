@@ -1,5 +1,6 @@
 """Reading our SSE stream in tests."""
 
+import asyncio
 import json
 
 from chatapp.upstream.sse import SSEParser
@@ -38,6 +39,16 @@ async def stop_after_deltas(api, conversation, deltas: int, seen_chars: int, con
                              json.dumps({"seen_chars": seen_chars}), content_type="application/json")
     after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
     return stopped, before, after
+
+
+async def stop_side_by_side(api, conversations, content: str) -> list[tuple[str, int, str]]:
+    """Sends `content` to every conversation at once and Stops each answer after its second
+    delta; returns for each (the model its start event names, the Stop's status code, the
+    answer's final status)."""
+    ended = await asyncio.gather(*(stop_after_deltas(api, conversation, deltas=2, seen_chars=1, content=content)
+                                   for conversation in conversations))
+    return [(json.loads(before[0].data)["model"], stop.status_code, after[-1][1]["status"])
+            for stop, before, after in ended]
 
 
 class EventReader:

@@ -7,9 +7,6 @@ behaviour the chat app shows with our service to the same account with llama.cpp
 lists both upstreams, each serving a model name of its own.
 """
 
-import asyncio
-import json
-
 import httpx2
 import pytest
 from asgiref.sync import sync_to_async
@@ -21,7 +18,7 @@ from chatapp.upstream import titles
 from harness import waiting
 from inference.engine import loader
 from tests import factories
-from tests.chat.streams import names, read_events, stop_after_deltas, text_of
+from tests.chat.streams import names, read_events, stop_after_deltas, stop_side_by_side, text_of
 from tests.inference.serving import cancelled_on, metric, real_model_serving
 from tests.llama_server import llama_server
 
@@ -202,19 +199,15 @@ async def test_ours_and_llama_cpps_each_answer_their_own_models_conversation_sid
     cancelled_before = await sync_to_async(cancelled_on)(ours)
     predicted_before = await tokens_predicted(llama)
 
-    (stop_ours, start_ours, after_ours), (stop_llama, start_llama, after_llama) = await asyncio.gather(
-        stop_after_deltas(api, on_ours, deltas=2, seen_chars=1, content=question),
-        stop_after_deltas(api, on_llama, deltas=2, seen_chars=1, content=question))
+    ended = await stop_side_by_side(api, [on_ours, on_llama], question)
 
     cancelled_by_ours = await sync_to_async(cancelled_on)(ours) - cancelled_before
     predicted_by_llama = await tokens_predicted(llama) - predicted_before
     generations = await sync_to_async(lambda: [generations_of(c)[0] for c in (on_ours, on_llama)])()
-    assert offered == [OURS, loader.DEFAULT_MODEL_NAME]  # what each upstream's /v1/models lists
-    assert [json.loads(start[0].data)["model"] for start in (start_ours, start_llama)] == [OURS, llama.model_name]
-    assert [g.model for g in generations] == [OURS, llama.model_name]
-    assert stop_ours.status_code == stop_llama.status_code == 202
-    assert after_ours[-1][1]["status"] == after_llama[-1][1]["status"] == "stopped"
-    assert all(g.status == "stopped" and g.cancelled_by == "user" for g in generations)
+    assert offered == [OURS, llama.model_name]  # what each upstream's /v1/models lists
+    assert ended == [(OURS, 202, "stopped"), (llama.model_name, 202, "stopped")]
+    assert [(g.model, g.status, g.cancelled_by) for g in generations] == [
+        (OURS, "stopped", "user"), (llama.model_name, "stopped", "user")]
     # Ours was asked one answer (not llama.cpp's as well) and let it go at its Stop, its running
     # gauge back at 0; llama.cpp decoded the other and stopped when the relay hung up, far
     # before the cap, its slots idle again.

@@ -2,7 +2,6 @@
 and two such services under two model names, each conversation answered by its own."""
 
 import asyncio
-import json
 import time
 
 import httpx2
@@ -15,7 +14,7 @@ from chatapp.models import Generation, Message
 from chatapp.upstream import models as upstream_models
 from harness import waiting
 from tests import factories
-from tests.chat.streams import Browser, names, read_events, stop_after_deltas, text_of
+from tests.chat.streams import Browser, names, read_events, stop_after_deltas, stop_side_by_side, text_of
 from tests.inference.serving import cancelled_on, metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -193,17 +192,12 @@ async def test_two_conversations_side_by_side_are_each_answered_by_their_own_mod
     question = "Tell me about the history of France."
     before = [await sync_to_async(cancelled_on)(url) for url in (real_inference_url, second_inference_url)]
 
-    (stop_first, start_first, after_first), (stop_second, start_second, after_second) = await asyncio.gather(
-        stop_after_deltas(api, first, deltas=2, seen_chars=1, content=question),
-        stop_after_deltas(api, second, deltas=2, seen_chars=1, content=question))
+    ended = await stop_side_by_side(api, [first, second], question)
 
     after = [await sync_to_async(cancelled_on)(url) for url in (real_inference_url, second_inference_url)]
     generations = await sync_to_async(lambda: [Generation.objects.get(conversation=c) for c in (first, second)])()
-    assert [json.loads(start[0].data)["model"] for start in (start_first, start_second)] == [
-        "SmolLM2-135M-Instruct", OTHER_MODEL]
-    assert [g.model for g in generations] == ["SmolLM2-135M-Instruct", OTHER_MODEL]
-    assert stop_first.status_code == stop_second.status_code == 202
-    assert after_first[-1][1]["status"] == after_second[-1][1]["status"] == "stopped"
-    assert all(g.status == "stopped" and g.cancelled_by == "user" for g in generations)
+    assert ended == [("SmolLM2-135M-Instruct", 202, "stopped"), (OTHER_MODEL, 202, "stopped")]
+    assert [(g.model, g.status, g.cancelled_by) for g in generations] == [
+        ("SmolLM2-135M-Instruct", "stopped", "user"), (OTHER_MODEL, "stopped", "user")]
     # Each service was asked one answer and freed it at its Stop.
     assert [a - b for a, b in zip(after, before)] == [1, 1]
