@@ -120,10 +120,13 @@ on_redis = pytest.mark.skipif(not os.environ.get("REDIS_URL"),
 
 
 @on_redis
-async def test_an_answer_whose_first_token_comes_after_12_s_streams_to_the_end_on_redis(
-        api, conversation, upstream):
+async def test_an_answer_whose_first_token_comes_after_6_s_streams_to_the_end_on_redis(
+        api, conversation, upstream, settings):
     upstream.script.chunks = ["Late", " but", " whole"]
-    upstream.script.first_delay_s = 12  # longer than any read timeout of the channel layer
+    # Longer than the layer's blocking pop (5 s, BRIEF §12), and the relay's heartbeat beats
+    # twice meanwhile (its every tick a write and a wait on the layer that ends empty).
+    upstream.script.first_delay_s = 6
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 2
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
                               json.dumps({"content": "go"}), content_type="application/json")
     events = await asyncio.wait_for(read_events(response), timeout=60)
@@ -135,10 +138,11 @@ async def test_an_answer_whose_first_token_comes_after_12_s_streams_to_the_end_o
 
 
 @on_redis
-async def test_a_stop_sent_20_s_into_an_answer_stops_it_on_redis(api, conversation, upstream):
+async def test_a_stop_sent_6_s_into_an_answer_stops_it_on_redis(api, conversation, upstream):
     upstream.script.chunks = [f" w{i}" for i in range(120)]
-    upstream.script.interval_s = 0.25  # 30 s in all; the Stop comes after 80 chunks, 20 s in
-    stopped, _, rest = await stop_after_deltas(api, conversation, deltas=80, seen_chars=6)
+    # 12 s in all; the Stop comes after 60 chunks, 6 s in: past the layer's 5 s blocking pop.
+    upstream.script.interval_s = 0.1
+    stopped, _, rest = await stop_after_deltas(api, conversation, deltas=60, seen_chars=6)
     hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
 
     generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
