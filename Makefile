@@ -21,13 +21,17 @@ $(INSTALLED): pyproject.toml
 run: install
 	$(PYTHON) -m stack
 
+# Two pytest-xdist workers: half the suite waits on processes, timed tokens or a browser, so one
+# leaves a core idle (tests/workers.py says how the tests are shared between them).
+PYTEST_WORKERS ?= -n 2 --dist loadgroup
+
 test: install frontend/node_modules
 	cd frontend && node --test tests/
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest $(PYTEST_WORKERS)
 
 check: install frontend/node_modules
 	cd frontend && node --test tests/
-	$(PYTHON) -m pytest -q -m "not process and not slow and not llama_cpp and not fuzz"
+	$(PYTHON) -m pytest -q $(PYTEST_WORKERS) -m "not process and not slow and not llama_cpp and not fuzz"
 
 # The long fuzz of both APIs (`make test` runs a short one); it writes RELIABILITY.md's Fuzz section.
 fuzz: install

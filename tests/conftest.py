@@ -6,7 +6,7 @@ import pytest
 
 from harness import child_process, ports
 from stack import commands, nginx
-from tests import child_processes, llama_server, servers
+from tests import child_processes, llama_server, servers, workers
 
 
 def pytest_configure(config):
@@ -16,6 +16,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     child_processes.mark(items)
     items[:] = llama_server.last(items)  # their server may still be building: see tests/llama_server.py
+    workers.group(items)
 
 
 @pytest.hookimpl(wrapper=True)

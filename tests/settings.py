@@ -5,6 +5,25 @@ import secrets
 
 os.environ.setdefault("DJANGO_SECRET_KEY", f"test-only-{secrets.token_urlsafe(32)}")
 
+
+def redis_index_of_this_worker(url: str, worker: str) -> str:
+    """`make test` runs two pytest-xdist workers, each on its own test database, so both reuse
+    the same ids: the channel layer's groups, the cache's counts and Celery's queues would
+    cross between them on one Redis index. Worker gwN takes the index N x 8 past the one asked
+    (16 indexes by default), and sets it in the environment, so its child processes share it."""
+    if not url or not worker.startswith("gw"):
+        return url
+    base, _, index = url.rstrip("/").rpartition("/")
+    if not index.isdigit():
+        base, index = url.rstrip("/"), "0"
+    return f"{base}/{(int(index) + 8 * int(worker[2:])) % 16}"
+
+
+# A child process that loads these settings inherits both variables: it keeps the index.
+_asked = os.environ.setdefault("TEST_REDIS_URL_ASKED", os.environ.get("REDIS_URL", ""))
+if os.environ.get("REDIS_URL", "") == _asked:
+    os.environ["REDIS_URL"] = redis_index_of_this_worker(_asked, os.environ.get("PYTEST_XDIST_WORKER", ""))
+
 from chatapp.settings import *  # noqa: E402,F403
 
 # Off unless a test asks for them: a title request is one more upstream request, which the

@@ -187,3 +187,21 @@ def test_secure_cookies_make_both_cookies_https_only_and_turn_on_hsts():
 
     assert json.loads(secure.stdout) == [True, True, 365 * 24 * 3600]
     assert json.loads(plain.stdout) == [False, False, 0]
+
+
+@pytest.mark.process
+def test_each_test_worker_and_the_processes_it_starts_share_a_redis_index_of_their_own():
+    from tests.settings import redis_index_of_this_worker
+
+    asked = "redis://127.0.0.1:6379/0"
+    first, second = (redis_index_of_this_worker(asked, worker) for worker in ("gw0", "gw1"))
+    child = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.REDIS_URL)"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTEST_XDIST_WORKER": "gw1",
+             "TEST_REDIS_URL_ASKED": asked, "REDIS_URL": second},
+        cwd=REPO_DIR, capture_output=True, text=True, check=True)
+
+    assert (first, second) == (asked, "redis://127.0.0.1:6379/8")
+    assert redis_index_of_this_worker("redis://127.0.0.1:6379/3", "gw1") == "redis://127.0.0.1:6379/11"
+    assert redis_index_of_this_worker("", "gw1") == "" and redis_index_of_this_worker(asked, "") == asked
+    assert child.stdout.strip() == second
