@@ -211,3 +211,33 @@ async def test_a_watcher_gets_every_delta_live_from_the_relay_not_from_the_saved
     assert names(watched)[0] == "prefix" and names(watched)[-1] == "done"
     assert watched[0][1]["text"] + text_of(watched) == "".join(ANSWER)
     assert watched[-1] == owner.events[-1]
+
+
+async def test_two_watchers_read_the_rows_once_each_to_join_and_the_final_rows_once_between_them(
+        api, conversation, upstream, settings, monkeypatch):
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 60
+    settings.CHAT_WATCH_INTERVAL_SECONDS = 60
+    reads = []
+    read = selectors.generation_progress
+    monkeypatch.setattr(selectors, "generation_progress", lambda **kwargs: reads.append(kwargs) or read(**kwargs))
+    upstream.script.chunks = ANSWER
+    upstream.script.interval_s = 0.02
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    owner = EventReader(response)
+    await owner.until(lambda events: len(text_of(events)) > 0)
+    owning = asyncio.ensure_future(owner.to_the_end())
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+    watchers = [EventReader(await api.get(f"/api/generations/{generation.pk}/events")) for _ in range(2)]
+    for watcher in watchers:
+        await watcher.until(lambda events: len(text_of(events)) > len(ANSWER[0]))
+    still_streaming = not owning.done()
+
+    watched = await asyncio.gather(*(watcher.to_the_end() for watcher in watchers))
+    await owning
+
+    assert still_streaming
+    assert len(reads) == 3
+    for events in watched:
+        assert events[0][1]["text"] + text_of(events) == "".join(ANSWER)
+        assert events[-1] == owner.events[-1]
