@@ -16,6 +16,7 @@ from tests.fakes.resetting_proxy import resetting_proxy
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ANSWER = [f"w{i} " for i in range(150)]
+SHORT_GRACE_S = 1.5
 STREAMING_TEXT = ('(document.querySelector(\'#messages .message[data-role="assistant"][data-status="streaming"]'
                   ' .message-content\')?.textContent.length ?? 0)')
 # Everything the answer's element showed, recorded as it changed: a reconnect, and any sign of
@@ -37,6 +38,14 @@ def resetting_stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_
     """The stack with a grace period, reached through a proxy that can reset its connections."""
     with running_stack(fake_upstream.url, tmp_path_factory.mktemp("resetting"),
                        TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, resetting_proxy(url) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def short_grace_stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    """As resetting_stack, with a grace period that runs out while the network is down."""
+    with running_stack(fake_upstream.url, tmp_path_factory.mktemp("short-grace"),
+                       TEST_CHAT_RESUME_GRACE_SECONDS=SHORT_GRACE_S) as url, resetting_proxy(url) as proxy:
         yield proxy
 
 
@@ -96,3 +105,32 @@ def test_a_stop_pressed_while_the_network_is_down_keeps_what_the_user_saw_before
     chat.wait_for_selector('#messages .message[data-role="assistant"]')
     assert shown_text(chat).split() == visible.split()
     assert last_answer(chat).locator(".message-state").inner_text() == "Stopped"
+
+
+def test_a_stop_pressed_offline_that_arrives_after_the_grace_still_cuts_the_stored_text_to_what_the_user_saw(
+        page, short_grace_stack, user, upstream):
+    upstream.script.chunks = ANSWER
+    upstream.script.interval_s = 0.04
+    sign_in(page, short_grace_stack.url, user)
+    send(page, "count slowly")
+    wait_for_true(page, f"{STREAMING_TEXT} > 20")
+    short_grace_stack.cut()
+    wait_for_true(page, "document.querySelector('#messages .message[data-reconnecting=\"true\"]') !== null")
+    page.click("#stop")
+    wait_for_end(page)
+    visible = shown_text(page)
+    # Nobody came back in time: the answer ended as the departed page's, with more text than it saw.
+    gone = stored_generation()
+    assert (gone.cancelled_by, len(gone.message.content) > len(visible)) == ("client_gone", True)
+
+    short_grace_stack.restore()  # the Stop the page kept goes through
+    waiting.wait_until(lambda: Generation.objects.filter(pk=gone.pk, cancelled_by="user").exists(),
+                       30, "the late Stop recorded")
+    generation = Generation.objects.select_related("message").get(pk=gone.pk)
+
+    assert generation.status == "stopped" and generation.message.content.split() == visible.split()
+    assert shown_text(page).split() == visible.split()
+    page.reload()
+    page.wait_for_selector('#messages .message[data-role="assistant"]')
+    assert shown_text(page).split() == visible.split()
+    assert last_answer(page).locator(".message-state").inner_text() == "Stopped"
