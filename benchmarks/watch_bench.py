@@ -7,8 +7,7 @@ client, so the clocks compared are one clock:
   (`GET /api/generations/<id>/events`); once every watcher is live, for every token, the time
   each watcher got it minus the time the answer's own stream got it (the relay sent it), at 1,
   100 and 1,000 watchers; and over the same window the database queries the web process made
-  (benchmarks/counted_queries.py) but the relay's own writes (chatapp.services: its partial
-  saves and heartbeats), per watcher per second;
+  (benchmarks/counted_queries.py) but the relay's own (RELAYS_OWN), per watcher per second;
 - reconnect latency: an answer's own connection is closed mid-answer and its resume
   (`?from=<characters held>`) opened at once: the time from the close to the first new
   character, over several answers in turn.
@@ -145,9 +144,14 @@ def latencies(owner: list[tuple[int, float]], held: int, watched: list[tuple[int
     return found
 
 
+# The relay's own queries: its writes (partial saves, heartbeats) and its one read of an early
+# Stop, made after its first delta, which falls in the window of a single watcher.
+RELAYS_OWN = ("chatapp.services.", "chatapp.selectors.stop_requested")
+
+
 def per_watcher_second(made: dict[str, int], watchers: int, seconds: float) -> float | None:
-    """The window's queries but the relay's own writes, per watcher per second."""
-    watchers_made = sum(n for maker, n in made.items() if not maker.startswith("chatapp.services."))
+    """The window's queries but the relay's own, per watcher per second."""
+    watchers_made = sum(n for maker, n in made.items() if not maker.startswith(RELAYS_OWN))
     return watchers_made / watchers / seconds if seconds else None
 
 
@@ -200,7 +204,7 @@ def section(results: dict) -> str:
              "process); every client in the benchmark's own process. Targets: p50 <= 20 ms and "
              "p99 <= 100 ms at 100 watchers, reconnect p50 <= 300 ms; no database query per watcher while "
              "the live channel delivers (queries of the web process over the timed window, but the "
-             "relay's own writes, per watcher per second).", "",
+             "relay's own, per watcher per second).", "",
              "| watchers | live | tokens timed | latency p50 (ms) | p90 | p99 | queries per watcher per s |",
              "|---|---|---|---|---|---|---|"]
     for row in results["watchers"]:
