@@ -111,9 +111,15 @@ def stand_in(interval_ms: float, first_token_ms: float) -> ChildProcess:
                  dict(os.environ), f"http://127.0.0.1:{port}/health")
 
 
-def daphne(env: dict[str, str]) -> ChildProcess:
+def daphne(env: dict[str, str], counting_queries_in: Path | None = None) -> ChildProcess:
+    """A web process; with `counting_queries_in`, one that counts its database queries into that
+    file (benchmarks/counted_queries.py)."""
     port = free_port()
-    return child("daphne", commands.daphne(port), env, f"http://127.0.0.1:{port}/healthz")
+    command = commands.daphne(port)
+    if counting_queries_in is not None:
+        at = command.index(commands.DAPHNE_MODULE)
+        command[at:at + 1] = ["benchmarks.counted_queries", str(counting_queries_in)]
+    return child("daphne", command, env, f"http://127.0.0.1:{port}/healthz")
 
 
 def nginx_in_front(daphnes: list[ChildProcess], scratch: Path) -> ChildProcess:

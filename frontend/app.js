@@ -360,9 +360,10 @@ messageList.onControl({
 
 // --- keys ---
 /**
- * A Stop of the answer on screen. One the server refuses because the answer had ended (it came
- * back after the grace period, or crossed the answer's end) leaves the stored record as it is:
- * the conversation is read again to show that, not what this page assumed.
+ * A Stop of the answer on screen. One the server refuses because the answer had ended otherwise
+ * (it crossed the answer's end; one that ended for want of a reader takes the Stop, docs/api.md)
+ * leaves the stored record as it is: the conversation is read again to show that, not what this
+ * page assumed.
  */
 function stopHere() {
   const id = conversationId;

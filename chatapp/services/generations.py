@@ -192,13 +192,42 @@ def generation_stop(*, generation: Generation, seen_chars: int | None,
 
     An admin's Stop (from the live view) passes `seen_chars=None`: the answer keeps every
     character its user was sent. A second Stop while the first is pending changes nothing.
-    Raises IllegalTransition when the answer has already ended: its text and audit figures stay
-    as they are.
+    A user's Stop that comes after the answer ended for want of a reader (its page was away
+    past the grace period, the Stop kept until the server was reachable) is applied to the
+    ended answer: see `_stop_late`. Raises IllegalTransition when the answer has otherwise
+    ended: its text and audit figures stay as they are.
     """
-    try:
-        return generation_move(generation_id=generation.pk, to=GenerationStatus.STOP_REQUESTED,
-                               cancelled_by=cancelled_by, stop_seen_chars=seen_chars)
-    except IllegalTransition as refused:
-        if refused.status == GenerationStatus.STOP_REQUESTED:
-            return Generation.objects.get(pk=generation.pk)
-        raise
+    with transaction.atomic():
+        current = _locked(generation.pk)
+        if _is_stop_late(current, seen_chars, cancelled_by):
+            return _stop_late(current, seen_chars)
+        try:
+            return _move(current, GenerationStatus.STOP_REQUESTED, cancelled_by=cancelled_by,
+                         stop_seen_chars=seen_chars)
+        except IllegalTransition as refused:
+            if refused.status == GenerationStatus.STOP_REQUESTED:
+                return current
+            raise
+
+
+def _is_stop_late(generation: Generation, seen_chars: int | None, cancelled_by: CancelledBy) -> bool:
+    """A user's Stop of an answer that ended because nobody read it, still in its conversation
+    (an answer regenerated since has lost its message: what the user sees is the new one).
+    Only a truncated answer is continued, so nothing was written after this one's text."""
+    return (cancelled_by == CancelledBy.USER and seen_chars is not None
+            and generation.status == GenerationStatus.STOPPED
+            and generation.cancelled_by == CancelledBy.CLIENT_GONE
+            and generation.message is not None)
+
+
+def _stop_late(generation: Generation, seen_chars: int) -> Generation:
+    """The Stop the user pressed while the answer still ran: the stored text becomes what they
+    saw (never longer than what was stored), and the audit says the user stopped it. The status,
+    finish reason and figures stay: the answer did end then, cancelled."""
+    generation.final_text = generation.final_text[:seen_chars]
+    generation.cancelled_by, generation.stop_seen_chars = CancelledBy.USER, seen_chars
+    generation.save(update_fields=["final_text", "cancelled_by", "stop_seen_chars"])
+    message = generation.message
+    message.content = _prefix(message, generation.pk) + generation.final_text
+    message.save(update_fields=["content"])
+    return generation

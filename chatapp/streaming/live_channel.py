@@ -4,7 +4,8 @@ layer (Redis across processes, in memory within one).
 
 Two groups per answer. The relay listens on its inbox (`relay_group`): a Stop, and readers
 announcing themselves (`generation.reader`, with their channel and the offset up to which they
-hold the text) when they join and every `presence_interval()` after. The relay answers each
+hold the text) when they join and every `presence_interval()` after. A reader is a web process's
+hub of the answer (live_hub.py), one for all of that process's watchers of it. The relay answers each
 announcement with the text it holds from that offset, sent to that reader alone, and from the
 first one on publishes every delta to the readers' group (`live_group`). Offsets count the code
 points of this generation's own text, as a Stop's `seen_chars` does.

@@ -1,6 +1,7 @@
 """An answer outlives its connection, in a real browser through nginx: connections reset under
-the page mid-answer are resumed at the exact character, and a Stop pressed while the network is
-down is kept until it arrives, so the stored text is what the user saw."""
+the page mid-answer of the real model are resumed at the exact character (the greedy answer is
+the uninterrupted one), and a Stop pressed while the network is down is kept until it arrives,
+so the stored text is what the user saw, even once the grace has run out."""
 
 import random
 
@@ -16,15 +17,23 @@ from tests.fakes.resetting_proxy import resetting_proxy
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ANSWER = [f"w{i} " for i in range(150)]
+SHORT_GRACE_S = 1.5
+# Long enough for three resets and the resumes after them (a few hundred characters).
+REAL_PROMPT, REAL_MAX_TOKENS = "Write a long story about a dragon who learns to cook.", 120
 STREAMING_TEXT = ('(document.querySelector(\'#messages .message[data-role="assistant"][data-status="streaming"]'
                   ' .message-content\')?.textContent.length ?? 0)')
-# Everything the answer's element showed, recorded as it changed: a reconnect, and any sign of
-# trouble the user should not see (an error, the Interrupted label).
+# Everything the answer's element showed, recorded as it changed: a reconnect, any sign of
+# trouble the user should not see (an error, the Interrupted label), and the text it showed as
+# its streams ended (`endedText`, before the page reads the stored answer, which replaces it).
+LAST_ANSWER = """[...document.querySelectorAll('#messages .message[data-role="assistant"]')].at(-1)"""
 SIGNS_PROBE = """
-window.__signs = { reconnecting: 0, trouble: [] };
+window.__signs = { reconnecting: 0, trouble: [], endedText: null };
 new MutationObserver(() => {
-  const answer = [...document.querySelectorAll('#messages .message[data-role="assistant"]')].at(-1);
+  const answer = """ + LAST_ANSWER + """;
   if (!answer) return;
+  if (answer.dataset.status !== "streaming" && window.__signs.endedText === null) {
+    window.__signs.endedText = answer.querySelector(".message-content").textContent;
+  }
   if (answer.dataset.reconnecting === "true") window.__signs.reconnecting += 1;
   const state = answer.querySelector(".message-state")?.textContent ?? "";
   if (answer.dataset.error || state.startsWith("Interrupted")) window.__signs.trouble.push(state || answer.dataset.error);
@@ -37,6 +46,23 @@ def resetting_stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_
     """The stack with a grace period, reached through a proxy that can reset its connections."""
     with running_stack(fake_upstream.url, tmp_path_factory.mktemp("resetting"),
                        TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, resetting_proxy(url) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def short_grace_stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    """As resetting_stack, with a grace period that runs out while the network is down."""
+    with running_stack(fake_upstream.url, tmp_path_factory.mktemp("short-grace"),
+                       TEST_CHAT_RESUME_GRACE_SECONDS=SHORT_GRACE_S) as url, resetting_proxy(url) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def real_resetting_stack(django_db_setup, django_db_blocker, inference_url, tmp_path_factory):
+    """The stack on the real model (greedy: the same prompt, the same answer), through the proxy."""
+    with running_stack(inference_url, tmp_path_factory.mktemp("real-resetting"), CHAT_TEMPERATURE=0,
+                       CHAT_MAX_TOKENS=REAL_MAX_TOKENS, TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, \
+            resetting_proxy(url) as proxy:
         yield proxy
 
 
@@ -59,22 +85,39 @@ def stored_generation() -> Generation:
     return Generation.objects.select_related("message").get()
 
 
-def test_an_answer_reset_three_times_under_the_page_ends_whole_and_never_offers_retry(chat, resetting_stack):
-    rng = random.Random()
-    send(chat, "count slowly")
-    for _ in range(3):
-        beyond = chat.evaluate(STREAMING_TEXT) + rng.randrange(5, 60)
-        wait_for_true(chat, f"{STREAMING_TEXT} > {beyond}")
-        assert resetting_stack.reset() == 1
-    wait_for_end(chat)
-    generation = stored_generation()
+def test_a_greedy_answer_reset_three_times_at_random_points_is_the_uninterrupted_one_character_for_character(
+        page, real_resetting_stack, user):
+    sign_in(page, real_resetting_stack.url, user)
+    page.evaluate(SIGNS_PROBE)
+    send(page, REAL_PROMPT)
+    wait_for_end(page)
+    uninterrupted, streamed_uninterrupted = stored_generation(), page.evaluate("window.__signs.endedText")
+    seed = random.randrange(2**32)
+    # Points of the shown text, with room after the last for the answer to go on past it.
+    points = sorted(random.Random(seed).sample(range(len(streamed_uninterrupted) // 10,
+                                                     len(streamed_uninterrupted) * 7 // 10), 3))
 
-    assert last_answer(chat).get_attribute("data-status") == "completed"
-    assert generation.status == "completed" and generation.message.content == "".join(ANSWER)
-    assert shown_text(chat).split() == "".join(ANSWER).split()
-    assert chat.evaluate("window.__signs.reconnecting") > 0
-    assert chat.evaluate("window.__signs.trouble") == []
-    assert not last_answer(chat).locator(".retry").is_visible()
+    page.click("#new-conversation")
+    wait_for_true(page, "document.querySelector('#messages .message') === null")
+    page.evaluate("window.__signs.endedText = null")
+    send(page, REAL_PROMPT)
+    for point in points:
+        # Past the point, and a stream open to reset: text received before the last reset may
+        # still be painted while the page reconnects.
+        waiting.wait_until(lambda: page.evaluate(f"{STREAMING_TEXT} > {point}") and real_resetting_stack.reset() > 0,
+                           60, f"the answer past {point} on an open stream (seed {seed})")
+    wait_for_end(page)
+    reset = Generation.objects.select_related("message").exclude(pk=uninterrupted.pk).get()
+
+    assert uninterrupted.status in ("completed", "truncated")
+    assert (reset.status, reset.message.content) == (uninterrupted.status, uninterrupted.message.content), (
+        f"seed {seed}, resets at {points}")
+    # What the page put together from its four streams, before it read the stored answer.
+    assert page.evaluate("window.__signs.endedText") == streamed_uninterrupted, f"seed {seed}, resets at {points}"
+    assert page.evaluate(f"{LAST_ANSWER}.querySelector('.message-content').textContent") == streamed_uninterrupted
+    assert page.evaluate("window.__signs.reconnecting") > 0
+    assert page.evaluate("window.__signs.trouble") == []
+    assert not last_answer(page).locator(".retry").is_visible()
 
 
 def test_a_stop_pressed_while_the_network_is_down_keeps_what_the_user_saw_before_and_after_a_reload(
@@ -96,3 +139,32 @@ def test_a_stop_pressed_while_the_network_is_down_keeps_what_the_user_saw_before
     chat.wait_for_selector('#messages .message[data-role="assistant"]')
     assert shown_text(chat).split() == visible.split()
     assert last_answer(chat).locator(".message-state").inner_text() == "Stopped"
+
+
+def test_a_stop_pressed_offline_that_arrives_after_the_grace_still_cuts_the_stored_text_to_what_the_user_saw(
+        page, short_grace_stack, user, upstream):
+    upstream.script.chunks = ANSWER
+    upstream.script.interval_s = 0.04
+    sign_in(page, short_grace_stack.url, user)
+    send(page, "count slowly")
+    wait_for_true(page, f"{STREAMING_TEXT} > 20")
+    short_grace_stack.cut()
+    wait_for_true(page, "document.querySelector('#messages .message[data-reconnecting=\"true\"]') !== null")
+    page.click("#stop")
+    wait_for_end(page)
+    visible = shown_text(page)
+    # Nobody came back in time: the answer ended as the departed page's, with more text than it saw.
+    gone = stored_generation()
+    assert (gone.cancelled_by, len(gone.message.content) > len(visible)) == ("client_gone", True)
+
+    short_grace_stack.restore()  # the Stop the page kept goes through
+    waiting.wait_until(lambda: Generation.objects.filter(pk=gone.pk, cancelled_by="user").exists(),
+                       30, "the late Stop recorded")
+    generation = Generation.objects.select_related("message").get(pk=gone.pk)
+
+    assert generation.status == "stopped" and generation.message.content.split() == visible.split()
+    assert shown_text(page).split() == visible.split()
+    page.reload()
+    page.wait_for_selector('#messages .message[data-role="assistant"]')
+    assert shown_text(page).split() == visible.split()
+    assert last_answer(page).locator(".message-state").inner_text() == "Stopped"

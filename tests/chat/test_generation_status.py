@@ -64,6 +64,38 @@ def test_a_stop_after_the_end_is_refused_and_changes_nothing(final):
     assert (generation.status, generation.cancelled_by, generation.stop_seen_chars) == (final, "", None)
 
 
+@pytest.mark.parametrize("cancelled_by", ["client_gone", "shutdown", "timeout", "admin", "user"])
+def test_only_an_answer_that_ended_for_want_of_a_reader_takes_a_users_late_stop(cancelled_by):
+    answer = factories.message(role="assistant", status="stopped", content="Hello world")
+    generation = factories.generation(answer, status="stopped", finish_reason="cancelled",
+                                      cancelled_by=cancelled_by, final_text="Hello world")
+
+    if cancelled_by == "client_gone":
+        services.generation_stop(generation=generation, seen_chars=5)
+    else:
+        with pytest.raises(services.IllegalTransition):
+            services.generation_stop(generation=generation, seen_chars=5)
+
+    generation.refresh_from_db()
+    cut = cancelled_by == "client_gone"
+    assert generation.final_text == ("Hello" if cut else "Hello world")
+    assert generation.cancelled_by == ("user" if cut else cancelled_by)
+
+
+def test_a_late_stop_of_an_answer_regenerated_since_is_refused():
+    answer = factories.message(role="assistant", status="stopped", content="Hello world")
+    generation = factories.generation(answer, status="stopped", finish_reason="cancelled",
+                                      cancelled_by="client_gone", final_text="Hello world")
+    answer.delete()  # a regenerated answer's message is replaced; its audit row stays
+    generation.refresh_from_db()
+
+    with pytest.raises(services.IllegalTransition):
+        services.generation_stop(generation=generation, seen_chars=5)
+
+    generation.refresh_from_db()
+    assert (generation.final_text, generation.cancelled_by) == ("Hello world", "client_gone")
+
+
 def test_the_final_write_of_an_answer_already_reaped_changes_nothing():
     generation = ended_generation(GenerationStatus.FAILED)
 

@@ -183,14 +183,21 @@ async def test_a_resume_from_a_bad_offset_is_refused_before_any_stream(api, conv
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_value"
 
 
-async def test_a_watcher_gets_every_delta_live_from_the_relay_not_from_the_saved_rows(
-        api, conversation, upstream, settings, monkeypatch):
-    # Rows saved and read too rarely to matter: whatever the watcher gets before the end came live.
+@pytest.fixture
+def row_reads(settings, monkeypatch) -> list[dict]:
+    """Every read of an answer's rows for a watch; rows saved and read too rarely to matter, so
+    that whatever a watcher gets before the end came live."""
     settings.CHAT_SAVE_INTERVAL_SECONDS = 60
     settings.CHAT_WATCH_INTERVAL_SECONDS = 60
     reads = []
     read = selectors.generation_progress
     monkeypatch.setattr(selectors, "generation_progress", lambda **kwargs: reads.append(kwargs) or read(**kwargs))
+    return reads
+
+
+async def watched_live(api, conversation, upstream, watchers: int):
+    """An answer and `watchers` watch streams of it, each live while it still streamed: (whether
+    it did, the owner's reader, each watcher's events)."""
     upstream.script.chunks = ANSWER
     upstream.script.interval_s = 0.02
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
@@ -199,15 +206,32 @@ async def test_a_watcher_gets_every_delta_live_from_the_relay_not_from_the_saved
     await owner.until(lambda events: len(text_of(events)) > 0)
     owning = asyncio.ensure_future(owner.to_the_end())
     generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
-    watcher = EventReader(await api.get(f"/api/generations/{generation.pk}/events"))
-
-    await watcher.until(lambda events: len(text_of(events)) > len(ANSWER[0]))
+    readers = [EventReader(await api.get(f"/api/generations/{generation.pk}/events")) for _ in range(watchers)]
+    for reader in readers:
+        await reader.until(lambda events: len(text_of(events)) > len(ANSWER[0]))
     still_streaming = not owning.done()
-    watched = await watcher.to_the_end()
+    watched = await asyncio.gather(*(reader.to_the_end() for reader in readers))
     await owning
+    return still_streaming, owner, watched
+
+
+async def test_a_watcher_gets_every_delta_live_from_the_relay_not_from_the_saved_rows(
+        api, conversation, upstream, row_reads):
+    still_streaming, owner, (watched,) = await watched_live(api, conversation, upstream, watchers=1)
 
     assert still_streaming
-    assert len(reads) == 2  # the rows before it joined, and the final ones: no query per delta
+    assert len(row_reads) == 2  # the rows before it joined, and the final ones: no query per delta
     assert names(watched)[0] == "prefix" and names(watched)[-1] == "done"
     assert watched[0][1]["text"] + text_of(watched) == "".join(ANSWER)
     assert watched[-1] == owner.events[-1]
+
+
+async def test_two_watchers_read_the_rows_once_each_to_join_and_the_final_rows_once_between_them(
+        api, conversation, upstream, row_reads):
+    still_streaming, owner, watched = await watched_live(api, conversation, upstream, watchers=2)
+
+    assert still_streaming
+    assert len(row_reads) == 3
+    for events in watched:
+        assert events[0][1]["text"] + text_of(events) == "".join(ANSWER)
+        assert events[-1] == owner.events[-1]

@@ -8,12 +8,13 @@ import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
+from django.test import AsyncClient
 
 from chatapp.models import Generation
 from chatapp.upstream.sse import SSEParser
 from harness import child_process, ports
 from stack import commands
-from tests import servers
+from tests import factories, servers
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,26 +60,87 @@ async def test_a_stop_sent_before_the_relay_listens_still_ends_the_stream_and_fr
     assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
 
 
-async def test_a_stop_that_arrives_after_the_answer_ended_answers_409_and_changes_nothing(
-        api, conversation, upstream):
+async def ended_for_want_of_a_reader(api, conversation, upstream) -> Generation:
+    """An answer whose page left after two deltas and never came back: no grace in these
+    settings, so it ends at once as the departed client's, with all the text sent."""
     upstream.script.chunks = ["One", " two", " three", " four"]
     upstream.script.interval_s = 0.3
     browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
     await browser.post({"content": "go"})
     await browser.read_until(deltas=2)
-    await browser.hang_up()  # the answer ends as interrupted by the departed client
-    generation_id = browser.events[0][1]["generation_id"]
-    ended = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
+    await browser.hang_up()
+    return await sync_to_async(Generation.objects.select_related("message").get)(
+        pk=browser.events[0][1]["generation_id"])
 
-    late = await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": 5}),
+
+async def late_stop(api, generation_id: int, seen_chars: int):
+    return await api.post(f"/api/generations/{generation_id}/stop", json.dumps({"seen_chars": seen_chars}),
                           content_type="application/json")
 
-    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=generation_id)
+
+async def test_a_stop_that_arrives_after_the_answer_ended_for_want_of_a_reader_keeps_what_the_user_saw(
+        api, conversation, upstream):
+    ended = await ended_for_want_of_a_reader(api, conversation, upstream)
+    assert (ended.status, ended.cancelled_by) == ("stopped", "client_gone") and ended.final_text.startswith("One two")
+
+    late = await late_stop(api, ended.pk, seen_chars=5)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=ended.pk)
+    assert late.status_code == 202 and late.json() == {"id": ended.pk, "status": "stopped"}
+    assert (generation.status, generation.finish_reason, generation.cancelled_by) == ("stopped", "cancelled", "user")
+    assert generation.final_text == generation.message.content == "One t"
+    assert generation.stop_seen_chars == 5 and generation.finished_at == ended.finished_at
+    listed = (await api.get(f"/api/conversations/{conversation.pk}/messages")).json()["results"]
+    assert listed[-1]["content"] == "One t" and listed[-1]["generation"]["cancelled_by"] == "user"
+
+
+async def test_a_late_stop_that_says_more_was_seen_than_was_stored_never_makes_the_text_longer(
+        api, conversation, upstream):
+    ended = await ended_for_want_of_a_reader(api, conversation, upstream)
+
+    late = await late_stop(api, ended.pk, seen_chars=10_000)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=ended.pk)
+    assert late.status_code == 202 and generation.cancelled_by == "user"
+    assert generation.final_text == generation.message.content == ended.final_text
+
+
+async def test_a_stop_that_arrives_after_the_answer_completed_answers_409_and_changes_nothing(
+        api, conversation, upstream):
+    upstream.script.chunks = ["One", " two"]
+    events = await read_events(await api.post(f"/api/conversations/{conversation.pk}/messages",
+                                              json.dumps({"content": "go"}), content_type="application/json"))
+    ended = await sync_to_async(Generation.objects.select_related("message").get)(pk=events[0][1]["generation_id"])
+
+    late = await late_stop(api, ended.pk, seen_chars=2)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(pk=ended.pk)
     assert late.status_code == 409 and late.json()["error"]["code"] == "generation_ended"
-    assert (generation.status, generation.cancelled_by) == ("stopped", "client_gone")
-    assert generation.final_text == ended.final_text and ended.final_text.startswith("One two")
-    assert generation.finished_at == ended.finished_at
-    assert generation.stop_seen_chars is None and generation.message.content == ended.final_text
+    assert (generation.status, generation.cancelled_by, generation.stop_seen_chars) == ("completed", "", None)
+    assert generation.final_text == generation.message.content == "One two"
+
+
+async def test_a_second_late_stop_is_refused_and_changes_nothing(api, conversation, upstream):
+    ended = await ended_for_want_of_a_reader(api, conversation, upstream)
+    await late_stop(api, ended.pk, seen_chars=5)
+
+    again = await late_stop(api, ended.pk, seen_chars=3)
+
+    generation = await sync_to_async(Generation.objects.get)(pk=ended.pk)
+    assert again.status_code == 409
+    assert (generation.final_text, generation.cancelled_by) == ("One t", "user")
+
+
+async def test_an_admins_stop_after_the_answer_ended_for_want_of_a_reader_is_refused(api, conversation, upstream):
+    ended = await ended_for_want_of_a_reader(api, conversation, upstream)
+    admin = AsyncClient()
+    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+
+    refused = await admin.post(f"/api/staff/generations/{ended.pk}/stop")
+
+    generation = await sync_to_async(Generation.objects.get)(pk=ended.pk)
+    assert refused.status_code == 409
+    assert (generation.final_text, generation.cancelled_by) == (ended.final_text, "client_gone")
 
 
 @pytest.mark.process
