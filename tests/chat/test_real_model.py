@@ -20,15 +20,9 @@ from tests.inference.serving import cancelled_on, metric, real_model_serving
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(scope="module")
-def real_inference_url():
-    with real_model_serving(max_running=4) as url:
-        yield url
-
-
 async def test_a_signed_in_user_holds_a_conversation_with_streamed_answers(
-        api, conversation, settings, real_inference_url):
-    settings.INFERENCE_URL = real_inference_url
+        api, conversation, settings, real_model_url):
+    settings.INFERENCE_URL = real_model_url
     settings.CHAT_MAX_TOKENS = 40
     settings.CHAT_TEMPERATURE = 0  # greedy, so that the answer is known
     url = f"/api/conversations/{conversation.pk}/messages"
@@ -53,8 +47,8 @@ async def test_a_signed_in_user_holds_a_conversation_with_streamed_answers(
 
 
 async def test_an_answer_stopped_before_its_end_records_the_same_prompt_tokens_as_a_finished_one(
-        api, user, settings, real_inference_url):
-    settings.INFERENCE_URL = real_inference_url
+        api, user, settings, real_model_url):
+    settings.INFERENCE_URL = real_model_url
     settings.CHAT_MAX_TOKENS = 40
     settings.CHAT_TEMPERATURE = 0
     finished, stopped = await sync_to_async(lambda: [factories.conversation(owner=user) for _ in range(2)])()
@@ -141,8 +135,8 @@ async def test_a_capped_context_keeps_the_newest_exchanges_that_fit_by_the_servi
 
 
 async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_the_grace_and_a_second(
-        api, conversation, user, settings, real_inference_url):
-    settings.INFERENCE_URL = real_inference_url
+        api, conversation, user, settings, real_model_url):
+    settings.INFERENCE_URL = real_model_url
     settings.CHAT_MAX_TOKENS = 400  # far longer than the grace period takes
     settings.CHAT_TEMPERATURE = 0
     settings.CHAT_RESUME_GRACE_SECONDS = grace_s = 2.0
@@ -152,7 +146,7 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
     left_at = time.monotonic()
     await browser.hang_up()
 
-    async with httpx2.AsyncClient(base_url=real_inference_url) as inference:
+    async with httpx2.AsyncClient(base_url=real_model_url) as inference:
         async def running() -> float:
             return metric((await inference.get("/metrics")).text, "inference_running_sequences")
 
@@ -183,18 +177,18 @@ def second_inference_url():
 
 
 async def test_two_conversations_side_by_side_are_each_answered_by_their_own_model_and_both_stop(
-        api, user, settings, real_inference_url, second_inference_url):
-    settings.INFERENCE_URL = f"{real_inference_url},{second_inference_url}"
+        api, user, settings, real_model_url, second_inference_url):
+    settings.INFERENCE_URL = f"{real_model_url},{second_inference_url}"
     settings.CHAT_MAX_TOKENS = 200
     upstream_models.forget()
     first, second = await sync_to_async(lambda: [
         factories.conversation(owner=user), factories.conversation(owner=user, model=OTHER_MODEL)])()
     question = "Tell me about the history of France."
-    before = [await sync_to_async(cancelled_on)(url) for url in (real_inference_url, second_inference_url)]
+    before = [await sync_to_async(cancelled_on)(url) for url in (real_model_url, second_inference_url)]
 
     ended = await stop_side_by_side(api, [first, second], question)
 
-    after = [await sync_to_async(cancelled_on)(url) for url in (real_inference_url, second_inference_url)]
+    after = [await sync_to_async(cancelled_on)(url) for url in (real_model_url, second_inference_url)]
     generations = await sync_to_async(lambda: [Generation.objects.get(conversation=c) for c in (first, second)])()
     assert ended == [("SmolLM2-135M-Instruct", 202, "stopped"), (OTHER_MODEL, 202, "stopped")]
     assert [(g.model, g.status, g.cancelled_by) for g in generations] == [
