@@ -50,6 +50,18 @@ def database_threads_close_their_connections_after_each_test():
 
 
 @pytest.fixture(scope="session")
+def real_model_url():
+    """The inference service with the default model, in this process, under the name the chat app
+    gives it (2,048 positions, four answers at once): one for every test that only asks it, each
+    of which would otherwise load the model and build an engine again. Imported here: loading
+    the engine is slow, and most sessions (`make check`) never ask for it."""
+    from tests.inference.serving import real_model_serving
+
+    with real_model_serving(max_running=4) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def probe_app_port():
     """A real daphne serving the app plus the probe views (tests/probe_views.py)."""
     port = ports.free_port()

@@ -46,14 +46,10 @@ def running_stack(inference_url: str, tmp_dir: Path, **settings):
         yield url
 
 
-@pytest.fixture(scope="module")
-def inference_url():
-    """The inference service with the default model, in this process (imported here: loading the
-    engine is slow, and most browser tests need only the stand-in upstream)."""
-    from tests.inference.serving import real_model_serving
-
-    with real_model_serving(max_running=4) as url:
-        yield url
+@pytest.fixture(scope="session")
+def inference_url(real_model_url):
+    """The inference service with the default model (tests/conftest.py), shared with every module."""
+    return real_model_url
 
 
 # One stand-in and one stack for every module that needs no settings of its own: each test

@@ -15,9 +15,9 @@ MARKER = "#messages .context-marker"
 
 @pytest.fixture(scope="module")
 def small_context_stack(django_db_setup, inference_url, tmp_path_factory):
-    # A context of 1,024 tokens: four exchanges of about 1,500 characters each are far over it.
+    # A context of 512 tokens: four exchanges of about 700 characters each are far over it.
     with running_stack(inference_url, tmp_path_factory.mktemp("context"), CHAT_TEMPERATURE=0,
-                       CHAT_MAX_TOKENS=40, CHAT_CONTEXT_TOKENS=1024) as url:
+                       CHAT_MAX_TOKENS=16, CHAT_CONTEXT_TOKENS=512) as url:
         yield url
 
 
@@ -29,7 +29,7 @@ def marked_message_id(page) -> str:
 def test_the_page_marks_the_first_message_the_model_read_live_and_after_a_reload(page, small_context_stack, user):
     conversation = factories.conversation(owner=user, title="Long notes")
     for turn in range(4):
-        factories.message(conversation, content=meeting_notes(turn, 1500))
+        factories.message(conversation, content=meeting_notes(turn, 700))
         factories.message(conversation, role="assistant", content=f"A summary of meeting {turn}.")
     first_id = conversation.messages.order_by("pk").first().pk
     sign_in(page, small_context_stack, user)

@@ -14,7 +14,6 @@ from harness import ports
 from tests import factories
 from tests.celery_worker import DEFAULT_QUEUE, celery_worker
 from tests.chat.streams import read_events
-from tests.inference.serving import real_model_serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,12 +120,6 @@ def test_a_first_message_edited_while_the_model_is_asked_keeps_the_title_of_its_
 
 # --- with the real model ---
 
-@pytest.fixture(scope="module")
-def real_inference_url():
-    with real_model_serving(max_running=4) as url:
-        yield url
-
-
 def title_worker(inference_url: str):
     """With Redis, a real Celery worker takes the title tasks; without it they run in-process."""
     if not os.environ.get("REDIS_URL"):
@@ -136,12 +129,12 @@ def title_worker(inference_url: str):
 
 @pytest.mark.slow
 async def test_the_real_model_names_a_conversation_after_its_first_answer(
-        api, conversation, settings, real_inference_url):
-    settings.INFERENCE_URL = real_inference_url
+        api, conversation, settings, real_model_url):
+    settings.INFERENCE_URL = real_model_url
     settings.CHAT_MODEL_TITLES = True
     settings.CHAT_MAX_TOKENS = 40
 
-    with title_worker(real_inference_url):
+    with title_worker(real_model_url):
         done = (await ask(api, conversation.pk, "What is the capital of France?"))[-1][1]
         await sync_to_async(waiting.wait_until)(
             lambda: title_of(conversation.pk) != "What is the capital of France?", 60,
@@ -153,8 +146,8 @@ async def test_the_real_model_names_a_conversation_after_its_first_answer(
 
 
 @pytest.mark.slow
-def test_the_real_models_title_is_not_saved_over_a_rename(answered, settings, real_inference_url):
-    settings.INFERENCE_URL = real_inference_url
+def test_the_real_models_title_is_not_saved_over_a_rename(answered, settings, real_model_url):
+    settings.INFERENCE_URL = real_model_url
     Conversation.objects.filter(pk=answered.pk).update(title="My soups", title_set_by_user=True)
 
     assert titles.title_conversation(answered.pk) is None
@@ -163,8 +156,8 @@ def test_the_real_models_title_is_not_saved_over_a_rename(answered, settings, re
 
 @pytest.mark.slow
 def test_a_replica_that_cannot_be_reached_passes_the_title_request_to_the_next(
-        answered, settings, real_inference_url):
-    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()},{real_inference_url}"
+        answered, settings, real_model_url):
+    settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()},{real_model_url}"
 
     for _ in range(2):  # the replicas take turns at being tried first: each is, once
         Conversation.objects.filter(pk=answered.pk).update(title="Soup recipes")

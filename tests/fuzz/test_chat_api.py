@@ -20,7 +20,6 @@ from tests.fuzz import hostile
 from tests.fuzz.conftest import fuzz_settings
 from tests.fuzz.operations import cases, described, operations
 from tests.fuzz.tally import RUN, assert_none_found, exchange
-from tests.inference.serving import real_model_serving
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
@@ -44,16 +43,10 @@ HOSTILE_IDS = [2**31, 2**63, 2**64]
 
 
 @pytest.fixture(scope="module")
-def inference_url():
-    with real_model_serving(max_running=4) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def app_url(django_db_setup, inference_url):
+def app_url(django_db_setup, real_model_url):
     # Four tokens an answer: the fuzz is about the requests, and streamed answers stay quick.
     # Its hundreds of failed sign-ins would trip the login limit for every later test's sign-in.
-    env = {"INFERENCE_URL": inference_url, "CHAT_MAX_TOKENS": "4", "CHAT_LOGIN_ATTEMPTS": "1000000",
+    env = {"INFERENCE_URL": real_model_url, "CHAT_MAX_TOKENS": "4", "CHAT_LOGIN_ATTEMPTS": "1000000",
            "CHAT_LOGIN_SPREAD_ATTEMPTS": "1000000"}
     with servers.daphne_on(servers.shared_database_url(), env=env) as url:
         yield url
@@ -154,9 +147,9 @@ def test_hostile_queries_and_ids_get_no_server_error(signed_in):
     assert_none_found(findings)
 
 
-def test_the_app_and_its_inference_service_are_healthy_after_the_fuzz(app_url, inference_url):
+def test_the_app_and_its_inference_service_are_healthy_after_the_fuzz(app_url, real_model_url):
     statuses = {"chat /healthz": httpx2.get(app_url + "/healthz").status_code,
-                "inference /health": httpx2.get(inference_url + "/health").status_code}
+                "inference /health": httpx2.get(real_model_url + "/health").status_code}
     RUN.health.update(statuses)
 
     assert statuses == {"chat /healthz": 200, "inference /health": 200}

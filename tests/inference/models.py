@@ -11,6 +11,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 
 from inference.config import InferenceConfig
 from inference.engine import EngineConfig, LLMEngine, loader
+from inference.engine.matrices import MatrixLayout
 
 # Where the engine's tests put their models: "cuda" when `make gpu-check` runs them on a lent GPU
 # (benchmarks/gpu_check.py). Test-only, so it is read here rather than in inference/config.py.
@@ -64,8 +65,11 @@ def real_model() -> torch.nn.Module:
 
 
 def limits(**changes) -> EngineConfig:
+    """The tests' engine limits. The matrices are named plain: AUTO times both layouts on the
+    model at every engine built (seconds per real model, and its pick follows the machine's load
+    at that moment); test_model_runner.py holds the packed layout and AUTO's choice."""
     values = dict(max_running=8, max_cached_tokens=8192, max_model_len=2048, prefill_chunk=16,
-                  prefill_chunk_idle=64, cache_group_size=4)
+                  prefill_chunk_idle=64, cache_group_size=4, matrices=MatrixLayout.PLAIN)
     values.update(changes)
     return EngineConfig(**values)
 

@@ -116,7 +116,7 @@ def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_
     monkeypatch.setattr(matrices, "_pass", timed_pass)
     model = models.tiny_model("llama").float()
     reference = models.copy_of(model)
-    engine = models.engine(model, prefill_chunk=3, prefill_chunk_idle=3)
+    engine = models.engine(model, matrices=MatrixLayout.AUTO, prefill_chunk=3, prefill_chunk_idle=3)
     fed = []
     run = engine.runner.run
     engine.runner.run = lambda chunks: fed.append(run(chunks)) or fed[-1]
