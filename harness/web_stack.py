@@ -1,7 +1,7 @@
 """The app as users reach it: daphne on a database of the caller's, nginx in front serving frontend/."""
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from harness.child_process import running
@@ -10,11 +10,18 @@ from stack import commands, nginx
 
 
 @contextmanager
-def nginx_and_daphne(env: dict[str, str], tmp_dir: Path) -> Iterator[str]:
-    """The app as users reach it: daphne with `env`, nginx in front serving frontend/."""
-    daphne_port, public_port = free_port(), free_port()
-    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}", upstreams=(f"127.0.0.1:{daphne_port}",))
+def nginx_and_daphne(env: dict[str, str], tmp_dir: Path, access_logs: Sequence[Path] = ()) -> Iterator[str]:
+    """The app as users reach it: daphne with `env`, nginx in front serving frontend/. With
+    `access_logs`, one daphne process per log, each writing its own (nginx balances them by
+    least connections, as `make run` does: they share a channel layer only on Redis)."""
+    logs = list(access_logs) or [None]
+    daphne_ports, public_port = [free_port() for _ in logs], free_port()
+    site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}",
+                           upstreams=tuple(f"127.0.0.1:{port}" for port in daphne_ports))
     config = nginx.render(site, tmp_dir / "nginx")
-    with running(commands.daphne(daphne_port), env=env, ready_url=f"http://127.0.0.1:{daphne_port}/healthz"), \
-            running(nginx.command(config), ready_url=f"http://127.0.0.1:{public_port}/healthz"):
+    with ExitStack() as started:
+        for port, log in zip(daphne_ports, logs):
+            started.enter_context(running(commands.daphne(port, access_log=log), env=env,
+                                          ready_url=f"http://127.0.0.1:{port}/healthz"))
+        started.enter_context(running(nginx.command(config), ready_url=f"http://127.0.0.1:{public_port}/healthz"))
         yield f"http://127.0.0.1:{public_port}"

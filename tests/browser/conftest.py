@@ -36,13 +36,14 @@ def chromium():
 
 
 @contextmanager
-def running_stack(inference_url: str, tmp_dir: Path, **settings):
-    """daphne on the test database, nginx in front serving frontend/; yields the public URL."""
+def running_stack(inference_url: str, tmp_dir: Path, access_logs: tuple[Path, ...] = (), **settings):
+    """daphne on the test database (one process per access log when given), nginx in front
+    serving frontend/; yields the public URL."""
     env = {"DATABASE_URL": servers.shared_database_url(), "INFERENCE_URL": inference_url,
            "DJANGO_SETTINGS_MODULE": "tests.settings", "DJANGO_LOG_LEVEL": "WARNING",
            "DJANGO_SECRET_KEY": "browser-test-secret-" + "x" * 40,
            **{key: str(value) for key, value in settings.items()}}
-    with web_stack.nginx_and_daphne(env, tmp_dir) as url:
+    with web_stack.nginx_and_daphne(env, tmp_dir, access_logs) as url:
         yield url
 
 

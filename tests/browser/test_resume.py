@@ -1,13 +1,16 @@
 """An answer outlives its connection, in a real browser through nginx: connections reset under
 the page mid-answer of the real model are resumed at the exact character (the greedy answer is
-the uninterrupted one), and a Stop pressed while the network is down is kept until it arrives,
+the uninterrupted one), on whichever of two web processes nginx picks, and a Stop pressed while the network is down is kept until it arrives,
 so the stored text is what the user saw, even once the grace has run out."""
 
+import os
 import random
 
 import pytest
+import redis
 
 from chatapp.models import Generation, Message
+from chatapp.streaming import live_channel
 from harness import waiting
 
 from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
@@ -62,6 +65,18 @@ def real_resetting_stack(django_db_setup, django_db_blocker, inference_url, tmp_
     """The stack on the real model (greedy: the same prompt, the same answer), through the proxy."""
     with running_stack(inference_url, tmp_path_factory.mktemp("real-resetting"), CHAT_TEMPERATURE=0,
                        CHAT_MAX_TOKENS=REAL_MAX_TOKENS, TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, \
+            resetting_proxy(url) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def two_process_resetting_stack(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    """As resetting_stack, with two daphne processes behind nginx (least connections, as `make
+    run` has them) sharing Redis: a resumed stream may land on the one that does not hold the
+    answer."""
+    folder = tmp_path_factory.mktemp("two-web-processes")
+    logs = (folder / "web-1.log", folder / "web-2.log")
+    with running_stack(fake_upstream.url, folder, access_logs=logs, TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, \
             resetting_proxy(url) as proxy:
         yield proxy
 
@@ -168,3 +183,62 @@ def test_a_stop_pressed_offline_that_arrives_after_the_grace_still_cuts_the_stor
     page.wait_for_selector('#messages .message[data-role="assistant"]')
     assert shown_text(page).split() == visible.split()
     assert last_answer(page).locator(".message-state").inner_text() == "Stopped"
+
+
+
+class ProcessesSeen:
+    """Which web processes hold an answer's relay and serve its resumed streams, as the channel
+    layer's groups in Redis say while they run: the relay listens in the answer's relay group,
+    a resumed stream's process in its live group, and a channel's name carries its process
+    (`specific.<process>!<channel>`, channels_redis)."""
+
+    def __init__(self, generation_id: int):
+        self.generation_id = generation_id
+        self.redis = redis.Redis.from_url(os.environ["REDIS_URL"])  # this test worker's index
+        self.relay: set[str] = set()
+        self.resumes: set[str] = set()
+
+    def look(self) -> None:
+        self.relay |= self._members(live_channel.relay_group(self.generation_id))
+        self.resumes |= self._members(live_channel.live_group(self.generation_id))
+
+    def _members(self, group: str) -> set[str]:
+        return {member.decode().split(".", 1)[1].split("!", 1)[0]
+                for member in self.redis.zrange(f"asgi:group:{group}", 0, -1)}
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
+def test_an_answer_reset_three_times_resumes_on_the_other_web_process_too_and_ends_whole(
+        page, two_process_resetting_stack, user, upstream):
+    stack = two_process_resetting_stack
+    upstream.script.chunks = ANSWER
+    upstream.script.interval_s = 0.04
+    sign_in(page, stack.url, user)
+    page.evaluate(SIGNS_PROBE)
+    send(page, "count slowly")
+    wait_for_true(page, f"{STREAMING_TEXT} > 0")
+    seen = ProcessesSeen(Generation.objects.get().pk)
+
+    def looked(condition: bool) -> bool:
+        seen.look()
+        return condition
+
+    for point in (100, 250, 400):
+        waiting.wait_until(lambda: looked(page.evaluate(f"{STREAMING_TEXT} > {point}") and stack.reset() > 0),
+                           60, f"the answer past {point} on an open stream")
+    waiting.wait_until(lambda: looked(len(seen.resumes) > 0 and (seen.resumes - seen.relay
+                                                                 or page.evaluate(f"{STREAMING_TEXT} > 500"))),
+                       60, "the last resumed stream under way")
+    wait_for_end(page)
+    generation = stored_generation()
+
+    assert generation.message.content == "".join(ANSWER)
+    # Word by word: the probe may read the text once the finished answer is drawn as Markdown.
+    assert page.evaluate("window.__signs.endedText").split() == "".join(ANSWER).split()
+    assert page.evaluate("window.__signs.reconnecting") > 0
+    assert page.evaluate("window.__signs.trouble") == []
+    assert not last_answer(page).locator(".retry").is_visible()
+    # nginx sends a request to the process with fewer open ones, and breaks ties in turn: the
+    # first resume, made while the relay's process held the page's stream or right after, goes
+    # to the other one.
+    assert len(seen.relay) == 1 and seen.resumes - seen.relay, (seen.relay, seen.resumes)
