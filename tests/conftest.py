@@ -62,6 +62,16 @@ def real_model_url():
 
 
 @pytest.fixture(scope="session")
+def second_model_url():
+    """The default model's weights served again as SECOND_MODEL_NAME (tests/inference/serving.py):
+    a second upstream with a model of its own, beside ours or llama.cpp's server."""
+    from tests.inference.serving import SECOND_MODEL_NAME, real_model_serving
+
+    with real_model_serving(SECOND_MODEL_NAME, max_running=4) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def probe_app_port():
     """A real daphne serving the app plus the probe views (tests/probe_views.py)."""
     port = ports.free_port()

@@ -19,7 +19,7 @@ from harness import waiting
 from inference.engine import loader
 from tests import factories
 from tests.chat.streams import names, read_events, stop_after_deltas, stop_side_by_side, text_of
-from tests.inference.serving import cancelled_on, metric, real_model_serving
+from tests.inference.serving import SECOND_MODEL_NAME, cancelled_on, metric
 from tests.llama_server import llama_server
 
 # The first test may wait for the build (about 10 minutes of both cores on a fresh machine).
@@ -175,20 +175,15 @@ def test_llama_cpp_names_a_conversation_after_its_first_answer(transactional_db,
     assert title is not None and Conversation.objects.get(pk=conversation.pk).title == title
 
 
-# Our service beside llama.cpp's: the same weights, served by ours under a name of its own, so
-# that INFERENCE_URL lists two upstreams serving two models (llama.cpp's is named by --alias).
-OURS = "smollm2-ours"
-
-
-@pytest.fixture(scope="module")
-def ours():
-    with real_model_serving(OURS, max_running=4) as url:
-        yield url
+# Our service beside llama.cpp's: the same weights, served by ours under a name of its own
+# (second_model_url, tests/conftest.py), so that INFERENCE_URL lists two upstreams serving two
+# models (llama.cpp's is named by --alias).
+OURS = SECOND_MODEL_NAME
 
 
 async def test_ours_and_llama_cpps_each_answer_their_own_models_conversation_side_by_side_and_both_stop(
-        api, user, settings, llama, ours):
-    settings.INFERENCE_URL = f"{ours},{llama.base_url}"
+        api, user, settings, llama, second_model_url):
+    settings.INFERENCE_URL = f"{second_model_url},{llama.base_url}"
     settings.CHAT_MODEL = loader.DEFAULT_MODEL_NAME
     settings.CHAT_MAX_TOKENS = LONG_ANSWER  # a cap the Stops come far before
     upstream_models.forget()
@@ -196,12 +191,12 @@ async def test_ours_and_llama_cpps_each_answer_their_own_models_conversation_sid
     on_ours, on_llama = await sync_to_async(lambda: [
         factories.conversation(owner=user, model=OURS), factories.conversation(owner=user, model=llama.model_name)])()
     question = "Tell me about the history of France."
-    cancelled_before = await sync_to_async(cancelled_on)(ours)
+    cancelled_before = await sync_to_async(cancelled_on)(second_model_url)
     predicted_before = await tokens_predicted(llama)
 
     ended = await stop_side_by_side(api, [on_ours, on_llama], question)
 
-    cancelled_by_ours = await sync_to_async(cancelled_on)(ours) - cancelled_before
+    cancelled_by_ours = await sync_to_async(cancelled_on)(second_model_url) - cancelled_before
     predicted_by_llama = await tokens_predicted(llama) - predicted_before
     generations = await sync_to_async(lambda: [generations_of(c)[0] for c in (on_ours, on_llama)])()
     assert offered == [OURS, llama.model_name]  # what each upstream's /v1/models lists

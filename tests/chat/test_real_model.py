@@ -15,7 +15,7 @@ from chatapp.upstream import models as upstream_models
 from harness import waiting
 from tests import factories
 from tests.chat.streams import Browser, names, read_events, stop_after_deltas, stop_side_by_side, text_of
-from tests.inference.serving import cancelled_on, metric, real_model_serving
+from tests.inference.serving import SECOND_MODEL_NAME, cancelled_on, metric, real_model_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -170,29 +170,22 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
     assert await sync_to_async(selectors.streams_open)(user=user) == 0
 
 
-# The same weights served again under another name: a second model to choose from.
-OTHER_MODEL = "smollm2-second"
-
-
-@pytest.fixture(scope="module")
-def second_inference_url():
-    with real_model_serving(OTHER_MODEL, max_running=4) as url:
-        yield url
+OTHER_MODEL = SECOND_MODEL_NAME  # served at second_model_url (tests/conftest.py)
 
 
 async def test_two_conversations_side_by_side_are_each_answered_by_their_own_model_and_both_stop(
-        api, user, settings, real_model_url, second_inference_url):
-    settings.INFERENCE_URL = f"{real_model_url},{second_inference_url}"
+        api, user, settings, real_model_url, second_model_url):
+    settings.INFERENCE_URL = f"{real_model_url},{second_model_url}"
     settings.CHAT_MAX_TOKENS = 200
     upstream_models.forget()
     first, second = await sync_to_async(lambda: [
         factories.conversation(owner=user), factories.conversation(owner=user, model=OTHER_MODEL)])()
     question = "Tell me about the history of France."
-    before = [await sync_to_async(cancelled_on)(url) for url in (real_model_url, second_inference_url)]
+    before = [await sync_to_async(cancelled_on)(url) for url in (real_model_url, second_model_url)]
 
     ended = await stop_side_by_side(api, [first, second], question)
 
-    after = [await sync_to_async(cancelled_on)(url) for url in (real_model_url, second_inference_url)]
+    after = [await sync_to_async(cancelled_on)(url) for url in (real_model_url, second_model_url)]
     generations = await sync_to_async(lambda: [Generation.objects.get(conversation=c) for c in (first, second)])()
     assert ended == [("SmolLM2-135M-Instruct", 202, "stopped"), (OTHER_MODEL, 202, "stopped")]
     assert [(g.model, g.status, g.cancelled_by) for g in generations] == [

@@ -35,6 +35,10 @@ def serving(service: InferenceService):
         service.stop()
 
 
+# The same weights served again under a name of its own: a second model for the chat to choose.
+SECOND_MODEL_NAME = "smollm2-second"
+
+
 @contextmanager
 def real_model_serving(model_name: str = "SmolLM2-135M-Instruct", **limits):
     """The default model served as the chat app names it (or as `model_name`); yields the base URL."""
