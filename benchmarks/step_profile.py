@@ -10,7 +10,9 @@ no event loop. Then a few more steps run under torch.profiler, and the self time
 products (and of attention) is read from its operator table: "the rest" is the unprofiled
 step's median minus the products, i.e. everything a faster matrix kernel would not remove.
 
-With `--baseline TREE` each precision also runs another checkout's engine just before this
+Each precision runs twice: the fused forward alone (INFERENCE_COMPILE=off) and with the decode
+step compiled (on; inference/engine/decode_graph.py), whose compile, paid at load, is not
+timed. With `--baseline TREE` each precision also runs another checkout's engine just before this
 tree's, so that a change is compared within one run (TREE's own copy of this benchmark runs
 there: copy this file and roofline.py in when TREE is older than them).
 Figures on a shared machine swing with the other load (the "other CPU" column: cores' worth of
@@ -52,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed decode steps per count")
     parser.add_argument("--profiled-steps", type=int, default=6)
     parser.add_argument("--prompt-tokens", type=int, default=100)
+    parser.add_argument("--compile", default="off,on",
+                        help="INFERENCE_COMPILE modes, one child each: the fused forward alone (off) "
+                             "and the compiled decode step (on)")
     parser.add_argument("--baseline", metavar="TREE",
                         help="also step another checkout's engine (e.g. `git archive` of the base "
                              "commit unpacked), each precision right before this tree's")
@@ -62,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if args.child:
         print(json.dumps(_measure(args)))
         return 0
-    trees = [("baseline", args.baseline)] if args.baseline else []
-    trees.append(("this tree", None))
-    results = [_child(args, dtype, code, tree) for dtype in args.dtypes.split(",")
-               for code, tree in trees]
+    runs = [("baseline", args.baseline, "off")] if args.baseline else []
+    runs += [(f"this tree, compile {mode}", None, mode) for mode in args.compile.split(",")]
+    results = [_child(args, dtype, code, tree, mode) for dtype in args.dtypes.split(",")
+               for code, tree, mode in runs]
     bandwidth = roofline.bandwidth(threads=2)
     print(f"\nCommand: `{getattr(args, 'command', 'python -m benchmarks step')}`\n")
     print(_split_table(results))
@@ -73,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None) -> dict:
+def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None, compile_mode: str) -> dict:
     command = [sys.executable, "-m", "benchmarks", "step", "--child", "--streams", args.streams,
                "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps),
                "--prompt-tokens", str(args.prompt_tokens)]
-    env = {**os.environ, "INFERENCE_DTYPE": dtype}
+    env = {**os.environ, "INFERENCE_DTYPE": dtype, "INFERENCE_COMPILE": compile_mode}
     if tree:
         env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)

@@ -9,6 +9,7 @@ from common import env
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 MATRICES = ("auto", "plain", "packed")
+COMPILE_MODES = ("auto", "on", "off")
 # Short names people type; the configuration holds torch's own name.
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
@@ -32,6 +33,10 @@ class InferenceConfig:
     # How the weight matrices are multiplied: "plain" (torch's product, oneMKL on a CPU),
     # "packed" (oneDNN's layout, CPU only), "auto" (both timed at load, the faster kept).
     matrices: str = "auto"
+    # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
+    # inference/engine/decode_graph.py): "auto" where a compiler is found, "on" or fail to
+    # load, "off" never. The first start compiles for a minute or two; later ones reuse it.
+    compile: str = "auto"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
     max_waiting: int = 256
@@ -77,6 +82,8 @@ class InferenceConfig:
                              f"got {self.dtype!r}")
         if self.matrices not in MATRICES:
             raise ValueError(f"INFERENCE_MATRICES must be one of {MATRICES}, got {self.matrices!r}")
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"INFERENCE_COMPILE must be one of {COMPILE_MODES}, got {self.compile!r}")
         if self.max_model_len < 0:
             raise ValueError(f"INFERENCE_MAX_MODEL_LEN must be 0 (the model's own) or more, "
                              f"got {self.max_model_len}")
@@ -103,6 +110,7 @@ class InferenceConfig:
                 dtype=env.string("INFERENCE_DTYPE", cls.dtype),
                 threads=env.integer("INFERENCE_THREADS", cls.threads),
                 matrices=env.string("INFERENCE_MATRICES", cls.matrices),
+                compile=env.string("INFERENCE_COMPILE", cls.compile),
                 max_running=env.integer("INFERENCE_MAX_RUNNING", cls.max_running),
                 max_waiting=env.integer("INFERENCE_MAX_WAITING", cls.max_waiting),
                 max_cached_tokens=env.integer("INFERENCE_MAX_CACHED_TOKENS", cls.max_cached_tokens),

@@ -19,7 +19,7 @@ Only plain Llama checkpoints qualify (no biases, SiLU); any other model keeps tr
 forward through the runner's attention interface.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -56,8 +56,12 @@ def supports(model) -> bool:
     )
 
 
+def has_static_rotary(model) -> bool:
+    return getattr(model.model.rotary_emb, "rope_type", None) in STATIC_ROPE_TYPES
+
+
 class FusedLlama:
-    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO):
+    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO, keep_plain: bool = False):
         if not supports(model):
             raise ValueError(f"{type(model).__name__} is not a plain Llama model")
         if any(parameter.is_meta for parameter in model.parameters()):
@@ -82,10 +86,15 @@ class FusedLlama:
         self.head_dim = first.head_dim
         self.scaling = first.scaling
         self.layers = [self._fuse(layer) for layer in base.layers]
+        # The [in, out] matrices before any packing, for a compiled step (decode_graph.py) that
+        # packs its own: kept only when asked, as packed ones would otherwise replace them.
+        self.plain_layers = [{field.name: getattr(layer, field.name) for field in fields(layer)}
+                             for layer in self.layers] if keep_plain else []
+        self.plain_head = self.lm_head if keep_plain else None
         self.layout = self._build_matrices(model, layout, tied)
         self.min_rows = max(getattr(layer.qkv, "min_rows", 1) for layer in self.layers)
         self.tables = None
-        if getattr(self.rotary, "rope_type", None) in STATIC_ROPE_TYPES:
+        if has_static_rotary(model):
             every = torch.arange(config.max_position_embeddings, device=self.norm.device)
             self.tables = self._angles(every)
 

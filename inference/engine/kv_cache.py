@@ -30,6 +30,7 @@ import torch
 BLOCK_TOKENS = 64
 
 
+
 @dataclass(frozen=True)
 class CacheSlot:
     group: int
@@ -199,10 +200,15 @@ class KVCache:
         return len(group.reserved) * max(0, needed - group.capacity)
 
     # --- tensors ---
+    def tensors(self, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of every layer of one group: [layers, rows, kv_heads, capacity, head_dim]."""
+        cached = self.groups[group]
+        return cached.keys.tensor, cached.values.tensor
+
     def layer(self, group: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of one layer of one group: [rows, kv_heads, capacity, head_dim]."""
-        cached = self.groups[group]
-        return cached.keys.tensor[layer], cached.values.tensor[layer]
+        keys, values = self.tensors(group)
+        return keys[layer], values[layer]
 
     # --- accounting ---
     @property
@@ -260,8 +266,14 @@ class _Zeros:
             return
         count = math.prod(size)
         # Private, so that reading a page never written maps the kernel's zero page, not memory.
-        self._mapping = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.tensor = torch.frombuffer(self._mapping, dtype=dtype, count=count).view(size)
+        # One page before the tensor, never written (so never resident): no row starts at offset
+        # 0, which torch.compile would give a graph of its own (decode_graph.py), and every row
+        # stays where it would be on its own pages.
+        self._lead_bytes = mmap.PAGESIZE
+        lead = self._lead_bytes // dtype.itemsize
+        self._mapping = mmap.mmap(-1, self._lead_bytes + count * dtype.itemsize,
+                                  flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.tensor = torch.frombuffer(self._mapping, dtype=dtype, count=lead + count)[lead:].view(size)
 
     def discard(self, row: int) -> None:
         if self._mapping is None:
@@ -269,7 +281,7 @@ class _Zeros:
         layers, rows = self.tensor.shape[:2]
         row_bytes = self.tensor[0, 0].numel() * self.tensor.element_size()
         for layer in range(layers):
-            start = (layer * rows + row) * row_bytes
+            start = self._lead_bytes + (layer * rows + row) * row_bytes
             # Whole pages inside the row only: a page shared with a neighbour stays.
             first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
             last = (start + row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE

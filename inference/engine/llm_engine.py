@@ -11,9 +11,11 @@ import copy
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from common.vocabulary import FinishReason
 
+from .decode_graph import CompileMode
 from .detokenizer import IncrementalDetokenizer
 from .door import EngineLimits, EngineStats
 from .kv_cache import CacheShape, KVCache
@@ -70,6 +72,10 @@ class EngineConfig:
     max_kept_tokens: int | None = None
     # How the fused forward multiplies by its weights (matrices.py): measured at load by default.
     matrices: MatrixLayout = MatrixLayout.AUTO
+    # Whether decode steps run as one compiled graph (decode_graph.py); and where inductor keeps
+    # what it compiled (None: its own default, a temporary directory).
+    compile_mode: CompileMode = CompileMode.OFF
+    cache_dir: Path | None = None
 
 
 class LLMEngine:
@@ -93,7 +99,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.kv_cache, c.max_running, c.prefill_chunk, c.prefill_chunk_idle,
                                    c.prefill_chunk_min, c.reuse_prefixes, self.step_cost,
                                    c.prefill_stretch, c.max_kept_tokens, c.prefill_stretch_streams)
-        self.runner = ModelRunner(model, self.kv_cache, c.matrices)
+        self.runner = ModelRunner(model, self.kv_cache, c.matrices, c.compile_mode, c.cache_dir)
         longest = [self.kv_cache.max_sequence_tokens, c.max_model_len,
                    getattr(config, "max_position_embeddings", None)]
         self._limits = EngineLimits(max_model_len=min(n for n in longest if n is not None),

@@ -8,22 +8,61 @@ fused forward (fused_llama.py); any other transformers causal LM whose attention
 transformers' attention interface (Mistral, Qwen, Gemma, ...) runs its own forward unchanged.
 """
 
+import logging
+from pathlib import Path
+
 import torch
 
 from . import fused_llama
 from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
+from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
 from .scheduler import ScheduledChunk
 
 
+logger = logging.getLogger(__name__)
+
+
 class ModelRunner:
-    def __init__(self, model, kv_cache: KVCache, matrices: MatrixLayout = MatrixLayout.AUTO):
+    def __init__(self, model, kv_cache: KVCache, matrices: MatrixLayout = MatrixLayout.AUTO,
+                 compile_mode: CompileMode = CompileMode.OFF, cache_dir: Path | None = None):
         self.model = model
         self.kv_cache = kv_cache
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
-        self.fused = fused_llama.FusedLlama(model, matrices) if fused_llama.supports(model) else None
+        compiling = self._can_compile(model, compile_mode)
+        self.fused = (fused_llama.FusedLlama(model, matrices, keep_plain=compiling)
+                      if fused_llama.supports(model) else None)
+        self.graph = self._compiled_graph(compile_mode, cache_dir) if compiling else None
+
+    def _compiled_graph(self, mode: CompileMode, cache_dir: Path | None) -> DecodeGraph | None:
+        """The decode graph, compiled; under AUTO a compile that fails leaves the fused forward."""
+        try:
+            graph = DecodeGraph(self.fused, self.kv_cache, cache_dir)
+            logger.info("decode step compiled in %.0f s", graph.warm())
+            return graph
+        except Exception:
+            if mode is CompileMode.ON:
+                raise
+            logger.exception("the decode step did not compile; the fused forward serves every step")
+            return None
+
+    def _can_compile(self, model, mode: CompileMode) -> bool:
+        """Whether the decode step is compiled (decode_graph.py); ON refuses what AUTO skips."""
+        if mode is CompileMode.OFF:
+            return False
+        why_not = compiler_missing(self.device)
+        if why_not is None and not fused_llama.supports(model):
+            why_not = f"{type(model).__name__} is not a plain Llama (only the fused forward compiles)"
+        if why_not is None and not fused_llama.has_static_rotary(model):
+            why_not = "its rotary embedding depends on the sequence's length"
+        if why_not is None:
+            return True
+        if mode is CompileMode.ON:
+            raise RuntimeError(f"INFERENCE_COMPILE=on, but the decode step cannot compile: {why_not}")
+        logger.info("decode step not compiled: %s", why_not)
+        return False
 
     @torch.inference_mode()
     def run(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
@@ -40,14 +79,20 @@ class ModelRunner:
         # One tensor, so that a GPU gets one copy from the host per step rather than three.
         packed = torch.tensor(token_ids + positions + sampled_at, device=self.device, dtype=torch.long)
         inputs, at, keep = packed.split((len(token_ids), len(positions), len(sampled_at)))
-        if self.fused is not None:
+        logits = self._compiled(inputs, layout, len(sampled_at))
+        if logits is None and self.fused is not None:
             logits = self.fused(inputs, at, keep, layout)
-        else:
+        elif logits is None:
             logits = self.model(input_ids=inputs[None], position_ids=at[None], use_cache=False,
                                 logits_to_keep=keep, inference_step=layout).logits[0]
         for chunk in chunks:
             chunk.sequence.num_cached_tokens = chunk.end
         return logits
+
+    def _compiled(self, token_ids: torch.Tensor, layout: StepLayout, num_sampled: int) -> torch.Tensor | None:
+        """The step's logits from the compiled graph, or None where it does not run this step."""
+        decode = None if self.graph is None else self.graph.takes(layout, num_sampled)
+        return None if decode is None else self.graph.run(token_ids, decode)
 
     def _layout(self, chunks: list[ScheduledChunk], num_tokens: int) -> StepLayout:
         layout = StepLayout(self.kv_cache, num_tokens)

@@ -32,6 +32,7 @@ def test_short_dtype_names_stand_for_torchs_own(monkeypatch):
     ("INFERENCE_PORT", "eighty"),
     ("INFERENCE_DEVICE", "tpu"),
     ("INFERENCE_DTYPE", "int4"),
+    ("INFERENCE_COMPILE", "sometimes"),
     ("INFERENCE_MAX_RUNNING", "0"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(monkeypatch, variable, value):

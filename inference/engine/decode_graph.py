@@ -1,0 +1,283 @@
+"""The decode step of one cache group as one compiled graph: the host's per-operation work gone.
+
+A decode step at one stream runs about 1,400 small torch operations around its 121 weight
+products (norms, rotary, slices, residuals, attention's bookkeeping); on a CPU each costs
+microseconds of dispatch, together about as much as the products at bf16 (BENCHMARKS.md, "The
+step"). Here torch.compile (inductor) turns every layer of the step into one call: the small
+operations fused into a few loops per layer, the products called straight from the generated
+code on weights inductor packed once for this CPU (its "freezing": the weights are constants).
+
+The graph only reads the cache. Each layer's new key and value join attention by one more
+score merged into the softmax over the cached keys (through the cached part's logsumexp), and
+the runner stores every layer's new keys and values in one indexed write after the call. A
+mutated input would cost a copy of the whole cache per step under torch.compile's functional
+graphs; a read-only one costs nothing, and its shapes may move freely.
+
+Shapes: the rows (at least MIN_ROWS: a lone stream's step is padded with a neighbouring row,
+whose results are dropped), the cached length (rounded up to whole cache blocks, the rest
+masked) and the group's size are symbols, so the graph compiles once, at load, and not again
+while serving: a step shaped otherwise runs through the fused forward instead
+(set_stance("fail_on_recompile")), as do steps that feed a prompt or span several groups. A
+compile costs a minute or two of both cores on a small CPU; inductor keeps what it compiled
+under the cache directory, so later starts take seconds. Without a C++ compiler (inductor's,
+on a CPU), the fused forward serves every step and the log says why.
+
+Memory: the graph holds its own packed copy of the weights beside the fused forward's (which
+prompts and steps over several groups still use), and its [out, in] originals, from which a
+recompile would pack again.
+"""
+
+import logging
+import os
+import shutil
+import time
+from enum import StrEnum
+from pathlib import Path
+
+import torch
+import torch._inductor.config as inductor_config
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import GroupDecode, StepLayout
+from .kv_cache import BLOCK_TOKENS
+
+logger = logging.getLogger(__name__)
+
+# Rows of every compiled step (fewer are padded): torch.compile gives a size of 1 a graph of its
+# own, and oneDNN's packed products read the weights faster for 2-4 rows than for one on the
+# CPUs measured (matrices.py); 2 keeps the padded rows' attention cheap.
+MIN_ROWS = 2
+
+
+class CompileMode(StrEnum):
+    AUTO = "auto"  # compile where a compiler is found, else the fused forward alone
+    ON = "on"  # compile, or fail to load
+    OFF = "off"  # the fused forward alone
+
+
+# torch.compile's message when a step would compile again under set_stance("fail_on_recompile"):
+# a plain RuntimeError, told from others by its words.
+RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
+# C++ compilers inductor may call on a CPU (g++ unless CXX names another).
+CPU_COMPILERS = ("g++", "c++", "clang++")
+
+
+def compiler_missing(device: torch.device) -> str | None:
+    """Why inductor cannot compile here, or None when it may (the warm-up compile proves it)."""
+    if device.type == "cpu" and not any(shutil.which(name) for name in CPU_COMPILERS):
+        return "no C++ compiler on PATH (inductor needs one on a CPU; install g++)"
+    if device.type == "cuda":
+        try:
+            import triton  # noqa: F401  (inductor's GPU code generator)
+        except ImportError:
+            return "triton is not installed"
+    return None
+
+
+# The _Step parameters that are weight matrices, packed into the graph's constants.
+_MATRIX_NAMES = frozenset({"qkv", "output", "gate_up", "down", "head"})
+
+
+class _Step(nn.Module):
+    """The fused forward's arithmetic for decode tokens, with the cache read-only."""
+
+    def __init__(self, fused):
+        super().__init__()
+        # Inductor packs a product's weight (for this CPU's matrix kernels) when it is given as a
+        # linear layer's: [out, in], contiguous. The norms and tables are shared as they are.
+        constant = lambda tensor: nn.Parameter(tensor, requires_grad=False)  # noqa: E731
+        matrix = lambda tensor: nn.Parameter(tensor.t().contiguous(), requires_grad=False)  # noqa: E731
+        self.embedding = constant(fused.embedding)
+        self.layers = nn.ModuleList()
+        for layer in fused.plain_layers:
+            module = nn.Module()
+            for name, tensor in layer.items():
+                setattr(module, name, constant(tensor) if tensor.dim() == 1 else matrix(tensor))
+            self.layers.append(module)
+        self.norm = constant(fused.norm)
+        self.head = matrix(fused.plain_head)
+        fused.plain_layers, fused.plain_head = [], None  # copied: the fused forward's own go
+        cos, sin = fused.tables
+        self.register_buffer("cos", cos.clone())
+        self.register_buffer("sin", sin.clone())
+        self.eps = fused.eps
+        self.heads, self.kv_heads, self.head_dim = fused.heads, fused.kv_heads, fused.head_dim
+        self.scaling = fused.scaling
+
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
+                values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """token_ids, positions [B]; keys, values [layers, B, kv_heads, length, dim], cached
+        before this step (a row's keys at and beyond its position are masked).
+
+        Returns the logits [B, vocab] and the step's keys and values [layers, B, kv_heads, dim].
+        """
+        count, heads, kv_heads, dim = token_ids.shape[0], self.heads, self.kv_heads, self.head_dim
+        group = heads // kv_heads
+        hidden = F.embedding(token_ids, self.embedding)
+        cos, sin = self.cos[positions], self.sin[positions]
+        visible = torch.arange(keys.shape[3], device=keys.device)[None, :] < positions[:, None]
+        mask = torch.zeros(visible.shape, dtype=hidden.dtype, device=hidden.device)
+        mask = mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
+        new_keys, new_values = [], []
+        for index, layer in enumerate(self.layers):
+            qkv = F.linear(self._norm(hidden, layer.attention_norm), layer.qkv).view(count, -1, dim)
+            rotated = qkv[:, : heads + kv_heads]
+            swapped = rotated.unflatten(-1, (2, dim // 2)).flip(-2).flatten(-2)
+            rotated = rotated * cos + swapped * sin
+            queries = rotated[:, :heads].reshape(count, kv_heads, group, dim)
+            key, value = rotated[:, heads:], qkv[:, heads + kv_heads :]
+            new_keys.append(key)
+            new_values.append(value)
+            attended = self._attend(queries, keys[index], values[index], mask, key, value)
+            hidden = hidden + F.linear(attended.reshape(count, heads * dim), layer.output)
+            gate, up = F.linear(self._norm(hidden, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
+        logits = F.linear(self._norm(hidden, self.norm), self.head)
+        return logits, torch.stack(new_keys), torch.stack(new_values)
+
+    def _attend(self, queries, keys, values, mask, key, value) -> torch.Tensor:
+        """queries [B, kv_heads, group, dim] over the cached keys and the step's own key, merged
+        in float32 at least (float64 stays float64)."""
+        wide = torch.promote_types(queries.dtype, torch.float32)
+        cached, logsumexp = _attention_with_logsumexp(queries, keys, values, mask, self.scaling, wide)
+        own = (queries.to(wide) * key.to(wide)[:, :, None, :]).sum(-1) * self.scaling  # [B, kv, group]
+        top = torch.maximum(logsumexp, own)
+        cached_weight, own_weight = torch.exp(logsumexp - top), torch.exp(own - top)
+        merged = (cached.to(wide) * cached_weight[..., None]
+                  + value.to(wide)[:, :, None, :] * own_weight[..., None])
+        return (merged / (cached_weight + own_weight)[..., None]).to(queries.dtype)
+
+    def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # As fused_llama's: normalised in float32, scaled in the model's dtype.
+        wide = hidden.float()
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * wide.to(hidden.dtype)
+
+
+def _attention_with_logsumexp(queries, keys, values, mask, scaling, wide: torch.dtype):
+    """Attention over the cached keys, and the log of its softmax's denominator [B, kv, group]."""
+    if queries.device.type == "cpu":
+        output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            queries, keys, values, attn_mask=mask, scale=scaling)[:2]
+        return output, logsumexp.view(queries.shape[:3]).to(wide)
+    scores = (queries.to(wide) @ keys.to(wide).transpose(-1, -2)) * scaling + mask.to(wide)
+    logsumexp = torch.logsumexp(scores, dim=-1)
+    output = torch.exp(scores - logsumexp[..., None]) @ values.to(wide)
+    return output.to(queries.dtype), logsumexp
+
+
+class DecodeGraph:
+    """Runs a decode step of one group through the compiled graph, or says it cannot."""
+
+    def __init__(self, fused, kv_cache, cache_dir: Path | None = None):
+        self.kv_cache = kv_cache
+        self.device = fused.norm.device
+        if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
+        self.module = _Step(fused).eval()
+        self.compiled = torch.compile(self.module, dynamic=True, fullgraph=True)
+        # Rows every call gets, padded when fewer decode: torch.compile gives one row a graph of
+        # its own, and the packed products read the weights faster for a few rows than for one.
+        self.min_rows = min(MIN_ROWS, kv_cache.group_size)
+        self.num_steps = 0  # steps the graph ran
+        self.num_fallbacks = 0  # steps it left to the fused forward, their shapes not compiled
+
+    def warm(self) -> float:
+        """Compiles the graph on a scratch group shaped as the cache's; returns the seconds it took.
+
+        The call goes the way a served step goes (`_call`), so the graph's guards (dtypes, strides,
+        inference mode) hold for the steps to come: more rows and capacity than it reads, past the
+        first row, so that no size or stride of the scratch group equals another by chance.
+        """
+        started = time.perf_counter()
+        shape = self.kv_cache.shape
+        size = (shape.num_layers, self.min_rows + 2, shape.num_kv_heads, 3 * BLOCK_TOKENS, shape.head_dim)
+        keys = torch.zeros(size, dtype=shape.dtype, device=self.device)
+        values = torch.zeros_like(keys)
+        # Freezing: the weights become the graph's constants, packed once for this CPU's kernels.
+        with torch.inference_mode(), inductor_config.patch(freezing=self.device.type == "cpu"):
+            count = self.min_rows
+            positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
+            token_ids = torch.full((count,), 3, device=self.device)
+            self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
+        self._release_originals()
+        return time.perf_counter() - started
+
+    def _release_originals(self) -> None:
+        """Frees the [out, in] matrices inductor packed its constants from.
+
+        Only a recompile would read them again, and none runs after warm-up; their shapes stay
+        (the graph's guards look at them), their memory goes.
+        """
+        for name, parameter in self.module.named_parameters():
+            if name.rsplit(".", 1)[-1] in _MATRIX_NAMES:
+                parameter.untyped_storage().resize_(0)
+
+    @staticmethod
+    def takes(step: StepLayout, num_sampled: int) -> GroupDecode | None:
+        """The step's one decode when the graph can run it: one group's tokens, no prompt, every
+        token sampled."""
+        if step.prompts or len(step.decodes) != 1:
+            return None
+        decode = step.decodes[0]
+        if decode.count != step.num_tokens or num_sampled != decode.count:
+            return None
+        return decode
+
+    def run(self, token_ids: torch.Tensor, decode: GroupDecode) -> torch.Tensor | None:
+        """The step's logits [count, vocab] with the cache written, or None (nothing done) when
+        this step's shapes were not compiled."""
+        keys, values = self.kv_cache.tensors(decode.group)
+        # The rows the graph reads: the decoding ones and those between them, at least min_rows.
+        span = max(decode.span, self.min_rows)
+        first_row = min(decode.first_row, keys.shape[1] - span)
+        places = decode.rows - first_row  # each token's row among them
+        padded = span != decode.count
+        if padded:  # other rows decode token 3 at position 1, and their results are dropped
+            token_ids = token_ids.new_full((span,), 3).index_copy_(0, places, token_ids)
+            positions = decode.positions.new_ones(span).index_copy_(0, places, decode.positions)
+        else:
+            positions = decode.positions
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                logits, new_keys, new_values = self._call(
+                    token_ids, positions, keys, values, first_row, decode.length - 1)
+        except RuntimeError as error:
+            if not str(error).startswith(RECOMPILE_REFUSED):
+                raise
+            if not self.num_fallbacks:  # once: which guard failed says which shape to compile too
+                logger.warning("a decode step ran through the fused forward: %s", error)
+            self.num_fallbacks += 1
+            return None
+        if padded:
+            logits = logits.index_select(0, places)
+            new_keys, new_values = new_keys.index_select(1, places), new_values.index_select(1, places)
+        # [rows, capacity, layers, kv_heads, dim]: (row, position) picks one token's every layer.
+        at = (decode.rows, decode.positions)
+        keys.permute(1, 3, 0, 2, 4).index_put_(at, new_keys.transpose(0, 1))
+        values.permute(1, 3, 0, 2, 4).index_put_(at, new_values.transpose(0, 1))
+        self.num_steps += 1
+        return logits
+
+    def _call(self, token_ids, positions, keys, values, first_row: int, longest: int):
+        """The graph over rows first_row.. of a group's keys and values; `longest`: the most keys
+        any of those rows holds before this step."""
+        # Cached keys up to the longest row's, in whole blocks (the shapes change once a block),
+        # short of the group's capacity: the new key's place is past the longest row's keys, so
+        # capacity - 1 always holds them, and a slice that never reaches the last place is never
+        # contiguous, which the graph's guards would tell apart from one that does.
+        length = min(keys.shape[3] - 1, _whole_blocks(longest))
+        rows = slice(first_row, first_row + token_ids.shape[0])
+        return self.compiled(token_ids, positions, _alias(keys[:, rows, :, :length]),
+                             _alias(values[:, rows, :, :length]))
+
+
+def _alias(view: torch.Tensor) -> torch.Tensor:
+    """The same memory as a tensor of its own rather than a view: torch.compile guards a view's
+    relation to its base (the group's whole tensor), which would tie the graph to one layout."""
+    return view.new_empty(0).set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+
+
+def _whole_blocks(tokens: int) -> int:
+    return max(1, -(-tokens // BLOCK_TOKENS)) * BLOCK_TOKENS

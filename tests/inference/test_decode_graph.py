@@ -1,0 +1,103 @@
+"""A decode step compiled whole (decode_graph.py) computes what transformers computes for each
+sequence alone (to float32's rounding), writes the cache as the fused forward does, and steps aside where it cannot run.
+
+The graphs are compiled once for the module on the tiny model (inductor keeps them on disk, so a
+second run of the suite reuses them); compiling starts the C++ compiler, hence `process`.
+"""
+
+import random
+
+import pytest
+import torch
+
+from inference.engine import SamplingParams
+from inference.engine import decode_graph
+from inference.engine.decode_graph import CompileMode
+from inference.engine.model_runner import ModelRunner
+from tests.inference import models
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """An engine on the tiny Llama whose decode steps of one group run compiled."""
+    model = models.tiny_model("llama")
+    engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16,
+                           cache_group_size=4, compile_mode=CompileMode.ON)
+    return engine, models.copy_of(model)
+
+
+def test_every_logit_of_a_compiled_decode_step_equals_transformers_forward_alone(compiled):
+    engine, reference = compiled
+    rng = random.Random(5)
+    # One stream alone, then three of different lengths side by side in one group (masked rows).
+    for wave in ([("a", 7)], [("b", 40), ("c", 2), ("d", 70)]):
+        for request_id, length in wave:
+            engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(length)],
+                               SamplingParams(max_tokens=8))
+        fed = record_logits(engine)
+        while engine.has_work():
+            engine.step()
+        for tokens, row in fed:
+            with torch.inference_mode():
+                expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
+            # The norms run in float32 (as transformers' do, even for a float64 model), and the
+            # graph's fused loops round them their own way: float32's rounding, not float64's.
+            torch.testing.assert_close(row, expected, rtol=0, atol=1e-6)
+        assert len(fed) == 8 * len(wave)
+    # The lone stream's 7 decode steps and the three streams' last ones (once every prompt is fed).
+    assert engine.runner.graph.num_steps >= 7 + 3
+    assert engine.runner.graph.num_fallbacks == 0
+
+
+def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the_fused_forward(compiled):
+    engine, _ = compiled
+    engine.add_request("e", [5, 6, 7, 8], SamplingParams(max_tokens=3))
+    engine.step()  # the prompt: not a decode step
+    sequence = engine.scheduler.running[0]
+    layout = engine.runner._layout(engine.scheduler.schedule(), 1)  # the next step, not run
+    decode = engine.runner.graph.takes(layout, 1)
+    assert decode is not None
+    keys, values = engine.kv_cache.tensors(decode.group)
+    before = keys.clone(), values.clone()
+
+    # int32 token ids: a dtype no graph was compiled for, so torch.compile would compile again.
+    logits = engine.runner.graph.run(torch.tensor([sequence.output_token_ids[-1]], dtype=torch.int32), decode)
+
+    assert logits is None and engine.runner.graph.num_fallbacks == 1
+    assert torch.equal(keys, before[0]) and torch.equal(values, before[1])
+    engine.abort_all()
+
+
+def test_without_a_compiler_auto_serves_through_the_fused_forward_and_on_refuses_to_load(monkeypatch):
+    monkeypatch.setattr(decode_graph.shutil, "which", lambda name: None)
+    model = models.tiny_model("llama")
+    kv_cache = models.engine(model).kv_cache
+
+    assert ModelRunner(model, kv_cache, compile_mode=CompileMode.AUTO).graph is None
+    with pytest.raises(RuntimeError, match=r"no C\+\+ compiler"):
+        ModelRunner(models.tiny_model("llama"), kv_cache, compile_mode=CompileMode.ON)
+
+
+def test_a_model_other_than_a_plain_llama_is_not_compiled_under_auto():
+    model = models.tiny_model("qwen2")
+    runner = models.engine(model, compile_mode=CompileMode.AUTO).runner
+    assert runner.graph is None and runner.fused is None
+
+
+def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
+    """(the sequence so far, its logits) for every token the engine's runner samples from now on."""
+    fed = []
+    engine.runner.__dict__.pop("run", None)  # an earlier wave's recorder
+    run = engine.runner.run
+
+    def run_and_record(chunks):
+        logits = run(chunks)
+        for chunk, row in zip([chunk for chunk in chunks if chunk.samples], logits, strict=True):
+            sequence = chunk.sequence
+            fed.append(((sequence.prompt_token_ids + sequence.output_token_ids)[: chunk.end], row))
+        return logits
+
+    engine.runner.run = run_and_record
+    return fed
