@@ -24,6 +24,10 @@ run: install
 # Two pytest-xdist workers: half the suite waits on processes, timed tokens or a browser, so one
 # leaves a core idle (tests/workers.py says how the tests are shared between them).
 PYTEST_WORKERS ?= -n 2 --dist loadgroup
+# The suite runs several torch processes at once on two cores (each worker's in-process engines,
+# the services it starts): OpenMP threads spinning while they wait would take the cores from
+# each other's work.
+test check: export OMP_WAIT_POLICY ?= PASSIVE
 
 test: install frontend/node_modules
 	cd frontend && node --test tests/

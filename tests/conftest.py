@@ -15,8 +15,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     child_processes.mark(items)
-    items[:] = llama_server.last(items)  # their server may still be building: see tests/llama_server.py
-    workers.group(items)
+    # The longest groups first, those of llama.cpp's server last: it may still be building.
+    items[:] = workers.group(items)
 
 
 @pytest.hookimpl(wrapper=True)

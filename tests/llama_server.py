@@ -30,11 +30,6 @@ def needed_by(items: list[pytest.Item]) -> bool:
     return any(item.get_closest_marker(MARK) for item in items)
 
 
-def last(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The same tests, those that need llama.cpp's server moved to the end (stable otherwise)."""
-    return sorted(items, key=lambda item: item.get_closest_marker(MARK) is not None)
-
-
 def start_background_build() -> None:
     """Builds llama-server in a child process of the lowest priority, unless it is built."""
     global _background

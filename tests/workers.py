@@ -9,12 +9,33 @@ workers keep both cores busy where one left them idle.
 
 import pytest
 
+from tests import llama_server
+
 # Files whose tests share one worker's session fixtures, by the folder they live in.
 SHARED_SESSION_FOLDERS = ("tests/browser/",)
+# The longest groups, longest first (seconds in a full run on this 2-core machine, 2026-12-02):
+# xdist hands groups out in the order they come, so these go first, to both workers, instead
+# of one of them starting late and running alone at the end. Those answered by llama.cpp's
+# server stay last whatever their length (tests/llama_server.py).
+LONGEST_FIRST = (
+    "tests/test_stack_restarts.py",  # 277 s in the run that left this order unset
+    "tests/browser/",  # 247 s
+    "tests/test_stack.py",  # 80 s
+    "tests/reliability/test_soak.py",  # 53 s
+    "tests/chat/test_real_model.py",  # 50 s
+    "tests/chat/test_stop_across_web_processes.py",  # 32 s
+)
 
 
-def group(items: list[pytest.Item]) -> None:
+def group(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items, each marked with its group, the longest groups first."""
     for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        name = next((folder for folder in SHARED_SESSION_FOLDERS if path.startswith(folder)), path)
-        item.add_marker(pytest.mark.xdist_group(name))
+        item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    return sorted(items, key=lambda item: (item.get_closest_marker(llama_server.MARK) is not None,
+                                           rank.get(_group_of(item), len(rank))))
+
+
+def _group_of(item: pytest.Item) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_SESSION_FOLDERS if path.startswith(folder)), path)
