@@ -23,8 +23,8 @@ under the cache directory, so later starts take seconds. Without a C++ compiler 
 on a CPU), the fused forward serves every step and the log says why.
 
 Memory: the graph holds its own packed copy of the weights beside the fused forward's (which
-prompts and steps over several groups still use), and its [out, in] originals, from which a
-recompile would pack again.
+prompts and steps over several groups still use); the [out, in] originals it was packed from
+are freed once it compiled (where oneDNN packs: a CPU, float32 or bfloat16).
 """
 
 import logging
@@ -41,6 +41,7 @@ from torch import nn
 
 from .attention import GroupDecode, StepLayout
 from .kv_cache import BLOCK_TOKENS
+from .matrices import can_pack
 
 logger = logging.getLogger(__name__)
 
@@ -201,11 +202,16 @@ class DecodeGraph:
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
-        self._release_originals()
+            if can_pack(self.module.head):
+                self._release_originals()
+                # The graph must not read them: a product inductor left unpacked would fail here,
+                # at load, rather than in a served step.
+                self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
         return time.perf_counter() - started
 
     def _release_originals(self) -> None:
-        """Frees the [out, in] matrices inductor packed its constants from.
+        """Frees the [out, in] matrices inductor packed its constants from (oneDNN's layout, on a
+        CPU in float32 or bfloat16).
 
         Only a recompile would read them again, and none runs after warm-up; their shapes stay
         (the graph's guards look at them), their memory goes.

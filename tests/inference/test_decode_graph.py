@@ -101,3 +101,21 @@ def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
 
     engine.runner.run = run_and_record
     return fed
+
+
+def test_in_float32_the_graph_frees_the_matrices_it_packed_and_answers_as_the_fused_forward():
+    def greedy_tokens(engine) -> list[int]:
+        engine.add_request("f", list(range(100, 140)), SamplingParams(max_tokens=12, temperature=0))
+        tokens = []
+        while engine.has_work():
+            tokens += [output.token_id for output in engine.step()]
+        return tokens
+
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
+    fused = models.engine(models.tiny_model("llama").float())
+
+    freed = [name for name, parameter in compiled.runner.graph.module.named_parameters()
+             if parameter.untyped_storage().size() == 0]
+    assert len(freed) == 4 * 2 + 1  # every layer's four matrices and the output head
+    assert greedy_tokens(compiled) == greedy_tokens(fused)
+    assert compiled.runner.graph.num_steps == 11 and compiled.runner.graph.num_fallbacks == 0

@@ -20,8 +20,9 @@ NOTES = ("The old harbour welcomes travellers from distant towns before the sun 
 
 @pytest.fixture(scope="module")
 def default_url():
-    """The service as its defaults configure it (the context left to the model), real model."""
-    service = InferenceService(InferenceConfig(max_running=4, matrices="plain"))
+    """The service as its defaults configure it (the context left to the model), real model; its
+    decode step not compiled (minutes of both cores: test_decode_graph.py holds that path)."""
+    service = InferenceService(InferenceConfig(max_running=4, matrices="plain", compile="off"))
     with servers.uvicorn_in_thread(create_app(service)) as url:
         waiting.wait_until(lambda: httpx2.get(f"{url}/health").status_code != 503 or service.error,
                            300, "the model to load")
