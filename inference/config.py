@@ -35,8 +35,10 @@ class InferenceConfig:
     matrices: str = "auto"
     # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
     # inference/engine/decode_graph.py): "auto" where a compiler is found, "on" or fail to
-    # load, "off" never. The first start compiles for a minute or two; later ones reuse it.
-    compile: str = "auto"
+    # load, "off" never. Off by default: on a 2-core AMD EPYC it made steps of 2-4 streams
+    # 14-25% shorter and a lone stream's longer (BENCHMARKS.md), for a minute or two of
+    # compiling at the first start and a second packed copy of the weights.
+    compile: str = "off"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
     max_waiting: int = 256
