@@ -35,9 +35,9 @@ class InferenceConfig:
     matrices: str = "auto"
     # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
     # inference/engine/decode_graph.py): "auto" where a compiler is found, "on" or fail to
-    # load, "off" never. Off by default: on a 2-core AMD EPYC it made steps of 2-4 streams
-    # 14-25% shorter and a lone stream's longer (BENCHMARKS.md), for a minute or two of
-    # compiling at the first start and a second packed copy of the weights.
+    # load, "off" never. Off by default: on a 2-core AMD EPYC it made steps of 1-4 streams
+    # 17-30% shorter (BENCHMARKS.md), for 80-90 s of compiling before the first start is ready
+    # and a second packed copy of the weights.
     compile: str = "off"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
