@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import GroupDecode, StepLayout
+from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
 from .matrices import can_pack
 
@@ -77,10 +78,6 @@ def compiler_missing(device: torch.device) -> str | None:
     return None
 
 
-# The _Step parameters that are weight matrices, packed into the graph's constants.
-_MATRIX_NAMES = frozenset({"qkv", "output", "gate_up", "down", "head"})
-
-
 class _Step(nn.Module):
     """The fused forward's arithmetic for decode tokens, with the cache read-only."""
 
@@ -88,8 +85,13 @@ class _Step(nn.Module):
         super().__init__()
         # Inductor packs a product's weight (for this CPU's matrix kernels) when it is given as a
         # linear layer's: [out, in], contiguous. The norms and tables are shared as they are.
+        self.matrices: list[nn.Parameter] = []  # what the packed constants were made from
+
+        def matrix(tensor: torch.Tensor) -> nn.Parameter:
+            self.matrices.append(nn.Parameter(tensor.t().contiguous(), requires_grad=False))
+            return self.matrices[-1]
+
         constant = lambda tensor: nn.Parameter(tensor, requires_grad=False)  # noqa: E731
-        matrix = lambda tensor: nn.Parameter(tensor.t().contiguous(), requires_grad=False)  # noqa: E731
         self.embedding = constant(fused.embedding)
         self.layers = nn.ModuleList()
         for layer in fused.plain_layers:
@@ -99,10 +101,9 @@ class _Step(nn.Module):
             self.layers.append(module)
         self.norm = constant(fused.norm)
         self.head = matrix(fused.plain_head)
-        fused.plain_layers, fused.plain_head = [], None  # copied: the fused forward's own go
         cos, sin = fused.tables
-        self.register_buffer("cos", cos.clone())
-        self.register_buffer("sin", sin.clone())
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
         self.eps = fused.eps
         self.heads, self.kv_heads, self.head_dim = fused.heads, fused.kv_heads, fused.head_dim
         self.scaling = fused.scaling
@@ -123,19 +124,17 @@ class _Step(nn.Module):
         mask = mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
         new_keys, new_values = [], []
         for index, layer in enumerate(self.layers):
-            qkv = F.linear(self._norm(hidden, layer.attention_norm), layer.qkv).view(count, -1, dim)
-            rotated = qkv[:, : heads + kv_heads]
-            swapped = rotated.unflatten(-1, (2, dim // 2)).flip(-2).flatten(-2)
-            rotated = rotated * cos + swapped * sin
+            qkv = F.linear(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
+            rotated = rotate(qkv[:, : heads + kv_heads], cos, sin)
             queries = rotated[:, :heads].reshape(count, kv_heads, group, dim)
             key, value = rotated[:, heads:], qkv[:, heads + kv_heads :]
             new_keys.append(key)
             new_values.append(value)
             attended = self._attend(queries, keys[index], values[index], mask, key, value)
             hidden = hidden + F.linear(attended.reshape(count, heads * dim), layer.output)
-            gate, up = F.linear(self._norm(hidden, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)
+            gate, up = F.linear(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
-        logits = F.linear(self._norm(hidden, self.norm), self.head)
+        logits = F.linear(rms_norm(hidden, self.norm, self.eps), self.head)
         return logits, torch.stack(new_keys), torch.stack(new_values)
 
     def _attend(self, queries, keys, values, mask, key, value) -> torch.Tensor:
@@ -149,12 +148,6 @@ class _Step(nn.Module):
         merged = (cached.to(wide) * cached_weight[..., None]
                   + value.to(wide)[:, :, None, :] * own_weight[..., None])
         return (merged / (cached_weight + own_weight)[..., None]).to(queries.dtype)
-
-    def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # As fused_llama's: normalised in float32, scaled in the model's dtype.
-        wide = hidden.float()
-        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * wide.to(hidden.dtype)
 
 
 def _attention_with_logsumexp(queries, keys, values, mask, scaling, wide: torch.dtype):
@@ -178,6 +171,7 @@ class DecodeGraph:
         if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
         self.module = _Step(fused).eval()
+        fused.plain_layers, fused.plain_head = [], None  # copied into the module: the originals go
         self.compiled = torch.compile(self.module, dynamic=True, fullgraph=True)
         # Rows every call gets, padded when fewer decode: torch.compile gives one row a graph of
         # its own, and the packed products read the weights faster for a few rows than for one.
@@ -217,9 +211,8 @@ class DecodeGraph:
         Only a recompile would read them again, and none runs after warm-up; their shapes stay
         (the graph's guards look at them), their memory goes.
         """
-        for name, parameter in self.module.named_parameters():
-            if name.rsplit(".", 1)[-1] in _MATRIX_NAMES:
-                parameter.untyped_storage().resize_(0)
+        for matrix in self.module.matrices:
+            matrix.untyped_storage().resize_(0)
 
     @staticmethod
     def takes(step: StepLayout, num_sampled: int) -> GroupDecode | None:

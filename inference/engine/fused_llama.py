@@ -150,12 +150,9 @@ class FusedLlama:
         else:
             cos, sin = self._angles(positions)
         rotated_heads = self.heads + self.kv_heads
-        half = self.head_dim // 2
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(self._norm(hidden, layer.attention_norm)).view(count, -1, self.head_dim)
-            rotated = qkv[:, :rotated_heads]
-            swapped = rotated.unflatten(-1, (2, half)).flip(-2).flatten(-2)
-            rotated = (rotated * cos).add_(swapped.mul_(sin))
+            rotated = rotate(qkv[:, :rotated_heads], cos, sin)
             attended = attend(step, index, rotated[:, : self.heads], rotated[:, self.heads :],
                               qkv[:, rotated_heads:], self.scaling)
             hidden.add_(layer.output(attended.view(count, -1)))
@@ -164,15 +161,27 @@ class FusedLlama:
         return self.lm_head(self._norm(hidden.index_select(0, sampled_at), self.norm))
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if hidden.dtype == torch.float32:
-            return F.rms_norm(hidden, weight.shape, weight, self.eps)
-        # Every other dtype the way transformers does it: normalised in float32, scaled in the
-        # model's dtype. torch 2.13's CPU rms_norm for bf16 strays far enough that the default
-        # model's greedy answer to "What is the capital of France?" became "L'Étoile, ..."
-        # (tests/inference/test_precision.py); float64 narrows here, as the tests' reference does.
-        wide = hidden.float()
-        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * wide.to(hidden.dtype)
+        return rms_norm(hidden, weight, self.eps)
+
+
+def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama's RMSNorm; the compiled decode step (decode_graph.py) runs the same."""
+    if hidden.dtype == torch.float32:
+        return F.rms_norm(hidden, weight.shape, weight, eps)
+    # Every other dtype the way transformers does it: normalised in float32, scaled in the
+    # model's dtype. torch 2.13's CPU rms_norm for bf16 strays far enough that the default
+    # model's greedy answer to "What is the capital of France?" became "L'Étoile, ..."
+    # (tests/inference/test_precision.py); float64 narrows here, as the tests' reference does.
+    wide = hidden.float()
+    wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * wide.to(hidden.dtype)
+
+
+def rotate(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of [T, heads, dim] by the tables' rows (`_angles`: sin signed so that a
+    swap of the halves replaces rotate_half)."""
+    swapped = heads.unflatten(-1, (2, heads.shape[-1] // 2)).flip(-2).flatten(-2)
+    return (heads * cos).add_(swapped.mul_(sin))
 
 
 def _own(module: nn.Module) -> torch.Tensor:

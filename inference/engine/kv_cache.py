@@ -30,7 +30,6 @@ import torch
 BLOCK_TOKENS = 64
 
 
-
 @dataclass(frozen=True)
 class CacheSlot:
     group: int
