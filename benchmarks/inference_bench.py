@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import inference_plot, inference_table, report, targets
 from .cancel_check import CANCEL_SAMPLING
+from .inference_table import LLAMA_CPP_F32, PEER_OUTTYPE, llama_cpp_system
 from .latency import LevelResult
 from .llama_cpp import DEFAULT_ROOT, OUTTYPES, LlamaCpp
 from .machine import inference_notes
@@ -50,7 +51,12 @@ class Plan:
     conversations: int = 4
     turns: int = 6
     turn_max_tokens: int = 64
-    # GGUF precisions llama.cpp serves at every level; the targets look at F32 only.
+    # The dtype ours is served at; llama.cpp serves the GGUF of the same arithmetic
+    # (inference_table.PEER_OUTTYPE), its peer in the ratios and the targets.
+    precision: str = "float32"
+    # INFERENCE_COMPILE for ours; empty keeps the service's default.
+    compile: str = ""
+    # GGUF precisions llama.cpp serves at every level: the peer's, and any asked for besides.
     llama_cpp_outtypes: tuple[str, ...] = ("f32",)
     seed: int = 1234
     threads: int = 2
@@ -89,6 +95,7 @@ class DeviceRun:
     targets: list[dict] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     server_peak_is_per_level: bool = True
+    peer: str = LLAMA_CPP_F32  # llama.cpp at ours' precision
 
     def find(self, system: str, concurrency: int) -> LevelResult | None:
         for level in self.levels:
@@ -134,9 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llama-cpp-dir", type=Path, default=DEFAULT_ROOT,
                         help=f"where llama.cpp is built and the GGUF files kept (default "
                              f"{DEFAULT_ROOT})")
-    parser.add_argument("--llama-cpp-precisions", default="f32",
-                        help=f"GGUF precisions llama.cpp serves at every level, comma-separated, "
-                             f"of {','.join(OUTTYPES)} (default f32; the targets use f32)")
+    parser.add_argument("--precision", choices=tuple(PEER_OUTTYPE), default="float32",
+                        help="the dtype ours is served at; llama.cpp serves the same precision's "
+                             "GGUF, the peer of the ratios and targets (default float32)")
+    parser.add_argument("--compile", choices=("off", "auto", "on"),
+                        help="INFERENCE_COMPILE for ours (default: the service's default)")
+    parser.add_argument("--llama-cpp-precisions", default="",
+                        help=f"GGUF precisions llama.cpp serves at every level besides the peer's, "
+                             f"comma-separated, of {','.join(OUTTYPES)}")
     parser.add_argument("--strict", action="store_true",
                         help="exit with 1 when a target fails (otherwise verdicts are only shown)")
     report.add_publish_arguments(parser, "benchmarks/inference.png and the BENCHMARKS.md section")
@@ -160,7 +172,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
     outtypes = tuple(x.strip().lower() for x in args.llama_cpp_precisions.split(",") if x.strip())
     if not set(outtypes) <= set(OUTTYPES):
         raise SystemExit(f"--llama-cpp-precisions: each of {', '.join(OUTTYPES)}")
-    plan = replace(plan, llama_cpp_outtypes=outtypes)
+    peer = PEER_OUTTYPE[args.precision]
+    plan = replace(plan, precision=args.precision, compile=args.compile or "",
+                   llama_cpp_outtypes=(peer, *(x for x in dict.fromkeys(outtypes) if x != peer)))
     for name in ("static_steps", "conversations", "turns", "seed", "threads"):
         if getattr(args, name) is not None:
             plan = replace(plan, **{name: getattr(args, name)})
@@ -226,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
     runs = []
     for device, label in devices:
-        device_run = DeviceRun(device, label)
+        device_run = DeviceRun(device, label, peer=llama_cpp_system(PEER_OUTTYPE[plan.precision]))
         if parts.ours:
             servers.ours(device_run, cache_dir)
         if llama_cpp and device == "cpu":

@@ -17,15 +17,18 @@ def llama_cpp_system(outtype: str) -> str:
 
 
 LLAMA_CPP_F32 = llama_cpp_system("f32")
+# Ours at each precision it can be served at, and the GGUF precision of the same arithmetic.
+PEER_OUTTYPE = {"float32": "f32", "bfloat16": "bf16"}
 
 SYSTEM_ORDER = {"hf-generate": 0, OURS: 1, OURS_NO_REUSE: 2, LLAMA_CPP_F32: 3,
-                llama_cpp_system("f16"): 4, llama_cpp_system("q8_0"): 5, "hf-manager": 6,
-                "static-batch": 7}
+                llama_cpp_system("bf16"): 4, llama_cpp_system("f16"): 5,
+                llama_cpp_system("q8_0"): 6, "hf-manager": 7, "static-batch": 8}
 
 SYSTEM_NAMES = {
     OURS: "ours (HTTP/SSE)",
     OURS_NO_REUSE: "ours, prefix reuse off (HTTP/SSE)",
     LLAMA_CPP_F32: "llama.cpp F32 (HTTP/SSE)",
+    llama_cpp_system("bf16"): "llama.cpp BF16 (HTTP/SSE)",
     llama_cpp_system("f16"): "llama.cpp F16 (HTTP/SSE)",
     llama_cpp_system("q8_0"): "llama.cpp Q8_0 (HTTP/SSE)",
     "hf-generate": "HF generate, 1 at a time",
@@ -112,11 +115,17 @@ def _ratio(value: float | None, reference: float | None) -> str:
     return "-" if not value or not reference else f"{value / reference:.2f}x"
 
 
+def peer_name(run) -> str:
+    """The peer's name in prose: "llama.cpp F32" for a run of ours at float32."""
+    return SYSTEM_NAMES[run.peer].removesuffix(" (HTTP/SSE)")
+
+
 def llama_cpp_rows(run) -> list[list[str]]:
-    """Ours against llama.cpp F32 at each level, as ratios; empty when either is missing."""
+    """Ours against llama.cpp at ours' precision at each level, as ratios; empty when either is
+    missing."""
     rows = []
     for level in sorted({l.concurrency for l in run.levels}):
-        ours, peer = run.find(OURS, level), run.find(LLAMA_CPP_F32, level)
+        ours, peer = run.find(OURS, level), run.find(run.peer, level)
         if ours is None or peer is None:
             continue
         o, p = ours.summary(), peer.summary()
@@ -131,7 +140,7 @@ def llama_cpp_rows(run) -> list[list[str]]:
         ])
     if not rows:
         return []
-    return [["streams", "ours tok/s (ITL p50)", "llama.cpp F32 tok/s (ITL p50)",
+    return [["streams", "ours tok/s (ITL p50)", f"{peer_name(run)} tok/s (ITL p50)",
              "ours / llama.cpp tok/s", "TTFT p50 ours / llama.cpp", "ITL p50 ours / llama.cpp",
              "llama.cpp: same prompt tokens", "same answer as ours"]] + rows
 
@@ -189,7 +198,7 @@ def print_results(results: Results) -> None:
         print(f"\n=== inference benchmark, {run.label} ===")
         if run.levels:
             print("\n".join(text_table(COLUMNS, _rows(run))))
-        for title, rows in ((f"ours / llama.cpp F32", llama_cpp_rows(run)),
+        for title, rows in ((f"ours / {peer_name(run)}", llama_cpp_rows(run)),
                             ("multi-turn", multi_turn_rows(run))):
             if rows:
                 print(f"\n{title}:\n" + "\n".join(text_table(rows[0], rows[1:])))
@@ -229,8 +238,9 @@ def render_section(results: Results) -> str:
     if m.get("llama_cpp"):
         lines += [
             f"llama.cpp: `llama-server` from the {m['llama_cpp']} sdist (its vendored llama.cpp, "
-            "built here with `GGML_NATIVE=ON`), serving the same weights converted to an F32 "
-            "GGUF by its own `convert_hf_to_gguf.py`; the chat template and vocabulary come from "
+            "built here with `GGML_NATIVE=ON`), serving the same weights converted to "
+            f"{' and '.join(x.upper() for x in p['llama_cpp_outtypes'])} GGUF by its own "
+            "`convert_hf_to_gguf.py`; the chat template and vocabulary come from "
             "that file. It starts once per level with `--parallel N -c N*2048 -t "
             f"{p['threads']} -tb {p['threads']}` (a slot per stream, each holding 2,048 tokens, "
             "like our server's longest prompt + answer) and gets the same requests from the same "
@@ -243,7 +253,10 @@ def render_section(results: Results) -> str:
         max_tokens = " or ".join(map(str, w["max_tokens_values"]))
         manager = ", ".join(map(str, p["manager_levels"])) or "none"
         lines += [
-            f"Workload (seed {p['seed']}): SmolLM2-135M-Instruct converted to fp32, greedy; prompts "
+            f"Workload (seed {p['seed']}): SmolLM2-135M-Instruct, ours served at "
+            f"`INFERENCE_DTYPE={p['precision']}`"
+            + (f" with `INFERENCE_COMPILE={p['compile']}`" if p["compile"] else "")
+            + f", the references at float32; greedy; prompts "
             f"of {w['prompt_tokens_min']}-{w['prompt_tokens_max']} tokens (about "
             f"{w['long_prompt_share']:.0%} long), max_tokens {max_tokens}; fixed concurrency, a new "
             f"request as soon as one ends: {levels}. Every system gets the same list at a given "
@@ -282,7 +295,7 @@ def render_section(results: Results) -> str:
             lines += markdown_table(COLUMNS, _rows(run)) + [""]
         peer_rows = llama_cpp_rows(run)
         if peer_rows:
-            lines += ["Ours against llama.cpp F32, ratios from this run (same prompt tokens: "
+            lines += [f"Ours against {peer_name(run)}, ratios from this run (same prompt tokens: "
                       "requests whose prompt llama.cpp counted as our tokenizer does; same "
                       "answer: identical greedy text):", ""]
             lines += markdown_table(peer_rows[0], peer_rows[1:]) + [""]

@@ -32,9 +32,10 @@ logger = logging.getLogger(__name__)
 
 VERSION = "0.3.36"
 DEFAULT_ROOT = Path.home() / ".cache" / "chatapp" / "llama.cpp"
-# The precisions convert_hf_to_gguf.py writes that are worth comparing with ours: F32 is the
-# same arithmetic as our fp32 default; F16 and Q8_0 are for reduced-precision comparisons.
-OUTTYPES = ("f32", "f16", "q8_0")
+# The precisions convert_hf_to_gguf.py writes that are worth comparing with ours: F32 and BF16
+# are the same arithmetic as ours at float32 and bfloat16; F16 and Q8_0 are for other
+# reduced-precision comparisons.
+OUTTYPES = ("f32", "bf16", "f16", "q8_0")
 # Native code for this CPU; no TLS (nothing is fetched) and no web UI (it would be downloaded).
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_OPENSSL=OFF",

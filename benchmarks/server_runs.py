@@ -36,12 +36,14 @@ class ServerRuns:
     def ours(self, device_run, cache_dir: Path) -> None:
         env = {
             "INFERENCE_DEVICE": device_run.device,
-            # The references run fp32 too; the server's own default on a GPU would be bf16.
-            "INFERENCE_DTYPE": "float32",
+            # float32 unless asked: the references run fp32, as does llama.cpp's F32 peer.
+            "INFERENCE_DTYPE": self.plan.precision,
             "INFERENCE_THREADS": str(self.plan.threads),
             "INFERENCE_CACHE_DIR": str(cache_dir),
             "INFERENCE_MAX_RUNNING": str(max((64, *self.plan.levels))),
         }
+        if self.plan.compile:
+            env["INFERENCE_COMPILE"] = self.plan.compile
         if self.parts.levels or self.conversations:
             with self._serving(device_run, ServerProcess(env)) as server:
                 if self.parts.levels:

@@ -9,7 +9,8 @@ MACHINE = {"cpu": "a CPU", "cores": 2, "memory_gb": 8.0, "python": "3.11", "torc
            "transformers": "5.24", "threads": 2, "load_average": "0.1", "commit": "abc",
            "gpu": None, "llama_cpp": "llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570980)"}
 PLAN = {"seed": 1, "threads": 2, "static_steps": 8, "manager_levels": [16, 64],
-        "cancel_after_chunks": 4, "turn_max_tokens": 64, "quick": False}
+        "cancel_after_chunks": 4, "turn_max_tokens": 64, "quick": False,
+        "precision": "float32", "compile": "", "llama_cpp_outtypes": ["f32"]}
 WORKLOAD = {"requests_per_level": {4: 1}, "long_prompt_share": 0.5, "prompt_tokens_min": 50,
             "prompt_tokens_max": 50, "max_tokens_values": [10],
             "multi_turn": {"conversations": 2, "turns": 2, "user_message_tokens_min": 191,
@@ -39,6 +40,7 @@ def test_the_section_compares_ours_with_llama_cpp_level_by_level_and_turn_by_tur
     assert "| 2 | 50 | 1100 | 3000 | 1000 |" in text
     assert "- **PASS** TTFT p50 @4: ours <= llama.cpp F32: 1000 vs 2000 ms = 0.50x" in text
     assert "- **FAIL** multi-turn: ours TTFT p50 at turn 2 <= llama.cpp F32's" in text
+    assert "converted to F32 GGUF" in text and "ours served at `INFERENCE_DTYPE=float32`," in text
 
 
 def test_without_llama_cpp_or_conversations_their_tables_are_left_out():

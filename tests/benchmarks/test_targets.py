@@ -2,7 +2,7 @@
 
 from benchmarks import targets
 from benchmarks.inference_bench import DeviceRun
-from benchmarks.inference_table import LLAMA_CPP_F32, OURS
+from benchmarks.inference_table import LLAMA_CPP_F32, OURS, llama_cpp_system
 from benchmarks.latency import LevelResult, RequestRecord
 from benchmarks.multi_turn import MultiTurnResult
 
@@ -26,25 +26,40 @@ def verdicts(run: DeviceRun) -> dict[str, bool | None]:
     return {t["name"]: t["passed"] for t in targets.evaluate(run)}
 
 
-def test_ours_must_match_llama_cpps_throughput_at_16_and_64_streams():
+def test_ours_must_beat_llama_cpps_throughput_by_a_tenth_from_4_streams_up():
     run = DeviceRun("cpu", "CPU", levels=[
+        level(OURS, 4, wall_s=1.0), level(LLAMA_CPP_F32, 4, wall_s=1.05),
         level(OURS, 16, wall_s=1.0), level(LLAMA_CPP_F32, 16, wall_s=2.0),
         level(OURS, 64, wall_s=2.0), level(LLAMA_CPP_F32, 64, wall_s=1.0),
     ])
 
-    assert verdicts(run)["throughput @16: ours >= llama.cpp F32"] is True
-    assert verdicts(run)["throughput @64: ours >= llama.cpp F32"] is False
+    assert verdicts(run)["throughput @4: ours >= 1.1 x llama.cpp F32"] is False
+    assert verdicts(run)["throughput @16: ours >= 1.1 x llama.cpp F32"] is True
+    assert verdicts(run)["throughput @64: ours >= 1.1 x llama.cpp F32"] is False
 
 
 def test_ttft_and_single_stream_itl_are_compared_with_llama_cpps():
     run = DeviceRun("cpu", "CPU", levels=[
-        level(OURS, 1, 1.0, itl=0.105), level(LLAMA_CPP_F32, 1, 1.0, itl=0.1),
+        level(OURS, 1, 1.0, itl=0.095), level(LLAMA_CPP_F32, 1, 1.0, itl=0.1),
         level(OURS, 4, 1.0, ttft=2.0), level(LLAMA_CPP_F32, 4, 1.0, ttft=1.0),
+        level(OURS, 64, 1.0, ttft=1.0), level(LLAMA_CPP_F32, 64, 1.0, ttft=2.0),
     ])
 
-    assert verdicts(run)["ITL p50 @1: ours <= 1.1 x llama.cpp F32"] is True
+    assert verdicts(run)["ITL p50 @1: ours <= 0.9 x llama.cpp F32"] is False
     assert verdicts(run)["TTFT p50 @4: ours <= llama.cpp F32"] is False
     assert verdicts(run)["TTFT p50 @16: ours <= llama.cpp F32"] is None
+    assert verdicts(run)["TTFT p50 @64: ours <= llama.cpp F32"] is True
+
+
+def test_a_bf16_run_of_ours_is_compared_with_llama_cpps_bf16_not_its_f32():
+    bf16 = llama_cpp_system("bf16")
+    run = DeviceRun("cpu", "CPU", peer=bf16, levels=[
+        level(OURS, 1, 1.0, itl=0.08), level(bf16, 1, 1.0, itl=0.1),
+        level(LLAMA_CPP_F32, 1, 1.0, itl=0.05),
+    ])
+
+    assert verdicts(run)["ITL p50 @1: ours <= 0.9 x llama.cpp BF16"] is True
+    assert not any("F32" in name for name in verdicts(run))
 
 
 def test_the_last_turn_is_held_to_the_first_turn_and_to_llama_cpps_last_turn():
@@ -59,6 +74,6 @@ def test_without_llama_cpp_its_targets_are_not_measured():
     run = DeviceRun("cpu", "CPU", levels=[level(OURS, 16, 1.0)],
                     multi_turn=[conversations(OURS, [1.0, 1.2])])
 
-    assert verdicts(run)["throughput @16: ours >= llama.cpp F32"] is None
+    assert verdicts(run)["throughput @16: ours >= 1.1 x llama.cpp F32"] is None
     assert verdicts(run)["multi-turn: ours TTFT p50 at turn 2 <= llama.cpp F32's"] is None
     assert verdicts(run)["multi-turn: ours TTFT p50 at turn 2 <= 1.5 x at turn 1"] is True
