@@ -2,7 +2,8 @@
 
 Every decoding sequence advances by one token per step. Prompts are fed in chunks from a
 per-step token budget, so a long new prompt shares steps with the running streams instead of
-freezing them. Waiting requests join between steps whenever the cache has room; finished or
+freezing them; the budget goes to the prompt due first (arrival plus its own feeding time), so a
+short question is not held up behind a long paste that came a moment before it. Waiting requests join between steps whenever the cache has room; finished or
 aborted ones leave at once and give their cache rows back, kept for reuse when prefix reuse is
 on: a joining prompt that starts like a kept or running row takes that row over, or a copy of
 its shared part, and is fed only the rest.
@@ -82,16 +83,32 @@ class Scheduler:
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
         budget = self._prompt_budget(len(decoding)) if decoding else self.prefill_chunk_idle
-        for sequence in self.running:
+        for sequence in self._prompts_by_due_time():
             if budget == 0:
                 break
-            if sequence.is_prefilling:
-                start = sequence.num_cached_tokens
-                tokens = sequence.prompt_token_ids[start:start + budget]
-                chunks.append(ScheduledChunk(sequence, start, tokens))
-                budget -= len(tokens)
-                self.num_prefilled_tokens += len(tokens)
+            start = sequence.num_cached_tokens
+            tokens = sequence.prompt_token_ids[start:start + budget]
+            chunks.append(ScheduledChunk(sequence, start, tokens))
+            budget -= len(tokens)
+            self.num_prefilled_tokens += len(tokens)
         return chunks
+
+    def _prompts_by_due_time(self) -> list[Sequence]:
+        """The sequences still being fed their prompt, the one due first first.
+
+        A prompt is due when it arrived plus what feeding the rest of it costs on this machine
+        (step_cost.py): in a burst, short questions get their first token without waiting
+        behind long pastes that came a moment earlier (the median wait falls), and no prompt is
+        ever overtaken by one that arrived after it would have been fed alone, so none starves.
+        Until steps of different sizes were timed, in the order they came.
+        """
+        prompts = [s for s in self.running if s.is_prefilling]
+        fit = self.step_cost.fit() if self.step_cost is not None else None
+        if fit is None:
+            return prompts
+        per_token = fit[1]
+        return sorted(prompts, key=lambda s: s.arrived_at
+                      + per_token * (s.num_prompt_tokens - s.num_cached_tokens))
 
     def _prompt_budget(self, num_decoding: int) -> int:
         """Prompt tokens to feed beside `num_decoding` decode tokens this step.
