@@ -34,11 +34,11 @@ class InferenceConfig:
     # "packed" (oneDNN's layout, CPU only), "auto" (both timed at load, the faster kept).
     matrices: str = "auto"
     # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
-    # inference/engine/decode_graph.py): "auto" where a compiler is found, "on" or fail to
-    # load, "off" never. Off by default: on a 2-core AMD EPYC it made steps of 1-4 streams
-    # 17-30% shorter (BENCHMARKS.md), for 80-90 s of compiling before the first start is ready
-    # and a second packed copy of the weights.
-    compile: str = "off"
+    # inference/engine/decode_graph.py): "auto" where a compiler is found, compiled in the
+    # background while the fused forward serves (about 75 s of a 2-core CPU at every start),
+    # "on" compiled before the service is ready or fail to load, "off" never. On a 2-core AMD
+    # EPYC it made steps of 1-4 streams 17-30% shorter (BENCHMARKS.md).
+    compile: str = "auto"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
     max_waiting: int = 256

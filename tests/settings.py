@@ -4,6 +4,12 @@ import os
 import secrets
 
 os.environ.setdefault("DJANGO_SECRET_KEY", f"test-only-{secrets.token_urlsafe(32)}")
+# The inference services the tests start serve through the fused forward: compiling the decode
+# step costs a minute or more of a small CPU per service, in the background beside the test.
+# tests/inference/test_decode_graph.py holds the compiled step to transformers' logits and to
+# the fused forward's tokens, compiled before serving and in the background while serving;
+# `python -m benchmarks step` times it on the real model.
+os.environ.setdefault("INFERENCE_COMPILE", "off")
 
 
 def redis_index_of_this_worker(url: str, worker: str) -> str:

@@ -5,7 +5,8 @@ products (norms, rotary, slices, residuals, attention's bookkeeping); on a CPU e
 microseconds of dispatch, together about as much as the products at bf16 (BENCHMARKS.md, "The
 step"). Here torch.compile (inductor) turns every layer of the step into one call: the small
 operations fused into a few loops per layer, the products called straight from the generated
-code on weights inductor packed once for this CPU (its "freezing": the weights are constants).
+code on the fused forward's own matrices (oneDNN's packed ones where matrices.py packed them,
+given to inductor as constants by its "freezing", which is what lets it call oneDNN's kernels).
 
 The graph only reads the cache. Each layer's new key and value join attention by one more
 score merged into the softmax over the cached keys (through the cached part's logsumexp), and
@@ -22,9 +23,9 @@ compile costs a minute or two of both cores on a small CPU; inductor keeps what 
 under the cache directory, so later starts take seconds. Without a C++ compiler (inductor's,
 on a CPU), the fused forward serves every step and the log says why.
 
-Memory: the graph holds its own packed copy of the weights beside the fused forward's (which
-prompts and steps over several groups still use); the [out, in] originals it was packed from
-are freed once it compiled (where oneDNN packs: a CPU, float32 or bfloat16).
+Memory: the graph reads the fused forward's tensors, so the weights exist once (an earlier
+version let inductor pack its own copy: 430 MB more for the default model in bf16); what the
+graph adds is its code and inductor's working memory.
 """
 
 import logging
@@ -42,7 +43,7 @@ from torch import nn
 from .attention import GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
-from .matrices import can_pack
+from .matrices import MatrixLayout, PackedMatrix
 
 logger = logging.getLogger(__name__)
 
@@ -79,28 +80,26 @@ def compiler_missing(device: torch.device) -> str | None:
 
 
 class _Step(nn.Module):
-    """The fused forward's arithmetic for decode tokens, with the cache read-only."""
+    """The fused forward's arithmetic for decode tokens, with the cache read-only, on the fused
+    forward's own tensors: its matrices as they are (oneDNN's packed layout where it packed them,
+    [in, out] otherwise), its norms, embedding and rotary tables."""
 
     def __init__(self, fused):
         super().__init__()
-        # Inductor packs a product's weight (for this CPU's matrix kernels) when it is given as a
-        # linear layer's: [out, in], contiguous. The norms and tables are shared as they are.
-        self.matrices: list[nn.Parameter] = []  # what the packed constants were made from
-
-        def matrix(tensor: torch.Tensor) -> nn.Parameter:
-            self.matrices.append(nn.Parameter(tensor.t().contiguous(), requires_grad=False))
-            return self.matrices[-1]
-
-        constant = lambda tensor: nn.Parameter(tensor, requires_grad=False)  # noqa: E731
-        self.embedding = constant(fused.embedding)
+        self.packed = fused.layout is MatrixLayout.PACKED
+        # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
+        # they become the graph's constants, the same tensors, not copies.
+        self.register_buffer("embedding", fused.embedding)
         self.layers = nn.ModuleList()
-        for layer in fused.plain_layers:
-            module = nn.Module()
-            for name, tensor in layer.items():
-                setattr(module, name, constant(tensor) if tensor.dim() == 1 else matrix(tensor))
-            self.layers.append(module)
-        self.norm = constant(fused.norm)
-        self.head = matrix(fused.plain_head)
+        for fused_layer in fused.layers:
+            layer = nn.Module()
+            for name in ("attention_norm", "mlp_norm"):
+                layer.register_buffer(name, getattr(fused_layer, name))
+            for name in fused_layer.MATRICES:
+                layer.register_buffer(name, _weight(getattr(fused_layer, name)))
+            self.layers.append(layer)
+        self.register_buffer("norm", fused.norm)
+        self.register_buffer("head", _weight(fused.lm_head))
         cos, sin = fused.tables
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
@@ -124,18 +123,25 @@ class _Step(nn.Module):
         mask = mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
         new_keys, new_values = [], []
         for index, layer in enumerate(self.layers):
-            qkv = F.linear(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
+            qkv = self._product(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
             rotated = rotate(qkv[:, : heads + kv_heads], cos, sin)
             queries = rotated[:, :heads].reshape(count, kv_heads, group, dim)
             key, value = rotated[:, heads:], qkv[:, heads + kv_heads :]
             new_keys.append(key)
             new_values.append(value)
             attended = self._attend(queries, keys[index], values[index], mask, key, value)
-            hidden = hidden + F.linear(attended.reshape(count, heads * dim), layer.output)
-            gate, up = F.linear(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
-        logits = F.linear(rms_norm(hidden, self.norm, self.eps), self.head)
+            hidden = hidden + self._product(attended.reshape(count, heads * dim), layer.output)
+            gate, up = self._product(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + self._product(F.silu(gate) * up, layer.down)
+        logits = self._product(rms_norm(hidden, self.norm, self.eps), self.head)
         return logits, torch.stack(new_keys), torch.stack(new_values)
+
+    def _product(self, rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+        """rows @ a weight matrix: the call PackedMatrix makes (inductor calls it from the
+        generated code on the constant), or a plain [in, out] product."""
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(rows, matrix, None, "none", [], "")
+        return rows @ matrix
 
     def _attend(self, queries, keys, values, mask, key, value) -> torch.Tensor:
         """queries [B, kv_heads, group, dim] over the cached keys and the step's own key, merged
@@ -148,6 +154,11 @@ class _Step(nn.Module):
         merged = (cached.to(wide) * cached_weight[..., None]
                   + value.to(wide)[:, :, None, :] * own_weight[..., None])
         return (merged / (cached_weight + own_weight)[..., None]).to(queries.dtype)
+
+
+def _weight(matrix) -> torch.Tensor:
+    """The tensor a matrix object (matrices.py) multiplies by."""
+    return matrix.packed if isinstance(matrix, PackedMatrix) else matrix.weight
 
 
 def _attention_with_logsumexp(queries, keys, values, mask, scaling, wide: torch.dtype):
@@ -171,7 +182,6 @@ class DecodeGraph:
         if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
         self.module = _Step(fused).eval()
-        fused.plain_layers, fused.plain_head = [], None  # copied into the module: the originals go
         self.compiled = torch.compile(self.module, dynamic=True, fullgraph=True)
         # Rows every call gets, padded when fewer decode: torch.compile gives one row a graph of
         # its own, and the packed products read the weights faster for a few rows than for one.
@@ -191,28 +201,14 @@ class DecodeGraph:
         size = (shape.num_layers, self.min_rows + 2, shape.num_kv_heads, 3 * BLOCK_TOKENS, shape.head_dim)
         keys = torch.zeros(size, dtype=shape.dtype, device=self.device)
         values = torch.zeros_like(keys)
-        # Freezing: the weights become the graph's constants, packed once for this CPU's kernels.
-        with torch.inference_mode(), inductor_config.patch(freezing=self.device.type == "cpu"):
+        # Freezing: the weights become the graph's constants (inductor calls oneDNN's kernels
+        # only on constants), by reference.
+        with torch.inference_mode(), inductor_config.patch(freezing=self.module.packed):
             count = self.min_rows
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
-            if can_pack(self.module.head):
-                self._release_originals()
-                # The graph must not read them: a product inductor left unpacked would fail here,
-                # at load, rather than in a served step.
-                self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
         return time.perf_counter() - started
-
-    def _release_originals(self) -> None:
-        """Frees the [out, in] matrices inductor packed its constants from (oneDNN's layout, on a
-        CPU in float32 or bfloat16).
-
-        Only a recompile would read them again, and none runs after warm-up; their shapes stay
-        (the graph's guards look at them), their memory goes.
-        """
-        for matrix in self.module.matrices:
-            matrix.untyped_storage().resize_(0)
 
     @staticmethod
     def takes(step: StepLayout, num_sampled: int) -> GroupDecode | None:

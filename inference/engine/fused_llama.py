@@ -19,7 +19,7 @@ Only plain Llama checkpoints qualify (no biases, SiLU); any other model keeps tr
 forward through the runner's attention interface.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +61,7 @@ def has_static_rotary(model) -> bool:
 
 
 class FusedLlama:
-    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO, keep_plain: bool = False):
+    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO):
         if not supports(model):
             raise ValueError(f"{type(model).__name__} is not a plain Llama model")
         if any(parameter.is_meta for parameter in model.parameters()):
@@ -86,11 +86,6 @@ class FusedLlama:
         self.head_dim = first.head_dim
         self.scaling = first.scaling
         self.layers = [self._fuse(layer) for layer in base.layers]
-        # The [in, out] matrices before any packing, for a compiled step (decode_graph.py) that
-        # packs its own: kept only when asked, as packed ones would otherwise replace them.
-        self.plain_layers = [{field.name: getattr(layer, field.name) for field in fields(layer)}
-                             for layer in self.layers] if keep_plain else []
-        self.plain_head = self.lm_head if keep_plain else None
         self.layout = self._build_matrices(model, layout, tied)
         self.min_rows = max(getattr(layer.qkv, "min_rows", 1) for layer in self.layers)
         self.tables = None

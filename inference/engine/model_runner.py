@@ -9,6 +9,7 @@ transformers' attention interface (Mistral, Qwen, Gemma, ...) runs its own forwa
 """
 
 import logging
+import threading
 from pathlib import Path
 
 import torch
@@ -32,9 +33,19 @@ class ModelRunner:
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
         compiling = self._can_compile(model, compile_mode)
-        self.fused = (fused_llama.FusedLlama(model, matrices, keep_plain=compiling)
-                      if fused_llama.supports(model) else None)
-        self.graph = self._compiled_graph(compile_mode, cache_dir) if compiling else None
+        self.fused = fused_llama.FusedLlama(model, matrices) if fused_llama.supports(model) else None
+        # Set once the decode graph compiled; until then (or without one) the fused forward
+        # serves every step.
+        self.graph: DecodeGraph | None = None
+        self.compiling: threading.Thread | None = None
+        if compiling and compile_mode is CompileMode.ON:
+            self.graph = self._compiled_graph(compile_mode, cache_dir)
+        elif compiling:
+            # A minute or more of a small CPU: the service is ready at once, and the graph takes
+            # over the steps it runs once it compiled.
+            self.compiling = threading.Thread(target=self._compile_in_background, args=(cache_dir,),
+                                              name="decode-graph-compile", daemon=True)
+            self.compiling.start()
 
     def _compiled_graph(self, mode: CompileMode, cache_dir: Path | None) -> DecodeGraph | None:
         """The decode graph, compiled; under AUTO a compile that fails leaves the fused forward."""
@@ -47,6 +58,10 @@ class ModelRunner:
                 raise
             logger.exception("the decode step did not compile; the fused forward serves every step")
             return None
+
+    def _compile_in_background(self, cache_dir: Path | None) -> None:
+        # One assignment, seen whole by the step thread: the graph runs its next decode step.
+        self.graph = self._compiled_graph(CompileMode.AUTO, cache_dir)
 
     def _can_compile(self, model, mode: CompileMode) -> bool:
         """Whether the decode step is compiled (decode_graph.py); ON refuses what AUTO skips."""

@@ -6,6 +6,7 @@ second run of the suite reuses them); compiling starts the C++ compiler, hence `
 """
 
 import random
+import threading
 
 import pytest
 import torch
@@ -103,7 +104,7 @@ def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
     return fed
 
 
-def test_in_float32_the_graph_frees_the_matrices_it_packed_and_answers_as_the_fused_forward():
+def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does():
     def greedy_tokens(engine) -> list[int]:
         engine.add_request("f", list(range(100, 140)), SamplingParams(max_tokens=12, temperature=0))
         tokens = []
@@ -114,8 +115,39 @@ def test_in_float32_the_graph_frees_the_matrices_it_packed_and_answers_as_the_fu
     compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
     fused = models.engine(models.tiny_model("llama").float())
 
-    freed = [name for name, parameter in compiled.runner.graph.module.named_parameters()
-             if parameter.untyped_storage().size() == 0]
-    assert len(freed) == 4 * 2 + 1  # every layer's four matrices and the output head
+    graph, forward = compiled.runner.graph.module, compiled.runner.fused
+    matrices = [getattr(layer, name) for layer in forward.layers for name in layer.MATRICES]
+    weights = [getattr(layer, name) for layer in graph.layers for name in forward.layers[0].MATRICES]
+    assert all(weight is decode_graph._weight(matrix)  # no second copy of the weights
+               for weight, matrix in zip(weights + [graph.head], matrices + [forward.lm_head], strict=True))
     assert greedy_tokens(compiled) == greedy_tokens(fused)
     assert compiled.runner.graph.num_steps == 11 and compiled.runner.graph.num_fallbacks == 0
+
+
+def test_under_auto_the_engine_serves_while_the_graph_compiles_and_the_graph_takes_over_after(monkeypatch):
+    compile_may_start = threading.Event()
+    warm = decode_graph.DecodeGraph.warm
+
+    def warm_when_allowed(graph):
+        compile_may_start.wait()
+        return warm(graph)
+
+    monkeypatch.setattr(decode_graph.DecodeGraph, "warm", warm_when_allowed)
+    compiling = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.AUTO)
+    fused = models.engine(models.tiny_model("llama").float())
+    runner = compiling.runner
+    tokens = {engine: [] for engine in (compiling, fused)}
+    for engine in (compiling, fused):
+        engine.add_request("g", list(range(100, 140)), SamplingParams(max_tokens=12, temperature=0))
+    for _ in range(6):  # the prompt and five decode steps, before the compile began
+        tokens[compiling] += [output.token_id for output in compiling.step()]
+
+    assert runner.graph is None and runner.compiling.is_alive()
+    compile_may_start.set()
+    runner.compiling.join()
+    for engine in (compiling, fused):
+        while engine.has_work():
+            tokens[engine] += [output.token_id for output in engine.step()]
+
+    assert tokens[compiling] == tokens[fused] and len(tokens[fused]) == 12
+    assert runner.graph.num_steps == 6 and runner.graph.num_fallbacks == 0
