@@ -10,6 +10,7 @@ transformers' attention interface (Mistral, Qwen, Gemma, ...) runs its own forwa
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
 from .scheduler import ScheduledChunk
+from .step_trial import StepPath, StepTrial
 
 
 logger = logging.getLogger(__name__)
@@ -35,8 +37,10 @@ class ModelRunner:
         compiling = self._can_compile(model, compile_mode)
         self.fused = fused_llama.FusedLlama(model, matrices) if fused_llama.supports(model) else None
         # Set once the decode graph compiled; until then (or without one) the fused forward
-        # serves every step.
+        # serves every step. Under AUTO the trial then times both ways (step_trial.py) and the
+        # graph is dropped if it was the slower.
         self.graph: DecodeGraph | None = None
+        self.trial: StepTrial | None = None
         self.compiling: threading.Thread | None = None
         if compiling and compile_mode is CompileMode.ON:
             self.graph = self._compiled_graph(compile_mode, cache_dir)
@@ -60,8 +64,11 @@ class ModelRunner:
             return None
 
     def _compile_in_background(self, cache_dir: Path | None) -> None:
-        # One assignment, seen whole by the step thread: the graph runs its next decode step.
-        self.graph = self._compiled_graph(CompileMode.AUTO, cache_dir)
+        graph = self._compiled_graph(CompileMode.AUTO, cache_dir)
+        self.trial = StepTrial() if graph is not None else None
+        # One assignment, seen whole by the step thread (the trial set before it): the graph
+        # takes part from the next decode step.
+        self.graph = graph
 
     def _can_compile(self, model, mode: CompileMode) -> bool:
         """Whether the decode step is compiled (decode_graph.py); ON refuses what AUTO skips."""
@@ -94,20 +101,54 @@ class ModelRunner:
         # One tensor, so that a GPU gets one copy from the host per step rather than three.
         packed = torch.tensor(token_ids + positions + sampled_at, device=self.device, dtype=torch.long)
         inputs, at, keep = packed.split((len(token_ids), len(positions), len(sampled_at)))
-        logits = self._compiled(inputs, layout, len(sampled_at))
-        if logits is None and self.fused is not None:
-            logits = self.fused(inputs, at, keep, layout)
-        elif logits is None:
-            logits = self.model(input_ids=inputs[None], position_ids=at[None], use_cache=False,
-                                logits_to_keep=keep, inference_step=layout).logits[0]
+        logits = self._forward(inputs, at, keep, layout, len(sampled_at))
         for chunk in chunks:
             chunk.sequence.num_cached_tokens = chunk.end
         return logits
 
-    def _compiled(self, token_ids: torch.Tensor, layout: StepLayout, num_sampled: int) -> torch.Tensor | None:
-        """The step's logits from the compiled graph, or None where it does not run this step."""
-        decode = None if self.graph is None else self.graph.takes(layout, num_sampled)
-        return None if decode is None else self.graph.run(token_ids, decode)
+    def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int) -> torch.Tensor:
+        """The step's logits: through the compiled graph where it runs this step (and, during a
+        trial, every other such step through the fused forward, each timed), else uncompiled."""
+        graph, trial = self.graph, self.trial
+        decode = None if graph is None else graph.takes(layout, num_sampled)
+        if decode is None:
+            return self._uncompiled(inputs, at, keep, layout)
+        if trial is None or trial.winner is not None:
+            logits = graph.run(inputs, decode)
+            return self._uncompiled(inputs, at, keep, layout) if logits is None else logits
+        path = trial.next_path()
+        started = self._finished_at()
+        if path is StepPath.GRAPH:
+            logits = graph.run(inputs, decode)
+            if logits is None:  # shapes the graph was not compiled for: counts for neither way
+                return self._uncompiled(inputs, at, keep, layout)
+        else:
+            logits = self._uncompiled(inputs, at, keep, layout)
+        self._record(trial, path, self._finished_at() - started)
+        return logits
+
+    def _uncompiled(self, inputs, at, keep, layout: StepLayout) -> torch.Tensor:
+        if self.fused is not None:
+            return self.fused(inputs, at, keep, layout)
+        return self.model(input_ids=inputs[None], position_ids=at[None], use_cache=False,
+                          logits_to_keep=keep, inference_step=layout).logits[0]
+
+    def _finished_at(self) -> float:
+        """The time once the device finished what it was given."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _record(self, trial: StepTrial, path: StepPath, seconds: float) -> None:
+        if not trial.record(path, seconds):
+            return
+        medians = trial.medians()
+        logger.info("decode steps timed %d times each way: compiled %.1f ms, fused forward %.1f ms "
+                    "(medians): the %s serves", trial.samples, medians[StepPath.GRAPH] * 1e3,
+                    medians[StepPath.FUSED] * 1e3,
+                    "compiled step" if trial.winner is StepPath.GRAPH else "fused forward")
+        if trial.winner is StepPath.FUSED:
+            self.graph = None
 
     def _layout(self, chunks: list[ScheduledChunk], num_tokens: int) -> StepLayout:
         layout = StepLayout(self.kv_cache, num_tokens)

@@ -2,8 +2,8 @@
 
 Every decoding sequence advances by one token per step. Prompts are fed in chunks from a
 per-step token budget, so a long new prompt shares steps with the running streams instead of
-freezing them; the budget goes to the prompt due first (arrival plus its own feeding time), so a
-short question is not held up behind a long paste that came a moment before it. Waiting requests join between steps whenever the cache has room; finished or
+freezing them; the budget goes to the prompt that waited longest for each token it still needs,
+so a short question is not held up behind a long paste that came a moment before it. Waiting requests join between steps whenever the cache has room; finished or
 aborted ones leave at once and give their cache rows back, kept for reuse when prefix reuse is
 on: a joining prompt that starts like a kept or running row takes that row over, or a copy of
 its shared part, and is fed only the rest.
@@ -83,7 +83,7 @@ class Scheduler:
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
         budget = self._prompt_budget(len(decoding)) if decoding else self.prefill_chunk_idle
-        for sequence in self._prompts_by_due_time():
+        for sequence in self._prompts_by_response_ratio():
             if budget == 0:
                 break
             start = sequence.num_cached_tokens
@@ -93,22 +93,21 @@ class Scheduler:
             self.num_prefilled_tokens += len(tokens)
         return chunks
 
-    def _prompts_by_due_time(self) -> list[Sequence]:
-        """The sequences still being fed their prompt, the one due first first.
+    def _prompts_by_response_ratio(self) -> list[Sequence]:
+        """The sequences still being fed their prompt, highest response ratio first.
 
-        A prompt is due when it arrived plus what feeding the rest of it costs on this machine
-        (step_cost.py): in a burst, short questions get their first token without waiting
-        behind long pastes that came a moment earlier (the median wait falls), and no prompt is
-        ever overtaken by one that arrived after it would have been fed alone, so none starves.
-        Until steps of different sizes were timed, in the order they came.
+        A prompt's claim grows with the time it waited for each token it still needs: waited
+        seconds over the rest of its prompt (Brinch Hansen's highest response ratio next, with a
+        prompt's length standing for its service time). Among prompts that came together, as in
+        a burst, the shortest goes first, so short questions get their first token without
+        waiting behind long pastes (the median wait falls); a long prompt's claim keeps growing
+        while it waits, so it is overtaken only by prompts that waited a like share of their
+        own length, and none starves. No constant of the machine's is needed.
         """
+        now = time.monotonic()
         prompts = [s for s in self.running if s.is_prefilling]
-        fit = self.step_cost.fit() if self.step_cost is not None else None
-        if fit is None:
-            return prompts
-        per_token = fit[1]
-        return sorted(prompts, key=lambda s: s.arrived_at
-                      + per_token * (s.num_prompt_tokens - s.num_cached_tokens))
+        return sorted(prompts, key=lambda s: -(now - s.arrived_at)
+                      / (s.num_prompt_tokens - s.num_cached_tokens))
 
     def _prompt_budget(self, num_decoding: int) -> int:
         """Prompt tokens to feed beside `num_decoding` decode tokens this step.

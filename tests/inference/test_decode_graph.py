@@ -15,6 +15,7 @@ from inference.engine import SamplingParams
 from inference.engine import decode_graph
 from inference.engine.decode_graph import CompileMode
 from inference.engine.model_runner import ModelRunner
+from inference.engine.step_trial import StepPath, StepTrial
 from tests.inference import models
 
 pytestmark = pytest.mark.process
@@ -124,7 +125,7 @@ def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_
     assert compiled.runner.graph.num_steps == 11 and compiled.runner.graph.num_fallbacks == 0
 
 
-def test_under_auto_the_engine_serves_while_the_graph_compiles_and_the_graph_takes_over_after(monkeypatch):
+def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_ways(monkeypatch):
     compile_may_start = threading.Event()
     warm = decode_graph.DecodeGraph.warm
 
@@ -150,4 +151,23 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_and_the_graph_tak
             tokens[engine] += [output.token_id for output in engine.step()]
 
     assert tokens[compiling] == tokens[fused] and len(tokens[fused]) == 12
-    assert runner.graph.num_steps == 6 and runner.graph.num_fallbacks == 0
+    # The six steps after it: every other one through the graph, each timed.
+    timed = runner.trial.seconds
+    assert len(timed[StepPath.GRAPH]) == len(timed[StepPath.FUSED]) == 3
+    assert runner.graph.num_steps == 3 and runner.trial.winner is None
+
+
+def test_a_graph_timed_slower_than_the_fused_forward_is_dropped_and_the_answer_goes_on_unchanged():
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
+    fused = models.engine(models.tiny_model("llama").float())
+    runner = compiled.runner
+    runner.trial = StepTrial(samples=1)
+    runner.trial.seconds[StepPath.FUSED].append(0.0)  # as if the fused forward took no time
+    tokens = {engine: [] for engine in (compiled, fused)}
+    for engine in (compiled, fused):
+        engine.add_request("h", list(range(100, 140)), SamplingParams(max_tokens=8, temperature=0))
+        while engine.has_work():
+            tokens[engine] += [output.token_id for output in engine.step()]
+
+    assert runner.trial.winner is StepPath.FUSED and runner.graph is None
+    assert tokens[compiled] == tokens[fused] and len(tokens[fused]) == 8

@@ -1,5 +1,7 @@
 """A long new prompt is fed in chunks beside the running streams instead of freezing them."""
 
+import time
+
 from inference.engine import SamplingParams
 from inference.engine.scheduler import ScheduledChunk
 from tests.inference import models
@@ -70,47 +72,33 @@ def test_prompts_waiting_for_their_turn_keep_the_prompt_budget_from_shrinking():
     assert fed == 4 + 4  # the allowance plus one per running stream, the three newcomers included
 
 
-def engine_that_feeds_a_token_per_millisecond(**changes):
-    """An engine whose step cost is set as learned: 50 ms plus 1 ms per token fed."""
-    engine = models.engine(models.tiny_model(), **changes)
-    for tokens in [1, 30] * 20:
-        engine.step_cost.observe(tokens, 0.050 + 0.001 * tokens)
-    return engine
-
-
 def first_fed(engine) -> list[str]:
     """The requests whose prompt tokens the next step feeds (nothing decodes yet), in order."""
     return [chunk.sequence.request_id for chunk in engine.scheduler.schedule()]
 
 
-def arrive(engine, name: str, prompt_tokens: int, at: float) -> None:
+def arrive(engine, name: str, prompt_tokens: int, waited: float) -> None:
     engine.add_request(name, list(range(3, 3 + prompt_tokens)), SamplingParams(max_tokens=4))
     sequence = next(s for s in engine.scheduler.waiting if s.request_id == name)
-    sequence.arrived_at = at
+    sequence.arrived_at = time.monotonic() - waited
+
+
+def burst_engine():
+    return models.engine(models.tiny_model(), prefill_chunk=32, prefill_chunk_min=32,
+                         prefill_chunk_idle=32)
 
 
 def test_in_a_burst_a_short_prompt_is_fed_before_a_long_one_that_came_a_moment_earlier():
-    engine = engine_that_feeds_a_token_per_millisecond(prefill_chunk=32, prefill_chunk_min=32,
-                                                       prefill_chunk_idle=32)
-    arrive(engine, "long", 300, at=100.00)  # due when fed alone: 100.30
-    arrive(engine, "short", 20, at=100.05)  # due 100.07
+    engine = burst_engine()
+    arrive(engine, "long", 300, waited=5.05)
+    arrive(engine, "short", 20, waited=5.00)
 
     assert first_fed(engine) == ["short", "long"]  # all 20 of short's tokens, then 12 of long's
 
 
-def test_a_long_prompt_is_not_overtaken_by_one_that_came_after_it_would_have_been_fed():
-    engine = engine_that_feeds_a_token_per_millisecond(prefill_chunk=32, prefill_chunk_min=32,
-                                                       prefill_chunk_idle=32)
-    arrive(engine, "long", 300, at=100.00)  # due 100.30
-    arrive(engine, "late short", 20, at=100.35)  # due 100.37
-
-    assert first_fed(engine) == ["long"]
-
-
-def test_before_any_step_was_timed_prompts_are_fed_in_the_order_they_came():
-    engine = models.engine(models.tiny_model(), prefill_chunk=32, prefill_chunk_min=32,
-                           prefill_chunk_idle=32)
-    arrive(engine, "long", 300, at=100.00)
-    arrive(engine, "short", 20, at=100.05)
+def test_a_long_prompt_that_waited_long_enough_is_not_overtaken_by_a_fresh_short_one():
+    engine = burst_engine()
+    arrive(engine, "long", 300, waited=6.0)  # 50 tokens per second waited
+    arrive(engine, "fresh short", 20, waited=0.2)  # 100: it has not waited its share yet
 
     assert first_fed(engine) == ["long"]

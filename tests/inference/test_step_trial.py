@@ -1,0 +1,41 @@
+"""Under INFERENCE_COMPILE=auto the compiled step serves only where it was timed faster than the
+fused forward, by the median of alternate steps."""
+
+from inference.engine.step_trial import StepPath, StepTrial
+
+
+def timed(trial: StepTrial, graph: list[float], fused: list[float]) -> list[StepPath]:
+    """Feeds the trial the times in the order it asks for them; returns that order."""
+    asked, times = [], {StepPath.GRAPH: iter(graph), StepPath.FUSED: iter(fused)}
+    while trial.winner is None:
+        path = trial.next_path()
+        asked.append(path)
+        trial.record(path, next(times[path]))
+    return asked
+
+
+def test_the_two_ways_alternate_until_each_has_its_samples_and_the_lower_median_wins():
+    trial = StepTrial(samples=3)
+
+    asked = timed(trial, graph=[0.020, 0.019, 0.5], fused=[0.025, 0.024, 0.026])
+
+    assert asked == [StepPath.GRAPH, StepPath.FUSED] * 3
+    assert trial.winner is StepPath.GRAPH  # one slow step (0.5 s) does not move a median
+    assert trial.next_path() is StepPath.GRAPH
+
+
+def test_a_fused_forward_faster_by_median_wins():
+    trial = StepTrial(samples=3)
+
+    timed(trial, graph=[0.030, 0.031, 0.001], fused=[0.025, 0.024, 0.026])
+
+    assert trial.winner is StepPath.FUSED and trial.next_path() is StepPath.FUSED
+
+
+def test_the_decision_is_made_once_and_later_times_change_nothing():
+    trial = StepTrial(samples=1)
+    assert trial.record(StepPath.GRAPH, 0.02) is False
+    assert trial.record(StepPath.FUSED, 0.01) is True
+
+    assert trial.record(StepPath.GRAPH, 0.0) is False
+    assert trial.winner is StepPath.FUSED
