@@ -38,7 +38,7 @@ class InferenceService:
     def load(self) -> None:
         """Loads the model and starts the step loop (slow: run it off the event loop)."""
         try:
-            from .engine import loader  # torch and transformers load here, not at import
+            from .engine import heap, loader  # torch and transformers load here, not at import
 
             if self.config.threads:
                 import torch
@@ -46,7 +46,9 @@ class InferenceService:
                 torch.set_num_threads(self.config.threads)
             loaded = loader.load(self.config.model, self.config.cache_dir, self.config.device,
                                  self.config.dtype, self.config.model_name)
-            self.attach(LLMEngine(loaded.model, loaded.tokenizer, self.engine_config()), loaded.name)
+            engine = LLMEngine(loaded.model, loaded.tokenizer, self.engine_config())
+            heap.trim()  # what loading freed goes back to the system, not kept at its peak
+            self.attach(engine, loaded.name)
         except BaseException as error:
             logger.exception("loading the model failed")
             self.error = error

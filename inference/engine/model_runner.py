@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from . import fused_llama
+from . import fused_llama, heap
 from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
 from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .kv_cache import KVCache
@@ -56,6 +56,7 @@ class ModelRunner:
         try:
             graph = DecodeGraph(self.fused, self.kv_cache, cache_dir)
             logger.info("decode step compiled in %.0f s", graph.warm())
+            heap.trim()  # the compiler's working memory, freed, goes back to the system
             return graph
         except Exception:
             if mode is CompileMode.ON:
