@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    server = ServerProcess({"INFERENCE_MAX_MODEL_LEN": "8192", "INFERENCE_MAX_RUNNING": "1"})
+    # Counts, not timings: the decode step's background compile would only cost a minute of CPU.
+    server = ServerProcess({"INFERENCE_MAX_MODEL_LEN": "8192", "INFERENCE_MAX_RUNNING": "1",
+                            "INFERENCE_COMPILE": "off"})
     try:
         server.start()
         with tempfile.TemporaryDirectory() as scratch:

@@ -80,10 +80,14 @@ class ModelRunner:
             why_not = f"{type(model).__name__} is not a plain Llama (only the fused forward compiles)"
         if why_not is None and not fused_llama.has_static_rotary(model):
             why_not = "its rotary embedding depends on the sequence's length"
+        if mode is CompileMode.ON and why_not is not None:
+            raise RuntimeError(f"INFERENCE_COMPILE=on, but the decode step cannot compile: {why_not}")
+        if mode is CompileMode.AUTO and why_not is None and self.device.type != "cpu":
+            # The graph's GPU path (triton's kernels, attention without a fused kernel) has not
+            # run on a GPU yet: only where asked for.
+            why_not = "on a GPU only with INFERENCE_COMPILE=on (not yet measured on one)"
         if why_not is None:
             return True
-        if mode is CompileMode.ON:
-            raise RuntimeError(f"INFERENCE_COMPILE=on, but the decode step cannot compile: {why_not}")
         logger.info("decode step not compiled: %s", why_not)
         return False
 
