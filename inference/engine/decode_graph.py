@@ -19,9 +19,10 @@ whose results are dropped), the cached length (rounded up to whole cache blocks,
 masked) and the group's size are symbols, so the graph compiles once, at load, and not again
 while serving: a step shaped otherwise runs through the fused forward instead
 (set_stance("fail_on_recompile")), as do steps that feed a prompt or span several groups. A
-compile costs a minute or two of both cores on a small CPU; inductor keeps what it compiled
-under the cache directory, so later starts take seconds. Without a C++ compiler (inductor's,
-on a CPU), the fused forward serves every step and the log says why.
+compile costs a minute or two of both cores on a small CPU, at every start where the matrices
+are oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with plain
+matrices it keeps what it compiled under the cache directory). Without a C++ compiler
+(inductor's, on a CPU), the fused forward serves every step and the log says why.
 
 Memory: the graph reads the fused forward's tensors, so the weights exist once (an earlier
 version let inductor pack its own copy: 430 MB more for the default model in bf16); what the

@@ -8,9 +8,6 @@ loading, 1,093 MB after a trim; with the compiled step 1,483 and 1,256). malloc_
 
 import ctypes
 import ctypes.util
-import logging
-
-logger = logging.getLogger(__name__)
 
 
 def _libc():
