@@ -22,6 +22,7 @@ def write_plot(results: Results, path: Path = PLOT_PATH) -> Path:
     runs = results.runs
     figure, axes = plt.subplots(len(runs), 2, figsize=(11, 4 * len(runs)), squeeze=False)
     styles = {OURS: ("tab:blue", "o"), LLAMA_CPP_F32: ("tab:red", "v"),
+              llama_cpp_system("bf16"): ("tab:pink", "<"),
               llama_cpp_system("f16"): ("tab:purple", "P"),
               llama_cpp_system("q8_0"): ("tab:brown", "X"), "hf-manager": ("tab:orange", "s"),
               "static-batch": ("tab:green", "^"), "hf-generate": ("tab:gray", "D")}

@@ -114,22 +114,20 @@ class ModelRunner:
     def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int) -> torch.Tensor:
         """The step's logits: through the compiled graph where it runs this step (and, during a
         trial, every other such step through the fused forward, each timed), else uncompiled."""
-        graph, trial = self.graph, self.trial
+        graph = self.graph
         decode = None if graph is None else graph.takes(layout, num_sampled)
         if decode is None:
             return self._uncompiled(inputs, at, keep, layout)
-        if trial is None or trial.winner is not None:
-            logits = graph.run(inputs, decode)
-            return self._uncompiled(inputs, at, keep, layout) if logits is None else logits
-        path = trial.next_path()
-        started = self._finished_at()
-        if path is StepPath.GRAPH:
-            logits = graph.run(inputs, decode)
-            if logits is None:  # shapes the graph was not compiled for: counts for neither way
-                return self._uncompiled(inputs, at, keep, layout)
-        else:
+        trial = self.trial if self.trial is not None and self.trial.winner is None else None
+        path = trial.next_path() if trial else StepPath.GRAPH
+        started = self._finished_at() if trial else 0.0
+        logits = graph.run(inputs, decode) if path is StepPath.GRAPH else None
+        if logits is None:
             logits = self._uncompiled(inputs, at, keep, layout)
-        self._record(trial, path, self._finished_at() - started)
+            if path is StepPath.GRAPH:  # shapes the graph was not compiled for: counts for neither way
+                return logits
+        if trial:
+            self._record(trial, path, self._finished_at() - started)
         return logits
 
     def _uncompiled(self, inputs, at, keep, layout: StepLayout) -> torch.Tensor:

@@ -3,10 +3,11 @@
 Every decoding sequence advances by one token per step. Prompts are fed in chunks from a
 per-step token budget, so a long new prompt shares steps with the running streams instead of
 freezing them; the budget goes to the prompt that waited longest for each token it still needs,
-so a short question is not held up behind a long paste that came a moment before it. Waiting requests join between steps whenever the cache has room; finished or
-aborted ones leave at once and give their cache rows back, kept for reuse when prefix reuse is
-on: a joining prompt that starts like a kept or running row takes that row over, or a copy of
-its shared part, and is fed only the rest.
+so a short question is not held up behind a long paste that came a moment before it. Waiting
+requests join between steps whenever the cache has room; finished or aborted ones leave at once
+and give their cache rows back, kept for reuse when prefix reuse is on: a joining prompt that
+starts like a kept or running row takes that row over, or a copy of its shared part, and is fed
+only the rest.
 """
 
 import time
