@@ -49,6 +49,19 @@ def database_threads_close_their_connections_after_each_test():
         database_threads.close_connections()
 
 
+@pytest.fixture(autouse=True)
+def each_test_gets_its_own_channel_layer():
+    """Each async test runs on an event loop of its own, but Channels keeps one layer per process:
+    a Redis layer's receive lock, left held by a receive that an earlier test's loop cancelled,
+    then belongs to a loop that is gone, and the next test's receive fails with "bound to a
+    different event loop" (seen once in a full run: test_live_hub). A server process has one
+    loop for its life, so only the tests need a fresh layer."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def real_model_url():
     """The inference service with the default model, in this process, under the name the chat app
