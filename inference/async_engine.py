@@ -5,8 +5,9 @@ reach an event loop in one `call_soon_threadsafe`, so a step wakes each loop onc
 streams it advanced. New and aborted requests are handed to the step thread through
 thread-safe inboxes and applied at the top of each step, so only that thread touches the
 engine. The thread sleeps on an event when there is nothing to do (no polling). A stream whose
-consumer goes away (cancelled, closed) aborts its request in `finally`, which frees its cache
-before the next step. A request the engine ended alone after an error receives that error;
+consumer goes away (cancelled, closed) before the end reached it aborts its request in `finally`,
+which frees its cache before the next step, and counts as cancelled even where the engine had
+just finished it: an answer whose end nobody received was not delivered. A request the engine ended alone after an error receives that error;
 the others go on. If a step raises (the engine could step no sequence at all), the loop stops,
 every open stream receives the error at once, and the engine reports itself unhealthy.
 """
@@ -59,10 +60,12 @@ def _put_all(batch: list[tuple[asyncio.Queue, object]]) -> None:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, max_waiting: int, on_abort=None):
+    def __init__(self, engine: LLMEngine, max_waiting: int, on_cancel=None):
+        """`on_cancel(request_id)` runs on the step thread for each request whose consumer left
+        before its end, once the engine holds nothing of it."""
         self.engine = engine
         self.max_waiting = max_waiting
-        self._on_abort = on_abort or (lambda request_id: None)
+        self._on_cancel = on_cancel or (lambda request_id: None)
         self._streams: dict[str, _Stream] = {}
         self._new: deque[tuple[str, list[int], SamplingParams]] = deque()
         self._aborted: deque[str] = deque()
@@ -161,8 +164,10 @@ class AsyncEngine:
         refused: list[tuple[_Stream, object]] = []
         while self._aborted:
             request_id = self._aborted.popleft()
-            if self.engine.abort_request(request_id):
-                self._on_abort(request_id)
+            # Not found: the engine had finished it (its end still queued, unread) or it had not
+            # arrived yet (its entry in `_new` is skipped below). Its client left all the same.
+            self.engine.abort_request(request_id)
+            self._on_cancel(request_id)
         while self._new:
             request_id, prompt_token_ids, params = self._new.popleft()
             stream = self._streams.get(request_id)

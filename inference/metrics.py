@@ -15,7 +15,7 @@ class Metrics:
         self.requests = Counter("inference_requests", "Finished requests by finish_reason.",
                                 ["finish_reason"], registry=r)
         self.cancelled = Counter("inference_requests_cancelled",
-                                 "Requests aborted because their client went away.", registry=r)
+                                 "Requests whose client went away before their end reached it.", registry=r)
         self.ttft = Histogram("inference_time_to_first_token_seconds",
                               "Request received to first token sent.", buckets=LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("inference_inter_token_latency_seconds",

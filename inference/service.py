@@ -59,7 +59,7 @@ class InferenceService:
         self.engine = engine
         self.model_name = model_name
         self.async_engine = AsyncEngine(engine, self.config.max_waiting,
-                                        on_abort=lambda _: self.metrics.cancelled.inc())
+                                        on_cancel=lambda _: self.metrics.cancelled.inc())
         self.metrics.watch(self.async_engine)
         self.async_engine.start()
         self.state = ServiceState.READY

@@ -5,7 +5,6 @@ import asyncio
 import httpx2
 
 from harness import waiting
-from harness import waiting
 from inference.async_engine import AsyncEngine
 from inference.engine import SamplingParams
 
@@ -19,11 +18,11 @@ async def test_a_stream_closed_after_k_outputs_is_freed_before_the_next_step():
     freed = asyncio.Event()
     steps_at_abort: list[int] = []
 
-    def on_abort(request_id):  # runs on the step thread, at the top of a step
+    def on_cancel(request_id):  # runs on the step thread, at the top of a step
         steps_at_abort.append(engine.num_steps)
         loop.call_soon_threadsafe(freed.set)
 
-    async_engine = AsyncEngine(engine, max_waiting=8, on_abort=on_abort)
+    async_engine = AsyncEngine(engine, max_waiting=8, on_cancel=on_cancel)
     async_engine.start()
     try:
         stream = async_engine.open("leaver", [5, 6, 7, 8], SamplingParams(max_tokens=1000))
@@ -39,6 +38,53 @@ async def test_a_stream_closed_after_k_outputs_is_freed_before_the_next_step():
     assert engine.num_running == 0
     assert engine.kv_cache.num_reserved_tokens == 0
     assert engine.kv_cache.num_allocated_bytes == 0  # a stopped engine keeps no prefix either
+
+
+async def test_a_client_that_leaves_after_its_answer_ended_but_before_reading_the_end_is_counted_cancelled():
+    # The engine may finish an answer while its client is leaving: the end was never delivered,
+    # so the request is neither completed for anyone nor may it go uncounted.
+    engine = models.engine(models.tiny_model())
+    loop = asyncio.get_running_loop()
+    cancelled = asyncio.Event()
+    cancelled_ids: list[str] = []
+
+    def on_cancel(request_id):
+        cancelled_ids.append(request_id)
+        loop.call_soon_threadsafe(cancelled.set)
+
+    async_engine = AsyncEngine(engine, max_waiting=8, on_cancel=on_cancel)
+    async_engine.start()
+    try:
+        stream = async_engine.open("late-leaver", [5, 6, 7, 8], SamplingParams(max_tokens=3))
+        await asyncio.to_thread(
+            waiting.wait_until,
+            lambda: async_engine.stats().num_prefilled_tokens > 0 and async_engine.stats().num_running == 0,
+            30, "the engine to finish the answer nobody read")
+        stream.close()
+        await asyncio.wait_for(cancelled.wait(), timeout=30)
+    finally:
+        async_engine.stop()
+
+    assert cancelled_ids == ["late-leaver"]
+
+
+async def test_a_client_that_reads_its_answer_to_the_end_is_not_counted_cancelled():
+    engine = models.engine(models.tiny_model())
+    cancelled_ids: list[str] = []
+    async_engine = AsyncEngine(engine, max_waiting=8, on_cancel=cancelled_ids.append)
+    async_engine.start()
+    try:
+        stream = async_engine.open("reader", [5, 6, 7, 8], SamplingParams(max_tokens=3))
+        outputs = [output async for output in stream]
+        stream.close()
+        # A second request passes through the step thread's inbox after the first one's close.
+        second = async_engine.open("second", [5, 6, 7], SamplingParams(max_tokens=1))
+        [output async for output in second]
+        second.close()
+    finally:
+        async_engine.stop()
+
+    assert outputs[-1].finished and cancelled_ids == []
 
 
 def running_and_cache(url: str) -> tuple[float, float, float]:
