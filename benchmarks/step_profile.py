@@ -12,7 +12,8 @@ step's median minus the products, i.e. everything a faster matrix kernel would n
 
 Each precision runs twice: the fused forward alone (INFERENCE_COMPILE=off) and with the decode
 step compiled (on; inference/engine/decode_graph.py), whose compile, paid at load, is not
-timed. With `--baseline TREE` each precision also runs another checkout's engine just before this
+timed; that child also takes steps in turns through the graph and the fused forward, so that
+the two are compared within one process, as INFERENCE_COMPILE=auto's trial compares them. With `--baseline TREE` each precision also runs another checkout's engine just before this
 tree's, so that a change is compared within one run (TREE's own copy of this benchmark runs
 there: copy this file and roofline.py in when TREE is older than them).
 Figures on a shared machine swing with the other load (the "other CPU" column: cores' worth of
@@ -116,7 +117,7 @@ def _measure(args: argparse.Namespace) -> dict:
     for streams in (int(count) for count in args.streams.split(",")):
         # Streams admitted first decode while the others' prompts are fed, at least
         # prefill_chunk_min prompt tokens a step: room for that, then for the measured steps.
-        max_tokens = (args.steps + args.profiled_steps + 8
+        max_tokens = (3 * args.steps + args.profiled_steps + 8
                       + streams * args.prompt_tokens // config.prefill_chunk_min)
         if streams * (args.prompt_tokens + max_tokens) > config.max_cached_tokens:
             raise ValueError(f"{streams} streams need more than INFERENCE_MAX_CACHED_TOKENS")
@@ -138,13 +139,35 @@ def _measure(args: argparse.Namespace) -> dict:
         with profile() as profiler:
             for _ in range(args.profiled_steps):
                 engine.step()
+        in_turns = _in_turns(engine, args.steps) if engine.runner.graph is not None else None
         result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
                                  "fastest_ms": min(times), "p90_ms": spread(times)["p90"],
                                  "cpu_ms": cpu_ms,
-                                 "other_cpu": foreign.cores,
+                                 "other_cpu": foreign.cores, "in_turns": in_turns,
                                  **_attributed(profiler.key_averages(), args.profiled_steps)})
         engine.abort_all()
     return result
+
+
+def _in_turns(engine, steps: int) -> dict | None:
+    """Median steps through the compiled graph and through the fused forward, taken in turns in
+    this process: a machine whose speed drifts between processes (this project's do, by 10-40%)
+    moves both alike. None where the graph ran none of them (steps over several groups)."""
+    runner = engine.runner
+    graph, ran_before = runner.graph, runner.graph.num_steps
+    times: dict[str, list[float]] = {"graph_ms": [], "fused_ms": []}
+    try:
+        for _ in range(steps):
+            for key, path in (("graph_ms", graph), ("fused_ms", None)):
+                runner.graph = path
+                started = time.perf_counter()
+                engine.step()
+                times[key].append((time.perf_counter() - started) * 1e3)
+    finally:
+        runner.graph = graph
+    if graph.num_steps == ran_before:
+        return None
+    return {key: statistics.median(values) for key, values in times.items()}
 
 
 def _attributed(averages, steps: int) -> dict:
@@ -163,20 +186,30 @@ def _attributed(averages, steps: int) -> dict:
 def _split_table(results: list[dict]) -> str:
     lines = ["| code | precision (matrices) | streams | step ms median (fastest) | CPU ms per step "
              "| products ms | the rest ms (attention) | products share "
-             "| largest of the rest, ms per step | other CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| largest of the rest, ms per step | compiled / fused, steps in turns | other CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for level in result["levels"]:
-            rest = level["median_ms"] - level["products_ms"]
             largest = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in level["rest_largest"])
+            if level["products_calls"]:
+                rest = level["median_ms"] - level["products_ms"]
+                split = (f"| {level['products_ms']:.1f} | {rest:.1f} ({level['attention_ms']:.1f}) "
+                         f"| {level['products_ms'] / level['median_ms']:.0%} ")
+            else:  # a graph compiled with a C++ wrapper calls its kernels out of the profiler's sight
+                split = "| (in the graph) | - | - "
             lines.append(
                 f"| {result['code']} | {result['dtype']} ({result['matrices']}) | {level['streams']} "
                 f"| {level['median_ms']:.1f} ({level['fastest_ms']:.1f}) | {level['cpu_ms']:.1f} "
-                f"| {level['products_ms']:.1f} "
-                f"| {rest:.1f} ({level['attention_ms']:.1f}) "
-                f"| {level['products_ms'] / level['median_ms']:.0%} | {largest} "
-                f"| {_cores(level['other_cpu'])} |")
+                f"{split}| {largest} "
+                f"| {_turns(level.get('in_turns'))} | {_cores(level['other_cpu'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _turns(in_turns: dict | None) -> str:
+    if not in_turns:
+        return "-"
+    graph, fused = in_turns["graph_ms"], in_turns["fused_ms"]
+    return f"{graph / fused:.2f}x ({graph:.1f} / {fused:.1f})"
 
 
 def _cores(value: float | None) -> str:
