@@ -36,10 +36,10 @@ class InferenceConfig:
     # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
     # inference/engine/decode_graph.py): "auto" where a compiler is found, compiled in the
     # background while the fused forward serves (about 100 s of a 2-core CPU at every start),
-    # then kept only if its steps time faster than the fused forward's (step_trial.py); "on"
-    # compiled before the service is ready and always used, or fail to load; "off" never. On a
-    # 2-core AMD EPYC, its kernels called from C++, steps of 1-4 streams were 18-23% shorter in
-    # fp32 and bf16 alike (BENCHMARKS.md).
+    # then used for each kind of step only where it timed faster than the fused forward
+    # (step_trial.py); "on" compiled before the service is ready and always used, or fail to
+    # load; "off" never. On a 2-core AMD EPYC, its kernels called from C++, steps of 1-4 streams
+    # with short contexts were 18-23% shorter in fp32 and bf16 alike (BENCHMARKS.md).
     compile: str = "auto"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.

@@ -15,7 +15,8 @@ mutated input would cost a copy of the whole cache per step under torch.compile'
 graphs; a read-only one costs nothing, and its shapes may move freely.
 
 Shapes: the rows (at least MIN_ROWS: a lone stream's step is padded with neighbouring rows,
-whose results are dropped), the cached length (rounded up to whole cache blocks, the rest
+whose results are dropped, but whose attention is computed all the same: over a long context it
+can cost more than the graph saves, so the trials tell steps apart by context, step_trial.py), the cached length (rounded up to whole cache blocks, the rest
 masked) and the group's size are symbols, so the graph compiles once, at load, and not again
 while serving: a step shaped otherwise runs through the fused forward instead
 (set_stance("fail_on_recompile")), as do steps that feed a prompt or span several groups. A
@@ -45,6 +46,7 @@ from .attention import GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout, PackedMatrix
+from .step_trial import StepKind
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +227,11 @@ class DecodeGraph:
         if decode.count != step.num_tokens or num_sampled != decode.count:
             return None
         return decode
+
+    def kind(self, decode: GroupDecode) -> StepKind:
+        """The kind of step a decode is, as the trials tell steps apart (step_trial.py)."""
+        context = max(BLOCK_TOKENS, 1 << (decode.length - 1).bit_length())
+        return StepKind(decode.count, max(decode.span, self.min_rows), context)
 
     def run(self, token_ids: torch.Tensor, decode: GroupDecode) -> torch.Tensor | None:
         """The step's logits [count, vocab] with the cache written, or None (nothing done) when

@@ -21,7 +21,7 @@ from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
 from .scheduler import ScheduledChunk
-from .step_trial import StepPath, StepTrial
+from .step_trial import StepKind, StepPath, StepTrial, StepTrials
 
 
 logger = logging.getLogger(__name__)
@@ -37,10 +37,10 @@ class ModelRunner:
         compiling = self._can_compile(model, compile_mode)
         self.fused = fused_llama.FusedLlama(model, matrices) if fused_llama.supports(model) else None
         # Set once the decode graph compiled; until then (or without one) the fused forward
-        # serves every step. Under AUTO the trial then times both ways (step_trial.py) and the
-        # graph is dropped if it was the slower.
+        # serves every step. Under AUTO the trials then time both ways for each kind of step
+        # (step_trial.py), and each kind goes the way that was faster.
         self.graph: DecodeGraph | None = None
-        self.trial: StepTrial | None = None
+        self.trials: StepTrials | None = None
         self.compiling: threading.Thread | None = None
         if compiling and compile_mode is CompileMode.ON:
             self.graph = self._compiled_graph(compile_mode, cache_dir)
@@ -66,8 +66,8 @@ class ModelRunner:
 
     def _compile_in_background(self, cache_dir: Path | None) -> None:
         graph = self._compiled_graph(CompileMode.AUTO, cache_dir)
-        self.trial = StepTrial() if graph is not None else None
-        # One assignment, seen whole by the step thread (the trial set before it): the graph
+        self.trials = StepTrials() if graph is not None else None
+        # One assignment, seen whole by the step thread (the trials set before it): the graph
         # takes part from the next decode step.
         self.graph = graph
 
@@ -112,22 +112,25 @@ class ModelRunner:
         return logits
 
     def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int) -> torch.Tensor:
-        """The step's logits: through the compiled graph where it runs this step (and, during a
-        trial, every other such step through the fused forward, each timed), else uncompiled."""
-        graph = self.graph
+        """The step's logits: through the compiled graph where it runs this step (and, while the
+        trial of this kind of step lasts, every other such step through the fused forward, each
+        timed; after it, the way it found faster), else uncompiled."""
+        graph, trials = self.graph, self.trials
         decode = None if graph is None else graph.takes(layout, num_sampled)
         if decode is None:
             return self._uncompiled(inputs, at, keep, layout)
-        trial = self.trial if self.trial is not None and self.trial.winner is None else None
-        path = trial.next_path() if trial else StepPath.GRAPH
-        started = self._finished_at() if trial else 0.0
+        kind = graph.kind(decode) if trials is not None else None
+        trial = trials.of(kind) if kind is not None else None
+        path = trial.next_path() if trial is not None else StepPath.GRAPH
+        timing = trial is not None and trial.winner is None
+        started = self._finished_at() if timing else 0.0
         logits = graph.run(inputs, decode) if path is StepPath.GRAPH else None
         if logits is None:
             logits = self._uncompiled(inputs, at, keep, layout)
             if path is StepPath.GRAPH:  # shapes the graph was not compiled for: counts for neither way
                 return logits
-        if trial:
-            self._record(trial, path, self._finished_at() - started)
+        if timing:
+            self._record(trial, kind, path, self._finished_at() - started)
         return logits
 
     def _uncompiled(self, inputs, at, keep, layout: StepLayout) -> torch.Tensor:
@@ -142,16 +145,16 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def _record(self, trial: StepTrial, path: StepPath, seconds: float) -> None:
+    @staticmethod
+    def _record(trial: StepTrial, kind: StepKind, path: StepPath, seconds: float) -> None:
         if not trial.record(path, seconds):
             return
         medians = trial.medians()
-        logger.info("decode steps timed %d times each way: compiled %.1f ms, fused forward %.1f ms "
-                    "(medians): the %s serves", trial.samples, medians[StepPath.GRAPH] * 1e3,
-                    medians[StepPath.FUSED] * 1e3,
+        logger.info("decode steps of %d streams (%d rows compiled), context up to %d tokens, timed "
+                    "%d times each way: compiled %.1f ms, fused forward %.1f ms (medians): the %s "
+                    "serves them", kind.rows, kind.graph_rows, kind.context, trial.samples,
+                    medians[StepPath.GRAPH] * 1e3, medians[StepPath.FUSED] * 1e3,
                     "compiled step" if trial.winner is StepPath.GRAPH else "fused forward")
-        if trial.winner is StepPath.FUSED:
-            self.graph = None
 
     def _layout(self, chunks: list[ScheduledChunk], num_tokens: int) -> StepLayout:
         layout = StepLayout(self.kv_cache, num_tokens)

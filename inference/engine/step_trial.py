@@ -1,15 +1,21 @@
 """Which way a decode step runs, the compiled graph or the fused forward: the one measured faster
-on this machine's own steps.
+on this machine's own steps of that kind.
 
-What wins depends on the CPU, the precision and oneDNN's kernels: on one 2-core AMD EPYC the
-compiled step (decode_graph.py) made bf16 steps 10-30% shorter and float32 steps no shorter, or
-longer, from one run to the next (BENCHMARKS.md, "The decode step compiled"). So under
-INFERENCE_COMPILE=auto, once the graph compiled, the steps it could run alternate between the two
-ways, each timed, until each way has `samples`; the lower median serves from then on. Alternate
-steps are fair pairs: the same streams, one token longer.
+What wins depends on the CPU, the precision and oneDNN's kernels, and on the step itself: the
+graph computes at least four rows (a lone stream's step is padded with neighbouring rows, for
+oneDNN's products), attention included, so that on a 2-core AMD EPYC its bf16 step at one
+stream was 25% shorter than the fused forward's with 200 tokens of context and 12% longer with
+2,000, where the padded rows' attention outweighs what the graph saves; with four streams it
+stayed 20% shorter at 1,000 (BENCHMARKS.md, "... a trial for each kind of step").
+So under INFERENCE_COMPILE=auto, once the graph compiled, every kind of step (`StepKind`: the
+rows decoding, the rows the graph would compute, the context to a power of two) has a trial of
+its own: the steps of that kind alternate between the two ways, each timed, until each way has
+`samples`; the lower median serves that kind from then on. Alternate steps are fair pairs: the
+same streams, one token longer.
 """
 
 import statistics
+from dataclasses import dataclass
 from enum import StrEnum
 
 # Steps timed each way: enough for a median that one slow step (a page fault, another process)
@@ -48,3 +54,31 @@ class StepTrial:
 
     def medians(self) -> dict[StepPath, float]:
         return {path: statistics.median(times) for path, times in self.seconds.items() if times}
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """What sets a decode step's cost apart for the two ways: the rows that decode, the rows the
+    graph computes for them (padded), and the context, rounded up to a power of two of tokens."""
+
+    rows: int
+    graph_rows: int
+    context: int
+
+
+class StepTrials:
+    """A trial for each kind of step, started when a step of that kind first comes."""
+
+    def __init__(self, samples: int = SAMPLES):
+        self.samples = samples
+        self._trials: dict[StepKind, StepTrial] = {}
+
+    def of(self, kind: StepKind) -> StepTrial:
+        trial = self._trials.get(kind)
+        if trial is None:
+            trial = self._trials[kind] = StepTrial(self.samples)
+        return trial
+
+    def winners(self) -> dict[StepKind, StepPath]:
+        """The kinds decided so far, and the way each goes."""
+        return {kind: trial.winner for kind, trial in self._trials.items() if trial.winner is not None}

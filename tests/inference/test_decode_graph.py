@@ -15,7 +15,8 @@ from inference.engine import SamplingParams
 from inference.engine import decode_graph
 from inference.engine.decode_graph import CompileMode
 from inference.engine.model_runner import ModelRunner
-from inference.engine.step_trial import StepPath, StepTrial
+from inference.engine.attention import GroupDecode
+from inference.engine.step_trial import StepKind, StepPath, StepTrials
 from tests.inference import models
 
 pytestmark = pytest.mark.process
@@ -151,23 +152,43 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_w
             tokens[engine] += [output.token_id for output in engine.step()]
 
     assert tokens[compiling] == tokens[fused] and len(tokens[fused]) == 12
-    # The six steps after it: every other one through the graph, each timed.
-    timed = runner.trial.seconds
-    assert len(timed[StepPath.GRAPH]) == len(timed[StepPath.FUSED]) == 3
-    assert runner.graph.num_steps == 3 and runner.trial.winner is None
+    # The six steps after it, all of one kind (one stream, 46-51 tokens): every other one through
+    # the graph, each timed.
+    trial = runner.trials.of(StepKind(rows=1, graph_rows=runner.graph.min_rows, context=64))
+    assert len(trial.seconds[StepPath.GRAPH]) == len(trial.seconds[StepPath.FUSED]) == 3
+    assert runner.graph.num_steps == 3 and runner.trials.winners() == {}
 
 
-def test_a_graph_timed_slower_than_the_fused_forward_is_dropped_and_the_answer_goes_on_unchanged():
+def test_a_kind_of_step_timed_slower_compiled_goes_to_the_fused_forward_and_the_answer_goes_on_unchanged():
     compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
     fused = models.engine(models.tiny_model("llama").float())
     runner = compiled.runner
-    runner.trial = StepTrial(samples=1)
-    runner.trial.seconds[StepPath.FUSED].append(0.0)  # as if the fused forward took no time
+    runner.trials = StepTrials(samples=1)
+    lone_stream = StepKind(rows=1, graph_rows=runner.graph.min_rows, context=64)
+    runner.trials.of(lone_stream).seconds[StepPath.FUSED].append(0.0)  # as if the fused forward took no time
     tokens = {engine: [] for engine in (compiled, fused)}
     for engine in (compiled, fused):
         engine.add_request("h", list(range(100, 140)), SamplingParams(max_tokens=8, temperature=0))
         while engine.has_work():
             tokens[engine] += [output.token_id for output in engine.step()]
 
-    assert runner.trial.winner is StepPath.FUSED and runner.graph is None
+    assert runner.trials.winners() == {lone_stream: StepPath.FUSED}
+    assert runner.graph.num_steps == 1  # the trial's one compiled step; the rest went the other way
     assert tokens[compiled] == tokens[fused] and len(tokens[fused]) == 8
+
+
+def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_power_of_two(compiled):
+    engine, _ = compiled
+    graph = engine.runner.graph
+
+    def kind(rows: list[int], length: int) -> StepKind:
+        span = rows[-1] - rows[0] + 1
+        return graph.kind(GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
+                                      span, None, length, None))
+
+    assert graph.min_rows == 4
+    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, graph_rows=4, context=128)
+    assert kind([0], 1024) == StepKind(rows=1, graph_rows=4, context=1024)
+    assert kind([0], 1025) == StepKind(rows=1, graph_rows=4, context=2048)
+    assert kind([0], 3) == StepKind(rows=1, graph_rows=4, context=64)  # at least one cache block
+    assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, graph_rows=4, context=1024)

@@ -1,7 +1,7 @@
 """Under INFERENCE_COMPILE=auto the compiled step serves only where it was timed faster than the
 fused forward, by the median of alternate steps."""
 
-from inference.engine.step_trial import StepPath, StepTrial
+from inference.engine.step_trial import StepKind, StepPath, StepTrial, StepTrials
 
 
 def timed(trial: StepTrial, graph: list[float], fused: list[float]) -> list[StepPath]:
@@ -39,3 +39,17 @@ def test_the_decision_is_made_once_and_later_times_change_nothing():
 
     assert trial.record(StepPath.GRAPH, 0.0) is False
     assert trial.winner is StepPath.FUSED
+
+
+def test_each_kind_of_step_is_decided_by_its_own_trial():
+    # A lone stream's step with a short context and with a long one: the graph computes four
+    # rows' attention for one, which a long context can make the slower way.
+    short, long = StepKind(rows=1, graph_rows=4, context=256), StepKind(rows=1, graph_rows=4, context=2048)
+    trials = StepTrials(samples=2)
+
+    timed(trials.of(short), graph=[0.020, 0.021], fused=[0.026, 0.025])
+    assert trials.winners() == {short: StepPath.GRAPH}
+    timed(trials.of(long), graph=[0.048, 0.047], fused=[0.043, 0.042])
+
+    assert trials.winners() == {short: StepPath.GRAPH, long: StepPath.FUSED}
+    assert trials.of(short).next_path() is StepPath.GRAPH  # deciding one kind leaves the other as it was
