@@ -1,6 +1,7 @@
 """The servers the inference benchmark measures, each a child process (harness/child_process.py):
 the inference service and llama.cpp's server, with their models' names and /metrics."""
 
+import time
 from pathlib import Path
 
 import httpx2
@@ -25,6 +26,15 @@ class ServerProcess(ChildProcess):
 
     def start(self, timeout_s: float = 600.0, poll_s: float = 0.5) -> httpx2.Response:
         response = super().start(timeout_s, poll_s)  # healthy only once the model is loaded
+        # Under INFERENCE_COMPILE=auto the service serves while its decode step compiles, on the
+        # same cores: what is measured starts once the compile is over.
+        deadline = time.monotonic() + timeout_s
+        while response.json().get("decode_step") == "compiling":
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"the decode step did not compile within {timeout_s:.0f}s")
+            time.sleep(poll_s)
+            response = httpx2.get(self.ready_url, timeout=2.0)
         self.model_name = response.json()["model"]
         return response
 

@@ -238,7 +238,8 @@ async def models(request: Request) -> JSONResponse:
 async def health(request: Request) -> JSONResponse:
     service: InferenceService = request.app.state.service
     if service.healthy:
-        return JSONResponse({"status": "ok", "model": service.model_name})
+        return JSONResponse({"status": "ok", "model": service.model_name,
+                             "decode_step": service.engine.runner.graph_state.value})
     status = "loading" if service.state is ServiceState.LOADING else "unhealthy"
     return JSONResponse({"status": status, "error": service.health_error()}, status_code=503)
 

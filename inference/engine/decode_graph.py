@@ -63,6 +63,14 @@ class CompileMode(StrEnum):
     OFF = "off"  # the fused forward alone
 
 
+class GraphState(StrEnum):
+    """Where a service's decode graph stands (its /health says)."""
+
+    COMPILING = "compiling"  # under AUTO, in the background: the fused forward serves meanwhile
+    COMPILED = "compiled"  # it runs the steps it can (under AUTO, the kinds it was timed faster for)
+    UNCOMPILED = "uncompiled"  # off, not possible here, or its compile failed: the fused forward
+
+
 # torch.compile's message when a step would compile again under set_stance("fail_on_recompile"):
 # a plain RuntimeError, told from others by its words.
 RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"

@@ -17,7 +17,7 @@ import torch
 
 from . import fused_llama, heap
 from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
-from .decode_graph import CompileMode, DecodeGraph, compiler_missing
+from .decode_graph import CompileMode, DecodeGraph, GraphState, compiler_missing
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
 from .scheduler import ScheduledChunk
@@ -70,6 +70,14 @@ class ModelRunner:
         # One assignment, seen whole by the step thread (the trials set before it): the graph
         # takes part from the next decode step.
         self.graph = graph
+
+    @property
+    def graph_state(self) -> GraphState:
+        if self.graph is not None:
+            return GraphState.COMPILED
+        if self.compiling is not None and self.compiling.is_alive():
+            return GraphState.COMPILING
+        return GraphState.UNCOMPILED
 
     def _can_compile(self, model, mode: CompileMode) -> bool:
         """Whether the decode step is compiled (decode_graph.py); ON refuses what AUTO skips."""

@@ -13,7 +13,7 @@ import torch
 
 from inference.engine import SamplingParams
 from inference.engine import decode_graph
-from inference.engine.decode_graph import CompileMode
+from inference.engine.decode_graph import CompileMode, GraphState
 from inference.engine.model_runner import ModelRunner
 from inference.engine.attention import GroupDecode
 from inference.engine.step_trial import StepKind, StepPath, StepTrials
@@ -144,9 +144,10 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_w
     for _ in range(6):  # the prompt and five decode steps, before the compile began
         tokens[compiling] += [output.token_id for output in compiling.step()]
 
-    assert runner.graph is None and runner.compiling.is_alive()
+    assert runner.graph is None and runner.graph_state is GraphState.COMPILING
     compile_may_start.set()
     runner.compiling.join()
+    assert runner.graph_state is GraphState.COMPILED
     for engine in (compiling, fused):
         while engine.has_work():
             tokens[engine] += [output.token_id for output in engine.step()]
