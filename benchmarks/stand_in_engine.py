@@ -1,10 +1,11 @@
 """A stand-in for the model engine, so a benchmark measures the inference service's HTTP layer.
 
-It plugs in where `LLMEngine` does (`InferenceService.attach`, hence `AsyncEngine`) through
-the engine's door only (`limits()`, `stats()`, requests in and steps out), runs no model, and steps on a fixed schedule, every `step_s`: each step gives every running request one
-token, so N streams are offered N / step_s tokens a second. A late step does not push the next
-ones back. A request's answer is known in advance: the prompt is the label in its last message,
-token i is `token_text(label, i)`, and it ends after `max_tokens` tokens.
+It plugs in where `LLMEngine` does (`InferenceService.attach`, hence `AsyncEngine`) through the
+engine's door only (`limits()`, `stats()`, `decode_step()`, requests in and steps out), runs no
+model, and steps on a fixed schedule, every `step_s`: each step gives every running request one
+token, so N streams are offered N / step_s tokens a second. A late step does not push the next ones
+back. A request's answer is known in advance: the prompt is the label in its last message, token i
+is `token_text(label, i)`, and it ends after `max_tokens` tokens.
 
 `python -m benchmarks.stand_in_engine --port P --step-ms 2` serves it with the real app under
 uvicorn, as `python -m inference` serves the model.
@@ -18,7 +19,7 @@ import uvicorn
 
 from common.vocabulary import FinishReason
 from inference.config import InferenceConfig
-from inference.engine import EngineLimits, EngineStats, RequestOutput, SamplingParams
+from inference.engine import EngineLimits, EngineStats, GraphState, RequestOutput, SamplingParams
 from inference.server import create_app
 from inference.service import InferenceService
 
@@ -57,6 +58,9 @@ class StandInEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats(num_running=len(self._running))
+
+    def decode_step(self) -> GraphState:
+        return GraphState.UNCOMPILED
 
     def encode(self, text: str) -> list[int]:
         return [ord(character) for character in text]

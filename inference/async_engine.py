@@ -1,15 +1,15 @@
 """The coordination layer: many asyncio streams over one engine stepped by one thread.
 
-Each request has its own `asyncio.Queue`, fed from the step thread: all outputs of a step
-reach an event loop in one `call_soon_threadsafe`, so a step wakes each loop once however many
-streams it advanced. New and aborted requests are handed to the step thread through
-thread-safe inboxes and applied at the top of each step, so only that thread touches the
-engine. The thread sleeps on an event when there is nothing to do (no polling). A stream whose
-consumer goes away (cancelled, closed) before the end reached it aborts its request in `finally`,
-which frees its cache before the next step, and counts as cancelled even where the engine had
-just finished it: an answer whose end nobody received was not delivered. A request the engine ended alone after an error receives that error;
-the others go on. If a step raises (the engine could step no sequence at all), the loop stops,
-every open stream receives the error at once, and the engine reports itself unhealthy.
+Each request has its own `asyncio.Queue`, fed from the step thread: all outputs of a step reach an
+event loop in one `call_soon_threadsafe`, so a step wakes each loop once however many streams it
+advanced. New and aborted requests are handed to the step thread through thread-safe inboxes and
+applied at the top of each step, so only that thread touches the engine. The thread sleeps on an
+event when there is nothing to do (no polling). A stream whose consumer goes away (cancelled,
+closed) before the end reached it aborts its request in `finally`, which frees its cache before the
+next step, and counts as cancelled even where the engine had just finished it: an answer whose end
+nobody received was not delivered. A request the engine ended alone after an error receives that
+error; the others go on. If a step raises (the engine could step no sequence at all), the loop
+stops, every open stream receives the error at once, and the engine reports itself unhealthy.
 """
 
 import asyncio

@@ -239,7 +239,7 @@ async def health(request: Request) -> JSONResponse:
     service: InferenceService = request.app.state.service
     if service.healthy:
         return JSONResponse({"status": "ok", "model": service.model_name,
-                             "decode_step": service.engine.runner.graph_state.value})
+                             "decode_step": service.engine.decode_step().value})
     status = "loading" if service.state is ServiceState.LOADING else "unhealthy"
     return JSONResponse({"status": status, "error": service.health_error()}, status_code=503)
 

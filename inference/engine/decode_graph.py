@@ -14,15 +14,15 @@ the runner stores every layer's new keys and values in one indexed write after t
 mutated input would cost a copy of the whole cache per step under torch.compile's functional
 graphs; a read-only one costs nothing, and its shapes may move freely.
 
-Shapes: the rows (at least MIN_ROWS: a lone stream's step is padded with neighbouring rows,
-whose results are dropped, but whose attention is computed all the same: over a long context it
-can cost more than the graph saves, so the trials tell steps apart by context, step_trial.py), the cached length (rounded up to whole cache blocks, the rest
-masked) and the group's size are symbols, so the graph compiles once, at load, and not again
-while serving: a step shaped otherwise runs through the fused forward instead
-(set_stance("fail_on_recompile")), as do steps that feed a prompt or span several groups. A
-compile costs a minute or two of both cores on a small CPU, at every start where the matrices
-are oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with plain
-matrices it keeps what it compiled under the cache directory). Without a C++ compiler
+Shapes: the rows (at least MIN_ROWS: a lone stream's step is padded with neighbouring rows, whose
+results are dropped, but whose attention is computed all the same: over a long context it can cost
+more than the graph saves, so the trials tell steps apart by context, step_trial.py), the cached
+length (rounded up to whole cache blocks, the rest masked) and the group's size are symbols, so the
+graph compiles once, at load, and not again while serving: a step shaped otherwise runs through the
+fused forward instead (set_stance("fail_on_recompile")), as do steps that feed a prompt or span
+several groups. A compile costs a minute or two of both cores on a small CPU, at every start where
+the matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with
+plain matrices it keeps what it compiled under the cache directory). Without a C++ compiler
 (inductor's, on a CPU), the fused forward serves every step and the log says why.
 
 Memory: the graph reads the fused forward's tensors, so the weights exist once (an earlier
@@ -61,14 +61,6 @@ class CompileMode(StrEnum):
     AUTO = "auto"  # compile where a compiler is found, else the fused forward alone
     ON = "on"  # compile, or fail to load
     OFF = "off"  # the fused forward alone
-
-
-class GraphState(StrEnum):
-    """Where a service's decode graph stands (its /health says)."""
-
-    COMPILING = "compiling"  # under AUTO, in the background: the fused forward serves meanwhile
-    COMPILED = "compiled"  # it runs the steps it can (under AUTO, the kinds it was timed faster for)
-    UNCOMPILED = "uncompiled"  # off, not possible here, or its compile failed: the fused forward
 
 
 # torch.compile's message when a step would compile again under set_stance("fail_on_recompile"):

@@ -1,10 +1,21 @@
 """What the layers above may ask the engine: its limits and its state, never its insides.
 
-The service, the metrics and any stand-in engine speak through these two answers, so the cache
-and the scheduler can change shape without anyone above the engine noticing.
+The service, the metrics and any stand-in engine speak through these answers (`limits()`,
+`stats()`, and `decode_step()`: a GraphState, read live, as a background compile may end while
+no step runs), so the cache and the scheduler can change shape without anyone above the engine
+noticing.
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class GraphState(StrEnum):
+    """Where the compiled decode step stands (decode_graph.py; the service's /health says)."""
+
+    COMPILING = "compiling"  # under AUTO, in the background: the fused forward serves meanwhile
+    COMPILED = "compiled"  # it runs the steps it can (under AUTO, the kinds it was timed faster for)
+    UNCOMPILED = "uncompiled"  # off, not possible here, or its compile failed: the fused forward
 
 
 class ContextLengthExceeded(ValueError):

@@ -17,7 +17,7 @@ from common.vocabulary import FinishReason
 
 from .decode_graph import CompileMode
 from .detokenizer import IncrementalDetokenizer
-from .door import EngineLimits, EngineStats
+from .door import EngineLimits, EngineStats, GraphState
 from .kv_cache import CacheShape, KVCache
 from .matrices import MatrixLayout
 from .model_runner import ModelRunner
@@ -242,6 +242,10 @@ class LLMEngine:
             num_kept_tokens=cache.num_kept_tokens, num_prefix_hits=scheduler.num_prefix_hits,
             num_reused_tokens=scheduler.num_reused_tokens,
             num_prefilled_tokens=scheduler.num_prefilled_tokens)
+
+    def decode_step(self) -> GraphState:
+        """Where the compiled decode step stands; safe from any thread."""
+        return self.runner.graph_state
 
     @property
     def num_running(self) -> int:

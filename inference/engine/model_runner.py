@@ -17,7 +17,8 @@ import torch
 
 from . import fused_llama, heap
 from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
-from .decode_graph import CompileMode, DecodeGraph, GraphState, compiler_missing
+from .decode_graph import CompileMode, DecodeGraph, compiler_missing
+from .door import GraphState
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
 from .scheduler import ScheduledChunk

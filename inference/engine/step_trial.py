@@ -4,9 +4,9 @@ on this machine's own steps of that kind.
 What wins depends on the CPU, the precision and oneDNN's kernels, and on the step itself: the
 graph computes at least four rows (a lone stream's step is padded with neighbouring rows, for
 oneDNN's products), attention included, so that on a 2-core AMD EPYC its bf16 step at one
-stream was 25% shorter than the fused forward's with 200 tokens of context and 12% longer with
-2,000, where the padded rows' attention outweighs what the graph saves; with four streams it
-stayed 20% shorter at 1,000 (BENCHMARKS.md, "... a trial for each kind of step").
+stream was 25% shorter than the fused forward's with 100-160 tokens of context and 12-26% longer
+with 2,000, where the padded rows' attention outweighs what the graph saves; with four streams
+it stayed 17-21% shorter at 1,000-2,000 (BENCHMARKS.md, "... a trial for each kind of step").
 So under INFERENCE_COMPILE=auto, once the graph compiled, every kind of step (`StepKind`: the
 rows decoding, the rows the graph would compute, the context to a power of two) has a trial of
 its own: the steps of that kind alternate between the two ways, each timed, until each way has

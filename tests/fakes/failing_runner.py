@@ -1,13 +1,15 @@
 """Fault injection: a model runner that raises mid-stream, as a crashing kernel or OOM would."""
 
+from tests.fakes.wrapped_runner import WrappedRunner
+
 
 class InjectedFault(RuntimeError):
     pass
 
 
-class FailingRunner:
+class FailingRunner(WrappedRunner):
     def __init__(self, runner, after_steps: int):
-        self.runner = runner
+        super().__init__(runner)
         self.steps_left = after_steps
 
     def run(self, chunks):

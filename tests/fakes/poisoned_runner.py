@@ -5,11 +5,12 @@ say), which no real request can be made to do on demand; every other step runs f
 """
 
 from tests.fakes.failing_runner import InjectedFault
+from tests.fakes.wrapped_runner import WrappedRunner
 
 
-class PoisonedRunner:
+class PoisonedRunner(WrappedRunner):
     def __init__(self, runner, poisoned_request_id: str):
-        self.runner = runner
+        super().__init__(runner)
         self.poisoned_request_id = poisoned_request_id
         self.num_refused_steps = 0
 

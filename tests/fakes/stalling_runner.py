@@ -6,10 +6,12 @@ demand. The real runner still does the work once released.
 
 import threading
 
+from tests.fakes.wrapped_runner import WrappedRunner
 
-class StallingRunner:
+
+class StallingRunner(WrappedRunner):
     def __init__(self, runner):
-        self.runner = runner
+        super().__init__(runner)
         self.entered = threading.Event()
         self.released = threading.Event()
 
