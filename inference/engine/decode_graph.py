@@ -207,7 +207,8 @@ class DecodeGraph:
         # Freezing: the weights become the graph's constants (inductor calls oneDNN's kernels
         # only on constants), by reference. On a CPU the generated code calls its kernels from
         # C++ rather than from a Python wrapper: a few hundred calls a step, each one Python's
-        # work otherwise (bf16 steps 5-10% shorter against the fused forward, BENCHMARKS.md).
+        # work otherwise (in turns with the fused forward, bf16 steps took 0.72-0.82x its time
+        # with the C++ wrapper, 0.81-0.91x with Python's; BENCHMARKS.md).
         cpp_wrapper = self.device.type == "cpu"
         with (torch.inference_mode(),
               inductor_config.patch(freezing=self.module.packed, cpp_wrapper=cpp_wrapper)):
