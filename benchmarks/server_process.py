@@ -1,12 +1,12 @@
 """The servers the inference benchmark measures, each a child process (harness/child_process.py):
 the inference service and llama.cpp's server, with their models' names and /metrics."""
 
-import time
 from pathlib import Path
 
 import httpx2
 
 from chatapp.upstream.inference_replicas import metric_values
+from harness import waiting
 from harness.child_process import ChildProcess
 from harness.ports import free_port
 from stack import commands
@@ -28,15 +28,18 @@ class ServerProcess(ChildProcess):
         response = super().start(timeout_s, poll_s)  # healthy only once the model is loaded
         # Under INFERENCE_COMPILE=auto the service serves while its decode step compiles, on the
         # same cores: what is measured starts once the compile is over.
-        deadline = time.monotonic() + timeout_s
-        while response.json().get("decode_step") == "compiling":
-            if time.monotonic() > deadline:
+        if response.json().get("decode_step") == "compiling":
+            try:
+                waiting.wait_until(lambda: self._health().get("decode_step") != "compiling",
+                                   timeout_s, "the decode step to compile")
+            except TimeoutError:
                 self.stop()
-                raise TimeoutError(f"the decode step did not compile within {timeout_s:.0f}s")
-            time.sleep(poll_s)
-            response = httpx2.get(self.ready_url, timeout=2.0)
+                raise
         self.model_name = response.json()["model"]
         return response
+
+    def _health(self) -> dict:
+        return httpx2.get(self.ready_url, timeout=2.0).json()
 
     # --- metrics ---
     async def metrics(self, client: httpx2.AsyncClient) -> dict[str, float]:

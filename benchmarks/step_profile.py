@@ -13,9 +13,10 @@ step's median minus the products, i.e. everything a faster matrix kernel would n
 Each precision runs twice: the fused forward alone (INFERENCE_COMPILE=off) and with the decode
 step compiled (on; inference/engine/decode_graph.py), whose compile, paid at load, is not
 timed; that child also takes steps in turns through the graph and the fused forward, so that
-the two are compared within one process, as INFERENCE_COMPILE=auto's trial compares them. With `--baseline TREE` each precision also runs another checkout's engine just before this
-tree's, so that a change is compared within one run (TREE's own copy of this benchmark runs
-there: copy this file and roofline.py in when TREE is older than them).
+the two are compared within one process, as INFERENCE_COMPILE=auto's trial compares them. With
+`--baseline TREE` each precision also runs another checkout's engine just before this tree's,
+so that a change is compared within one run (TREE's own copy of this benchmark runs there: copy
+this file and roofline.py in when TREE is older than them).
 Figures on a shared machine swing with the other load (the "other CPU" column: cores' worth of
 work by other processes meanwhile); the fastest step moves less than the median. The CPU time
 per step counts both threads, OpenMP's spinning at the end of each product included, so it
@@ -151,23 +152,27 @@ def _measure(args: argparse.Namespace) -> dict:
 
 def _in_turns(engine, steps: int) -> dict | None:
     """Median steps through the compiled graph and through the fused forward, taken in turns in
-    this process: a machine whose speed drifts between processes (this project's do, by 10-40%)
-    moves both alike. None where the graph ran none of them (steps over several groups)."""
+    this process as INFERENCE_COMPILE=auto's trial takes them (step_trial.py): a machine whose
+    speed drifts between processes (this project's do, by 10-40%) moves both alike. None where
+    the graph ran none of them (steps over several groups)."""
+    from inference.engine.step_trial import StepPath, StepTrial
+
     runner = engine.runner
     graph, ran_before = runner.graph, runner.graph.num_steps
-    times: dict[str, list[float]] = {"graph_ms": [], "fused_ms": []}
+    trial = StepTrial(samples=steps)
     try:
-        for _ in range(steps):
-            for key, path in (("graph_ms", graph), ("fused_ms", None)):
-                runner.graph = path
-                started = time.perf_counter()
-                engine.step()
-                times[key].append((time.perf_counter() - started) * 1e3)
+        while trial.winner is None:
+            path = trial.next_path()
+            runner.graph = graph if path is StepPath.GRAPH else None
+            started = time.perf_counter()
+            engine.step()
+            trial.record(path, time.perf_counter() - started)
     finally:
         runner.graph = graph
     if graph.num_steps == ran_before:
         return None
-    return {key: statistics.median(values) for key, values in times.items()}
+    medians = trial.medians()
+    return {"graph_ms": medians[StepPath.GRAPH] * 1e3, "fused_ms": medians[StepPath.FUSED] * 1e3}
 
 
 def _attributed(averages, steps: int) -> dict:

@@ -13,10 +13,10 @@ import torch
 
 from inference.engine import SamplingParams
 from inference.engine import decode_graph
+from inference.engine.attention import GroupDecode
 from inference.engine.decode_graph import CompileMode
 from inference.engine.door import GraphState
 from inference.engine.model_runner import ModelRunner
-from inference.engine.attention import GroupDecode
 from inference.engine.step_trial import StepKind, StepPath, StepTrials
 from tests.inference import models
 
