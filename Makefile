@@ -23,7 +23,9 @@ run: install
 
 # Two pytest-xdist workers: half the suite waits on processes, timed tokens or a browser, so one
 # leaves a core idle (tests/workers.py says how the tests are shared between them).
-PYTEST_WORKERS ?= -n 2 --dist loadgroup
+# xdist would hand the groups out largest first: `--no-loadscope-reorder` keeps tests/workers.py's
+# order (the longest first).
+PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 # The suite runs several torch processes at once on two cores (each worker's in-process engines,
 # the services it starts): OpenMP threads spinning while they wait would take the cores from
 # each other's work.

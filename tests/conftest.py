@@ -13,6 +13,9 @@ def pytest_configure(config):
     child_processes.refuse_in_unmarked_tests()
 
 
+# First: xdist's own hook names each test's group from the marks this one adds, and a test with
+# no group goes out alone (its file's module fixtures then set up on both workers).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     child_processes.mark(items)
     # The longest groups first, those of llama.cpp's server last: it may still be building.
