@@ -63,7 +63,10 @@ class PackedMatrix:
 def can_pack(weight: torch.Tensor) -> bool:
     return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            # oneDNN packs bfloat16 only with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: on an
+            # AVX2-only CPU packing raised and a bfloat16 model failed to load.
+            and (weight.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
 def build(layout: MatrixLayout, weights: list[torch.Tensor]) -> tuple[MatrixLayout, list]:

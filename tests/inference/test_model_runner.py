@@ -129,3 +129,19 @@ def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_
     with torch.inference_mode():
         expected = reference(torch.tensor([sequence])).logits[0, len(tokens) - 1 : -1]
     torch.testing.assert_close(torch.cat(fed), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_bfloat16_model_loads_and_answers_on_any_cpu_with_the_layout_its_onednn_can_pack():
+    # On an AVX2-only AMD EPYC, oneDNN could not pack a bfloat16 matrix ("bf16 path needs the
+    # cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq") and a service asked for
+    # INFERENCE_DTYPE=bfloat16 failed to load.
+    model = models.tiny_model("llama").to(torch.bfloat16)
+    engine = models.engine(model, matrices=MatrixLayout.AUTO)
+    engine.add_request("a", [5, 17, 300, 4000], SamplingParams(max_tokens=3))
+    outputs = []
+    while engine.has_work():
+        outputs += engine.step()
+
+    assert outputs and outputs[-1].finished
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert engine.runner.fused.layout is MatrixLayout.PLAIN
