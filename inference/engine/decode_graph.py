@@ -55,6 +55,14 @@ logger = logging.getLogger(__name__)
 # of the counts tried on an AMD EPYC (a pass of the model's matrices in bf16: 1 row 20.2 ms, 2 rows
 # 22.7, 4 rows 19.6; a lone bf16 stream's step 21.4 ms padded to 4 against 32.6 padded to 2).
 MIN_ROWS = 4
+# The fewest elements a generated kernel shares among OpenMP's threads (inductor's default: 512).
+# A step's norms, rotary and activations are a few rows wide (at most 4 x 3,072 elements here):
+# forking and joining the threads for each cost more than the work, and the thread left waiting
+# meanwhile is what perf called libgomp's spinning. At this size every such kernel runs on one
+# thread; the products and attention keep theirs. In turns against the fused forward (fp32, an
+# AVX2 AMD EPYC, two runs each): one stream 0.93x and 1.00x its time against 1.05x twice with the
+# default; four streams 0.81x twice against 0.84x and 0.83x.
+SERIAL_KERNEL_ELEMENTS = 1 << 20
 
 
 class CompileMode(StrEnum):
@@ -211,7 +219,8 @@ class DecodeGraph:
         # with the C++ wrapper, 0.81-0.91x with Python's; BENCHMARKS.md).
         cpp_wrapper = self.device.type == "cpu"
         with (torch.inference_mode(),
-              inductor_config.patch(freezing=self.module.packed, cpp_wrapper=cpp_wrapper)):
+              inductor_config.patch({"freezing": self.module.packed, "cpp_wrapper": cpp_wrapper,
+                                     "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS})):
             count = self.min_rows
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
