@@ -16,6 +16,9 @@ from transformers import AutoModelForCausalLM
 from inference.engine import SamplingParams
 from tests.inference import models
 
+# The real model, twice: not in `make check` (on a CPU without bfloat16 units, 35 s of it).
+pytestmark = pytest.mark.slow
+
 # prompt -> words both precisions' answers must begin with the same
 PROMPTS = {"What is the capital of France?": 6, "Write one sentence about the sea.": 5}
 
