@@ -1,18 +1,12 @@
 """The loopback ports the tests and benchmarks give their servers."""
 
-from pathlib import Path
-
 from harness import ports
-
-
-def _ephemeral_low() -> int:
-    return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
 
 
 def test_a_free_port_lies_below_the_range_outgoing_connections_take_their_ports_from():
     # CI saw nginx fail to bind a port handed out from the ephemeral range: an outgoing
     # connection had taken it as its local port in the meantime.
-    assert all(ports.free_port() < _ephemeral_low() for _ in range(50))
+    assert all(ports.free_port() < ports._ephemeral_low() for _ in range(50))
 
 
 def test_the_ports_handed_out_in_one_process_are_all_different():
@@ -22,5 +16,5 @@ def test_the_ports_handed_out_in_one_process_are_all_different():
 
 def test_a_run_of_free_ports_is_consecutive_bindable_and_below_the_ephemeral_range():
     first = ports.free_port_run(3)
-    assert first + 3 <= _ephemeral_low()
+    assert first + 3 <= ports._ephemeral_low()
     assert all(ports._bindable(port) for port in range(first, first + 3))
