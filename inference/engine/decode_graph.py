@@ -14,11 +14,10 @@ inductor fuses into loops over the cache: `_Step._attend`), and the runner store
 mutated input would cost a copy of the whole cache per step under torch.compile's functional
 graphs; a read-only one costs nothing, and its shapes may move freely.
 
-Shapes: the rows (at least MIN_ROWS: a lone stream's step is padded with neighbouring rows, whose
-results are dropped, but whose attention is computed all the same: over a long context it can cost
-more than the graph saves, so the trials tell steps apart by context, step_trial.py), the cached
-length (rounded up to whole cache blocks, the rest masked) and the group's size are symbols, so the
-graph compiles once, at load, and not again while serving: a step shaped otherwise runs through the
+Shapes: the rows (from the first decoding row of the group to its last: rows between them that
+do not decode are padded, their results dropped), the cached length (rounded up to whole cache
+blocks, the rest masked) and the group's size are symbols, so the graph compiles once, at load,
+and not again while serving: a step shaped otherwise runs through the
 fused forward instead (set_stance("fail_on_recompile")), as do steps that feed a prompt or span
 several groups. A compile costs a minute or two of both cores on a small CPU, at every start where
 the matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with
@@ -41,6 +40,7 @@ import torch
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch import nn
+from torch._dynamo.decorators import mark_unbacked
 
 from .attention import GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
@@ -50,11 +50,6 @@ from .step_trial import StepKind
 
 logger = logging.getLogger(__name__)
 
-# Rows of every compiled step (fewer are padded, up to the group's size): torch.compile gives a
-# size of 1 a graph of its own, and oneDNN's packed products read the weights fastest for 4 rows
-# of the counts tried on an AMD EPYC (a pass of the model's matrices in bf16: 1 row 20.2 ms, 2 rows
-# 22.7, 4 rows 19.6; a lone bf16 stream's step 21.4 ms padded to 4 against 32.6 padded to 2).
-MIN_ROWS = 4
 # The fewest elements a generated kernel shares among OpenMP's threads (inductor's default: 512).
 # A step's norms, rotary and activations are a few rows wide (at most 4 x 3,072 elements here):
 # forking and joining the threads for each cost more than the work, and the thread left waiting
@@ -192,9 +187,6 @@ class DecodeGraph:
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
         self.module = _Step(fused).eval()
         self.compiled = torch.compile(self.module, dynamic=True, fullgraph=True)
-        # Rows every call gets, padded when fewer decode: torch.compile gives one row a graph of
-        # its own, and the packed products read the weights faster for a few rows than for one.
-        self.min_rows = min(MIN_ROWS, kv_cache.group_size)
         self.num_steps = 0  # steps the graph ran
         self.num_fallbacks = 0  # steps it left to the fused forward, their shapes not compiled
 
@@ -207,7 +199,8 @@ class DecodeGraph:
         """
         started = time.perf_counter()
         shape = self.kv_cache.shape
-        size = (shape.num_layers, self.min_rows + 2, shape.num_kv_heads, 3 * BLOCK_TOKENS, shape.head_dim)
+        count = 2
+        size = (shape.num_layers, count + 2, shape.num_kv_heads, 3 * BLOCK_TOKENS, shape.head_dim)
         keys = torch.zeros(size, dtype=shape.dtype, device=self.device)
         values = torch.zeros_like(keys)
         # Freezing: the weights become the graph's constants (inductor calls oneDNN's kernels
@@ -219,7 +212,6 @@ class DecodeGraph:
         with (torch.inference_mode(),
               inductor_config.patch({"freezing": self.module.packed, "cpp_wrapper": cpp_wrapper,
                                      "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS})):
-            count = self.min_rows
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
@@ -239,18 +231,17 @@ class DecodeGraph:
     def kind(self, decode: GroupDecode) -> StepKind:
         """The kind of step a decode is, as the trials tell steps apart (step_trial.py)."""
         context = max(BLOCK_TOKENS, 1 << (decode.length - 1).bit_length())
-        return StepKind(decode.count, max(decode.span, self.min_rows), context)
+        return StepKind(decode.count, decode.span, context)
 
     def run(self, token_ids: torch.Tensor, decode: GroupDecode) -> torch.Tensor | None:
         """The step's logits [count, vocab] with the cache written, or None (nothing done) when
         this step's shapes were not compiled."""
         keys, values = self.kv_cache.tensors(decode.group)
-        # The rows the graph reads: the decoding ones and those between them, at least min_rows.
-        span = max(decode.span, self.min_rows)
-        first_row = min(decode.first_row, keys.shape[1] - span)
+        # The rows the graph reads: the decoding ones and those between them.
+        span, first_row = decode.span, decode.first_row
         places = decode.rows - first_row  # each token's row among them
         padded = span != decode.count
-        if padded:  # other rows decode token 3 at position 1, and their results are dropped
+        if padded:  # rows between decode token 3 at position 1, and their results are dropped
             token_ids = token_ids.new_full((span,), 3).index_copy_(0, places, token_ids)
             positions = decode.positions.new_ones(span).index_copy_(0, places, decode.positions)
         else:
@@ -285,8 +276,18 @@ class DecodeGraph:
         # contiguous, which the graph's guards would tell apart from one that does.
         length = min(keys.shape[3] - 1, _whole_blocks(longest))
         rows = slice(first_row, first_row + token_ids.shape[0])
-        return self.compiled(token_ids, positions, _alias(keys[:, rows, :, :length]),
-                             _alias(values[:, rows, :, :length]))
+        keys, values = _alias(keys[:, rows, :, :length]), _alias(values[:, rows, :, :length])
+        # The rows' count is unbacked: torch.compile would give a count of 1 a graph of its own
+        # (a backed symbol is specialised at 0 and 1), so a lone stream's step had been padded to
+        # four rows, and every padded row's attention computed over the whole context. Inductor
+        # also sizes its loops by an unbacked symbol's fallback hint (8,192), not by the warm-up's
+        # count, so the loops over rows (attention's above all) are shared between the threads.
+        # In turns in one process (bf16, AVX-512 EPYC), against the graph padded to four rows
+        # with a backed count, two runs: one stream 6-8% shorter over 100-token contexts and
+        # 27-31% over 1,000, four streams 6-7% and 21-24% (BENCHMARKS.md).
+        for tensor, dim in ((token_ids, 0), (positions, 0), (keys, 1), (values, 1)):
+            mark_unbacked(tensor, dim, shape_id="rows")
+        return self.compiled(token_ids, positions, keys, values)
 
 
 def _alias(view: torch.Tensor) -> torch.Tensor:

@@ -156,7 +156,7 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_w
     assert tokens[compiling] == tokens[fused] and len(tokens[fused]) == 12
     # The six steps after it, all of one kind (one stream, 46-51 tokens): every other one through
     # the graph, each timed.
-    trial = runner.trials.of(StepKind(rows=1, graph_rows=runner.graph.min_rows, context=64))
+    trial = runner.trials.of(StepKind(rows=1, graph_rows=1, context=64))
     assert len(trial.seconds[StepPath.GRAPH]) == len(trial.seconds[StepPath.FUSED]) == 3
     assert runner.graph.num_steps == 3 and runner.trials.winners() == {}
 
@@ -166,7 +166,7 @@ def test_a_kind_of_step_timed_slower_compiled_goes_to_the_fused_forward_and_the_
     fused = models.engine(models.tiny_model("llama").float())
     runner = compiled.runner
     runner.trials = StepTrials(samples=1)
-    lone_stream = StepKind(rows=1, graph_rows=runner.graph.min_rows, context=64)
+    lone_stream = StepKind(rows=1, graph_rows=1, context=64)
     runner.trials.of(lone_stream).seconds[StepPath.FUSED].append(0.0)  # as if the fused forward took no time
     tokens = {engine: [] for engine in (compiled, fused)}
     for engine in (compiled, fused):
@@ -188,9 +188,10 @@ def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_po
         return graph.kind(GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
                                       span, None, length, None))
 
-    assert graph.min_rows == 4
-    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, graph_rows=4, context=128)
-    assert kind([0], 1024) == StepKind(rows=1, graph_rows=4, context=1024)
-    assert kind([0], 1025) == StepKind(rows=1, graph_rows=4, context=2048)
-    assert kind([0], 3) == StepKind(rows=1, graph_rows=4, context=64)  # at least one cache block
+    # A lone stream's step computes its own row alone; rows between decoding ones are computed too.
+    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, graph_rows=1, context=128)
+    assert kind([0], 1024) == StepKind(rows=1, graph_rows=1, context=1024)
+    assert kind([0], 1025) == StepKind(rows=1, graph_rows=1, context=2048)
+    assert kind([0], 3) == StepKind(rows=1, graph_rows=1, context=64)  # at least one cache block
+    assert kind([0, 2], 100) == StepKind(rows=2, graph_rows=3, context=128)
     assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, graph_rows=4, context=1024)
