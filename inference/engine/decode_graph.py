@@ -10,18 +10,19 @@ given to inductor as constants by its "freezing", which is what lets it call one
 
 The graph only reads the cache. Each layer's new key and value join attention as one more
 score in the softmax over the cached keys (attention is written out as products and sums, which
-inductor fuses into loops over the cache: `_Step._attend`), and the runner stores every layer's new keys and values in one indexed write after the call. A
-mutated input would cost a copy of the whole cache per step under torch.compile's functional
-graphs; a read-only one costs nothing, and its shapes may move freely.
+inductor fuses into loops over the cache: `_Step._attend`), and the runner stores every layer's
+new keys and values in one indexed write after the call. A mutated input would cost a copy of
+the whole cache per step under torch.compile's functional graphs; a read-only one costs nothing,
+and its shapes may move freely.
 
 Shapes: the rows (from the first decoding row of the group to its last: rows between them that
 do not decode are padded, their results dropped), the cached length (rounded up to whole cache
 blocks, the rest masked) and the group's size are symbols, so the graph compiles once, at load,
-and not again while serving: a step shaped otherwise runs through the
-fused forward instead (set_stance("fail_on_recompile")), as do steps that feed a prompt or span
-several groups. A compile costs a minute or two of both cores on a small CPU, at every start where
-the matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with
-plain matrices it keeps what it compiled under the cache directory). Without a C++ compiler
+and not again while serving: a step shaped otherwise runs through the fused forward instead
+(set_stance("fail_on_recompile")), as do steps that feed a prompt or span several groups. A
+compile costs a minute or two of both cores on a small CPU, at every start where the matrices are
+oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with plain matrices
+it keeps what it compiled under the cache directory). Without a C++ compiler
 (inductor's, on a CPU), the fused forward serves every step and the log says why.
 
 Memory: the graph reads the fused forward's tensors, so the weights exist once (an earlier
@@ -162,7 +163,8 @@ class _Step(nn.Module):
         """
         wide = torch.promote_types(queries.dtype, torch.float32)
         scaled = queries.to(wide) * self.scaling
-        cached = (scaled[:, :, :, None, :] * keys[:, :, None].to(wide)).sum(-1) + mask  # [B, kv, group, length]
+        # [B, kv_heads, group, length]
+        cached = (scaled[:, :, :, None, :] * keys[:, :, None].to(wide)).sum(-1) + mask
         own = (scaled * key.to(wide)[:, :, None, :]).sum(-1)  # [B, kv, group]
         top = torch.maximum(cached.amax(-1), own)
         cached_weights, own_weight = torch.exp(cached - top[..., None]), torch.exp(own - top)
@@ -199,7 +201,7 @@ class DecodeGraph:
         """
         started = time.perf_counter()
         shape = self.kv_cache.shape
-        count = 2
+        count = 2  # any: the rows' count is unbacked (`_call`), so no count is compiled for
         size = (shape.num_layers, count + 2, shape.num_kv_heads, 3 * BLOCK_TOKENS, shape.head_dim)
         keys = torch.zeros(size, dtype=shape.dtype, device=self.device)
         values = torch.zeros_like(keys)

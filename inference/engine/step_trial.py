@@ -6,9 +6,10 @@ graph computes every row from the group's first decoding one to its last, attent
 and when it padded a lone stream's step to four rows its bf16 step at one stream on a 2-core AMD
 EPYC was 25% shorter than the fused forward's with 100-160 tokens of context and 12-26% longer
 with 2,000, where the padded rows' attention outweighed what the graph saved (BENCHMARKS.md,
-"... a trial for each kind of step"; a lone stream is no longer padded). So under INFERENCE_COMPILE=auto, once the graph compiled, every kind of step (`StepKind`: the
-rows decoding, the rows the graph would compute, the context to a power of two) has a trial of
-its own: the steps of that kind alternate between the two ways, each timed, until each way has
+"... a trial for each kind of step"; a lone stream is no longer padded). So under
+INFERENCE_COMPILE=auto, once the graph compiled, every kind of step (`StepKind`: the rows
+decoding, the rows the graph would compute, the context to a power of two) has a trial of its
+own: the steps of that kind alternate between the two ways, each timed, until each way has
 `samples`; the lower median serves that kind from then on. Alternate steps are fair pairs: the
 same streams, one token longer.
 """
@@ -58,7 +59,8 @@ class StepTrial:
 @dataclass(frozen=True)
 class StepKind:
     """What sets a decode step's cost apart for the two ways: the rows that decode, the rows the
-    graph computes for them (rows between them included), and the context, rounded up to a power of two of tokens."""
+    graph computes for them (rows between them included), and the context, rounded up to a power
+    of two of tokens."""
 
     rows: int
     graph_rows: int
