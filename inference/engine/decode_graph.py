@@ -158,8 +158,8 @@ class _Step(nn.Module):
         into a few loops over the cache, converting as they read. A decode step has a few
         queries a head, and torch's CPU flash attention cost about 100 us a layer for four rows
         over 140 keys (its calls' fixed cost mostly). In turns in one process (bf16, an AMD EPYC
-        with AVX-512): steps 9% shorter at one stream and 8% at four over 100-token contexts,
-        22% and 19% over 1,000 (BENCHMARKS.md).
+        with AVX-512, two runs): steps 6-9% shorter at one stream and 1-8% at four over
+        100-token contexts, 22% and 19% over 1,000 (BENCHMARKS.md).
         """
         wide = torch.promote_types(queries.dtype, torch.float32)
         scaled = queries.to(wide) * self.scaling
