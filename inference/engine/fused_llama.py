@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import StepLayout, attend
-from .matrices import MatrixLayout, build
+from .matrices import MatrixLayout, build, packed_rows
 
 # Rotary embeddings whose angles depend on the position alone, not on the sequence's length:
 # their tables can be computed once.
@@ -133,12 +133,12 @@ class FusedLlama:
     def __call__(self, token_ids: torch.Tensor, positions: torch.Tensor, sampled_at: torch.Tensor,
                  step: StepLayout) -> torch.Tensor:
         """token_ids, positions: [T]; returns the logits of the tokens at `sampled_at`."""
-        if token_ids.shape[0] < self.min_rows:
-            # Packed matrices read a few rows faster than one (matrices.py): padding the step
-            # once spares every product its own padding. Padded rows attend to nothing.
-            padding = (0, self.min_rows - token_ids.shape[0])
+        count = self._rows(token_ids.shape[0])
+        if count > token_ids.shape[0]:
+            # Padded once for every product (matrices.py says why packed ones are); padded rows
+            # attend to nothing and write no keys.
+            padding = (0, count - token_ids.shape[0])
             token_ids, positions = F.pad(token_ids, padding), F.pad(positions, padding)
-        count = token_ids.shape[0]
         hidden = F.embedding(token_ids, self.embedding)
         if self.tables is not None:
             cos, sin = (table.index_select(0, positions) for table in self.tables)
@@ -153,7 +153,18 @@ class FusedLlama:
             hidden.add_(layer.output(attended.view(count, -1)))
             gate, up = layer.gate_up(self._norm(hidden, layer.mlp_norm)).chunk(2, dim=-1)
             hidden.add_(layer.down(F.silu(gate).mul_(up)))
-        return self.lm_head(self._norm(hidden.index_select(0, sampled_at), self.norm))
+        sampled = sampled_at.shape[0]
+        rows = self._rows(sampled)
+        if rows > sampled:  # the output matrix, too, sees a few counts of rows: any row will do
+            sampled_at = F.pad(sampled_at, (0, rows - sampled))
+        logits = self.lm_head(self._norm(hidden.index_select(0, sampled_at), self.norm))
+        return logits[:sampled]
+
+    def _rows(self, count: int) -> int:
+        """The rows the products are given for `count` (more only where the matrices are packed)."""
+        if self.layout is not MatrixLayout.PACKED:
+            return count
+        return max(self.min_rows, packed_rows(count))
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return rms_norm(hidden, weight, self.eps)

@@ -145,3 +145,50 @@ def test_a_bfloat16_model_loads_and_answers_on_any_cpu_with_the_layout_its_onedn
     assert outputs and outputs[-1].finished
     if not matrices.can_pack(torch.ones(1, dtype=torch.bfloat16)):
         assert engine.runner.fused.layout is MatrixLayout.PLAIN
+
+
+def test_a_step_of_more_than_eight_rows_is_padded_by_less_than_an_eighth_to_one_of_eight_counts_per_doubling():
+    counts = {count: matrices.packed_rows(count) for count in range(1, 4097)}
+
+    assert all(counts[count] == count for count in range(1, 9))
+    assert all(count <= rows < count * 9 / 8 for count, rows in counts.items())
+    for low in (8, 64, 2048):
+        assert len({counts[count] for count in range(low + 1, 2 * low + 1)}) == 8
+
+
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+def test_steps_of_every_size_give_packed_matrices_few_different_counts_of_rows():
+    # oneDNN keeps a kernel, with its memory, for every count of rows a packed matrix is given:
+    # serving 64 streams (prompt chunks of every size beside the decodes) grew the heap in use by
+    # 270 MB that stayed (BENCHMARKS.md). Here: prompts of 1 to 160 tokens, each fed in one step,
+    # then one step that samples 160 sequences at once.
+    model = models.tiny_model("llama").float()
+    reference = models.copy_of(model)
+    engine = models.engine(model, matrices=MatrixLayout.PACKED, reuse_prefixes=False, max_running=160,
+                           prefill_chunk=160, prefill_chunk_idle=160, max_cached_tokens=160 * 192)
+    rng = random.Random(7)
+    prompts = {f"alone-{length}": [rng.randrange(3, 49152) for _ in range(length)] for length in range(1, 161)}
+    together = {f"together-{index}": [rng.randrange(3, 49152)] for index in range(160)}
+    fed = {}
+    run = engine.runner.run
+
+    def run_and_record(chunks):
+        logits = run(chunks)
+        for chunk, row in zip([c for c in chunks if c.samples], logits, strict=True):
+            fed[chunk.sequence.request_id] = row
+        return logits
+
+    engine.runner.run = run_and_record
+    with torch.profiler.profile(record_shapes=True) as profile:
+        for group in [{name: tokens} for name, tokens in prompts.items()] + [together]:
+            for name, tokens in group.items():
+                engine.add_request(name, tokens, SamplingParams(max_tokens=1))
+            while engine.has_work():
+                engine.step()
+
+    rows = {event.input_shapes[0][0] for event in profile.events() if event.name == "mkldnn::_linear_pointwise"}
+    assert 0 < len(rows) <= 8 + 8 * 5  # at most 8 counts in each doubling from 8 to 256
+    for name, tokens in [*list(prompts.items())[::23], *list(together.items())[::37]]:
+        with torch.inference_mode():
+            expected = reference(torch.tensor([tokens])).logits[0, -1]
+        torch.testing.assert_close(fed[name], expected, rtol=1e-4, atol=1e-4)
