@@ -97,3 +97,20 @@ def holds_only_reusable_memory(engine: LLMEngine) -> bool:
     """No running sequence holds cache memory: what is left is kept prefixes', given up on demand."""
     cache = engine.kv_cache
     return cache.num_reserved_tokens == 0 and cache.num_allocated_bytes == cache.num_reusable_bytes
+
+
+def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
+    """(the sequence so far, its logits) for every token the engine's runner samples from now on."""
+    fed = []
+    engine.runner.__dict__.pop("run", None)  # an earlier wave's recorder
+    run = engine.runner.run
+
+    def run_and_record(chunks):
+        logits = run(chunks)
+        for chunk, row in zip([chunk for chunk in chunks if chunk.samples], logits, strict=True):
+            sequence = chunk.sequence
+            fed.append(((sequence.prompt_token_ids + sequence.output_token_ids)[: chunk.end], row))
+        return logits
+
+    engine.runner.run = run_and_record
+    return fed

@@ -40,7 +40,7 @@ def test_every_logit_of_a_compiled_decode_step_equals_transformers_forward_alone
         for request_id, length in wave:
             engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(length)],
                                SamplingParams(max_tokens=8))
-        fed = record_logits(engine)
+        fed = models.record_logits(engine)
         while engine.has_work():
             engine.step()
         for tokens, row in fed:
@@ -88,23 +88,6 @@ def test_a_model_other_than_a_plain_llama_is_not_compiled_under_auto():
     model = models.tiny_model("qwen2")
     runner = models.engine(model, compile_mode=CompileMode.AUTO).runner
     assert runner.graph is None and runner.fused is None
-
-
-def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
-    """(the sequence so far, its logits) for every token the engine's runner samples from now on."""
-    fed = []
-    engine.runner.__dict__.pop("run", None)  # an earlier wave's recorder
-    run = engine.runner.run
-
-    def run_and_record(chunks):
-        logits = run(chunks)
-        for chunk, row in zip([chunk for chunk in chunks if chunk.samples], logits, strict=True):
-            sequence = chunk.sequence
-            fed.append(((sequence.prompt_token_ids + sequence.output_token_ids)[: chunk.end], row))
-        return logits
-
-    engine.runner.run = run_and_record
-    return fed
 
 
 def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does():

@@ -27,18 +27,7 @@ def test_every_logit_of_packed_prompt_chunks_and_decodes_equals_transformers_for
     for request_id, length in [("a", 5), ("b", 40), ("c", 1), ("d", 23)]:
         engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(length)],
                            SamplingParams(max_tokens=6))
-    fed: list[tuple[list[int], torch.Tensor]] = []  # (the sequence so far, its logits)
-    run = engine.runner.run
-
-    def run_and_record(chunks):
-        logits = run(chunks)
-        sampling = [chunk for chunk in chunks if chunk.samples]
-        for chunk, row in zip(sampling, logits, strict=True):
-            sequence = chunk.sequence
-            fed.append(((sequence.prompt_token_ids + sequence.output_token_ids)[: chunk.end], row))
-        return logits
-
-    engine.runner.run = run_and_record
+    fed = models.record_logits(engine)
     while engine.has_work():
         engine.step()
 
@@ -169,16 +158,7 @@ def test_steps_of_every_size_give_packed_matrices_few_different_counts_of_rows()
     rng = random.Random(7)
     prompts = {f"alone-{length}": [rng.randrange(3, 49152) for _ in range(length)] for length in range(1, 161)}
     together = {f"together-{index}": [rng.randrange(3, 49152)] for index in range(160)}
-    fed = {}
-    run = engine.runner.run
-
-    def run_and_record(chunks):
-        logits = run(chunks)
-        for chunk, row in zip([c for c in chunks if c.samples], logits, strict=True):
-            fed[chunk.sequence.request_id] = row
-        return logits
-
-    engine.runner.run = run_and_record
+    fed = models.record_logits(engine)
     with torch.profiler.profile(record_shapes=True) as profile:
         for group in [{name: tokens} for name, tokens in prompts.items()] + [together]:
             for name, tokens in group.items():
@@ -188,7 +168,8 @@ def test_steps_of_every_size_give_packed_matrices_few_different_counts_of_rows()
 
     rows = {event.input_shapes[0][0] for event in profile.events() if event.name == "mkldnn::_linear_pointwise"}
     assert 0 < len(rows) <= 8 + 8 * 5  # at most 8 counts in each doubling from 8 to 256
-    for name, tokens in [*list(prompts.items())[::23], *list(together.items())[::37]]:
+    assert len(fed) == len(prompts) + len(together)
+    for tokens, row in fed[::23]:  # prompts alone of 1, 24, ... 139 tokens, and 7 sampled together
         with torch.inference_mode():
             expected = reference(torch.tensor([tokens])).logits[0, -1]
-        torch.testing.assert_close(fed[name], expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(row, expected, rtol=1e-4, atol=1e-4)
