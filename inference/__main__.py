@@ -2,12 +2,13 @@
 
 import argparse
 import logging
+import os
+import sys
 
 import uvicorn
 
+from . import huge_pages
 from .config import InferenceConfig
-from .server import create_app
-from .service import InferenceService
 
 
 def main() -> None:
@@ -17,6 +18,12 @@ def main() -> None:
     parser.add_argument("--model", help="HF model directory or .gguf file (INFERENCE_MODEL)")
     arguments = parser.parse_args()
     config = InferenceConfig.from_env(host=arguments.host, port=arguments.port, model=arguments.model)
+    if config.huge_pages and (environ := huge_pages.environment(dict(os.environ))) is not None:
+        # glibc reads its tunables only when a process starts; torch is not imported yet.
+        os.execve(sys.executable, [sys.executable, "-m", __package__, *sys.argv[1:]], environ)
+    from .server import create_app  # imports torch
+    from .service import InferenceService
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(InferenceService(config))
     uvicorn.run(app, host=config.host, port=config.port, log_level="info", timeout_keep_alive=30)

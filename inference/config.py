@@ -30,6 +30,9 @@ class InferenceConfig:
     dtype: str = "auto"
     # torch threads; 0 keeps torch's default (one per core).
     threads: int = 0
+    # Ask for the weights in 2 MB pages where the kernel gives them on request (huge_pages.py):
+    # `python -m inference` then starts itself again with glibc's malloc told so.
+    huge_pages: bool = True
     # How the weight matrices are multiplied: "plain" (torch's product, oneMKL on a CPU),
     # "packed" (oneDNN's layout, CPU only), "auto" (both timed at load, the faster kept).
     matrices: str = "auto"
@@ -113,6 +116,7 @@ class InferenceConfig:
                 device=env.string("INFERENCE_DEVICE", cls.device),
                 dtype=env.string("INFERENCE_DTYPE", cls.dtype),
                 threads=env.integer("INFERENCE_THREADS", cls.threads),
+                huge_pages=env.boolean("INFERENCE_HUGE_PAGES", cls.huge_pages),
                 matrices=env.string("INFERENCE_MATRICES", cls.matrices),
                 compile=env.string("INFERENCE_COMPILE", cls.compile),
                 max_running=env.integer("INFERENCE_MAX_RUNNING", cls.max_running),
