@@ -7,13 +7,13 @@ loading, 1,093 MB after a trim; with the compiled step 1,483 and 1,256). malloc_
 """
 
 import ctypes
-import ctypes.util
 
 
 def _libc():
-    name = ctypes.util.find_library("c")
+    """The C library this process runs on, as the process itself sees it: `find_library` would
+    run `ldconfig -p` in a child process on Linux to find the same library by name."""
     try:
-        return ctypes.CDLL(name) if name else None
+        return ctypes.CDLL(None)
     except OSError:
         return None
 
