@@ -35,6 +35,9 @@ import subprocess
 import sys
 import time
 
+from inference import huge_pages
+from inference.config import InferenceConfig
+
 from . import roofline
 from .latency import spread
 from .machine_load import ForeignLoad
@@ -85,6 +88,8 @@ def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None, co
                "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps),
                "--prompt-tokens", str(args.prompt_tokens)]
     env = {**os.environ, "INFERENCE_DTYPE": dtype, "INFERENCE_COMPILE": compile_mode}
+    if InferenceConfig.from_env().huge_pages:  # the weights in 2 MB pages, as the service has them
+        env = huge_pages.environment(env) or env
     if tree:
         env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -97,7 +102,6 @@ def _measure(args: argparse.Namespace) -> dict:
     import torch
     from torch.profiler import profile
 
-    from inference.config import InferenceConfig
     from inference.engine import SamplingParams
     from inference.service import InferenceService
 
