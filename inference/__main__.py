@@ -20,7 +20,8 @@ def main() -> None:
     config = InferenceConfig.from_env(host=arguments.host, port=arguments.port, model=arguments.model)
     if config.huge_pages and (environ := huge_pages.environment(dict(os.environ))) is not None:
         # glibc reads its tunables only when a process starts; torch is not imported yet.
-        os.execve(sys.executable, [sys.executable, "-m", __package__, *sys.argv[1:]], environ)
+        # The same command line, the interpreter's own options (-X, -u) included.
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
     from .server import create_app  # imports torch
     from .service import InferenceService
 
