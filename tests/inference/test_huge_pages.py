@@ -11,6 +11,9 @@ from stack import commands
 
 # The default model in fp32 holds 538 MB of weights; the rest of the heap is far smaller.
 WEIGHTS_IN_HUGE_PAGES_BYTES = 256 * 2**20
+# The rules below are glibc's: on another C library nothing is ever added.
+on_glibc_with_the_tunable = pytest.mark.skipif(
+    huge_pages._glibc_version() < huge_pages.GLIBC_MIN_VERSION, reason="not glibc 2.35 or newer")
 
 
 def thp_mode(tmp_path: Path, text: str) -> Path:
@@ -19,6 +22,7 @@ def thp_mode(tmp_path: Path, text: str) -> Path:
     return path
 
 
+@on_glibc_with_the_tunable
 def test_the_tunable_is_added_to_glibc_tunables_already_set(tmp_path):
     mode = thp_mode(tmp_path, "always [madvise] never\n")
 
@@ -32,6 +36,7 @@ def test_nothing_changes_where_the_kernel_does_not_wait_for_advice(tmp_path, mod
     assert huge_pages.environment({}, thp_mode(tmp_path, mode_text)) is None
 
 
+@on_glibc_with_the_tunable
 def test_nothing_changes_where_hugetlb_is_set_already_or_the_kernel_has_no_huge_pages(tmp_path):
     mode = thp_mode(tmp_path, "always [madvise] never\n")
 
