@@ -8,7 +8,7 @@ from common import env
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
-MATRICES = ("auto", "plain", "packed")
+MATRICES = ("auto", "plain", "packed", "dot")
 COMPILE_MODES = ("auto", "on", "off")
 # Short names people type; the configuration holds torch's own name.
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
@@ -34,7 +34,9 @@ class InferenceConfig:
     # `python -m inference` then starts itself again with glibc's malloc told so.
     huge_pages: bool = True
     # How the weight matrices are multiplied: "plain" (torch's product, oneMKL on a CPU),
-    # "packed" (oneDNN's layout, CPU only), "auto" (both timed at load, the faster kept).
+    # "packed" (oneDNN's layout, CPU only), "dot" (our own kernel: float32 on a CPU with AVX2,
+    # built with the C++ compiler at the first start), "auto" (each that can run here timed at
+    # load, the fastest kept).
     matrices: str = "auto"
     # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
     # inference/engine/decode_graph.py): "auto" where a compiler is found, compiled in the

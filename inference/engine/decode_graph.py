@@ -32,7 +32,6 @@ graph adds is its code and inductor's working memory.
 
 import logging
 import os
-import shutil
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.decorators import mark_unbacked
 
+from . import dot_kernel
 from .attention import GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
@@ -70,13 +70,11 @@ class CompileMode(StrEnum):
 # torch.compile's message when a step would compile again under set_stance("fail_on_recompile"):
 # a plain RuntimeError, told from others by its words.
 RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
-# C++ compilers inductor may call on a CPU (g++ unless CXX names another).
-CPU_COMPILERS = ("g++", "c++", "clang++")
 
 
 def compiler_missing(device: torch.device) -> str | None:
     """Why inductor cannot compile here, or None when it may (the warm-up compile proves it)."""
-    if device.type == "cpu" and not any(shutil.which(name) for name in CPU_COMPILERS):
+    if device.type == "cpu" and dot_kernel.cpu_compiler() is None:
         return "no C++ compiler on PATH (inductor needs one on a CPU; install g++)"
     if device.type == "cuda":
         try:
@@ -89,11 +87,11 @@ def compiler_missing(device: torch.device) -> str | None:
 class _Step(nn.Module):
     """The fused forward's arithmetic for decode tokens, with the cache read-only, on the fused
     forward's own tensors: its matrices as they are (oneDNN's packed layout where it packed them,
-    [in, out] otherwise), its norms, embedding and rotary tables."""
+    [out, in] for our own kernel, [in, out] otherwise), its norms, embedding and rotary tables."""
 
     def __init__(self, fused):
         super().__init__()
-        self.packed = fused.layout is MatrixLayout.PACKED
+        self.layout = fused.layout
         # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
         # they become the graph's constants, the same tensors, not copies.
         self.register_buffer("embedding", fused.embedding)
@@ -144,10 +142,12 @@ class _Step(nn.Module):
         return logits, torch.stack(new_keys), torch.stack(new_values)
 
     def _product(self, rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-        """rows @ a weight matrix: the call PackedMatrix makes (inductor calls it from the
-        generated code on the constant), or a plain [in, out] product."""
-        if self.packed:
+        """rows @ a weight matrix: the call PackedMatrix or DotMatrix makes (inductor calls it
+        from the generated code), or a plain [in, out] product."""
+        if self.layout is MatrixLayout.PACKED:
             return torch.ops.mkldnn._linear_pointwise(rows, matrix, None, "none", [], "")
+        if self.layout is MatrixLayout.DOT:
+            return torch.ops.chatapp.dot_rows(rows, matrix)
         return rows @ matrix
 
     def _attend(self, queries, keys, values, mask, key, value) -> torch.Tensor:
@@ -212,7 +212,7 @@ class DecodeGraph:
         # with the C++ wrapper, 0.81-0.91x with Python's; BENCHMARKS.md).
         cpp_wrapper = self.device.type == "cpu"
         with (torch.inference_mode(),
-              inductor_config.patch({"freezing": self.module.packed, "cpp_wrapper": cpp_wrapper,
+              inductor_config.patch({"freezing": self.module.layout is MatrixLayout.PACKED, "cpp_wrapper": cpp_wrapper,
                                      "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS})):
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)

@@ -20,6 +20,7 @@ forward through the runner's attention interface.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +62,7 @@ def has_static_rotary(model) -> bool:
 
 
 class FusedLlama:
-    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO):
+    def __init__(self, model, layout: MatrixLayout = MatrixLayout.AUTO, cache_dir: Path | None = None):
         if not supports(model):
             raise ValueError(f"{type(model).__name__} is not a plain Llama model")
         if any(parameter.is_meta for parameter in model.parameters()):
@@ -86,7 +87,7 @@ class FusedLlama:
         self.head_dim = first.head_dim
         self.scaling = first.scaling
         self.layers = [self._fuse(layer) for layer in base.layers]
-        self.layout = self._build_matrices(model, layout, tied)
+        self.layout = self._build_matrices(model, layout, tied, cache_dir)
         self.min_rows = max(getattr(layer.qkv, "min_rows", 1) for layer in self.layers)
         self.tables = None
         if has_static_rotary(model):
@@ -101,15 +102,21 @@ class FusedLlama:
         return _Layer(_own(layer.input_layernorm), qkv, _share(attention.o_proj),
                       _own(layer.post_attention_layernorm), gate_up, _share(mlp.down_proj))
 
-    def _build_matrices(self, model, layout: MatrixLayout, tied: bool) -> MatrixLayout:
-        """Every matrix in the layout this machine multiplies fastest; packed ones replace the plain."""
+    def _build_matrices(self, model, layout: MatrixLayout, tied: bool, cache_dir: Path | None) -> MatrixLayout:
+        """Every matrix in the layout this machine multiplies fastest; packed or [out, in] ones
+        replace the plain."""
         weights = [getattr(layer, name) for layer in self.layers for name in _Layer.MATRICES]
-        chosen, matrices = build(layout, [*weights, self.lm_head])
+        chosen, matrices = build(layout, [*weights, self.lm_head], cache_dir)
         for layer in self.layers:
             for name in _Layer.MATRICES:
                 setattr(layer, name, matrices.pop(0))
         self.lm_head = matrices.pop(0)
-        if chosen is MatrixLayout.PACKED:
+        if chosen is MatrixLayout.DOT and tied:
+            # The output matrix as [out, in] is the embedding itself: one copy serves both.
+            model.model.embed_tokens.weight = nn.Parameter(self.lm_head.weight, requires_grad=False)
+            self.embedding = self.lm_head.weight
+            tied = False  # nothing reads the transposed copy any more: it goes with the rest
+        if chosen in (MatrixLayout.PACKED, MatrixLayout.DOT):
             projections = [module for layer in model.model.layers
                            for module in (*layer.self_attn.children(), *layer.mlp.children())
                            if isinstance(module, nn.Linear)]

@@ -1,11 +1,12 @@
-"""How the fused forward multiplies by its weight matrices: torch's own product, or oneDNN's.
+"""How the fused forward multiplies by its weight matrices: torch's own product, oneDNN's, or ours.
 
 A decode step multiplies a few rows by every weight matrix once, so it runs at the speed the
 matrix library reads weights. Which library reads them fastest depends on the CPU, and by a
 factor of two or more: on an AMD EPYC (AVX-512) oneDNN's packed matrices read 25-35 GB/s at
 1-16 rows where torch's product (oneMKL) reads 6-20; on an Intel Xeon oneMKL was as fast or
-faster for the layers' matrices at one row. So the choice is measured where the model loads
-(`build`), on the model's own matrices, unless INFERENCE_MATRICES names one.
+faster for the layers' matrices at one row; on an AMD EPYC with AVX2 only, both read 13-17 GB/s
+at one row where our own kernel (dot_kernel.py) reads 21-23. So the choice is measured where
+the model loads (`build`), on the model's own matrices, unless INFERENCE_MATRICES names one.
 
 Either way the weights exist once: a packed model drops its plain matrices, and the modules'
 layer weights go with them (the engine owns the model; its transformers forward is not used).
@@ -14,8 +15,11 @@ layer weights go with them (the engine owns the model; its transformers forward 
 import logging
 import time
 from enum import StrEnum
+from pathlib import Path
 
 import torch
+
+from . import dot_kernel
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ class MatrixLayout(StrEnum):
     AUTO = "auto"  # measure both where the model loads, keep the faster
     PLAIN = "plain"  # [in, out], multiplied as x @ w by torch (oneMKL on a CPU)
     PACKED = "packed"  # oneDNN's own layout for this CPU (CPU only, float32 and bfloat16)
+    DOT = "dot"  # [out, in], multiplied by our own kernel (CPU with AVX2, float32, a compiler)
 
 
 class PlainMatrix:
@@ -64,6 +69,16 @@ class PackedMatrix:
         return product[:count] if count < self.min_rows else product
 
 
+class DotMatrix:
+    def __init__(self, weight: torch.Tensor):
+        self.width = weight.shape[0]
+        # [out, in]: each output's weights contiguous, the order the kernel streams them in.
+        self.weight = weight.t().contiguous()
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.chatapp.dot_rows(rows, self.weight)
+
+
 def packed_rows(count: int) -> int:
     """The rows a step of `count` gives its packed products: `count` up to EXACT_ROWS, above it
     the next of ROW_COUNTS_PER_DOUBLING evenly spaced counts in its doubling (at most 12.5% more).
@@ -90,34 +105,55 @@ def can_pack(weight: torch.Tensor) -> bool:
             and (weight.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
-def build(layout: MatrixLayout, weights: list[torch.Tensor]) -> tuple[MatrixLayout, list]:
+def can_dot(weight: torch.Tensor, cache_dir: Path | None = None) -> bool:
+    """Whether our own kernel multiplies by `weight` here (building it the first time)."""
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and dot_kernel.load(cache_dir) is None
+
+
+def build(layout: MatrixLayout, weights: list[torch.Tensor],
+          cache_dir: Path | None = None) -> tuple[MatrixLayout, list]:
     """The layout to multiply `weights` ([in, out], in forward order) in on this machine, and
-    the matrices in it.
+    the matrices in it. A layout this machine cannot multiply in falls back to PLAIN.
 
     AUTO times one pass through every matrix in each layout at each of PROBE_ROWS rows and
     keeps the one whose passes add up to less: the model's own matrices in their own order, so
-    that the caches are as cold as in a real step.
+    that the caches are as cold as in a real step. Each layout is built, timed, and dropped
+    unless it is the fastest so far, so at most two copies of the weights exist at once.
     """
-    if layout is MatrixLayout.PLAIN or not can_pack(weights[0]):
-        return MatrixLayout.PLAIN, [PlainMatrix(weight) for weight in weights]
-    packed = [PackedMatrix(weight) for weight in weights]
-    if layout is MatrixLayout.PACKED:
-        return layout, packed
-    plain = [PlainMatrix(weight) for weight in weights]
-    seconds = {MatrixLayout.PLAIN: 0.0, MatrixLayout.PACKED: 0.0}
+    kinds = {MatrixLayout.PLAIN: PlainMatrix}
+    if can_pack(weights[0]):
+        kinds[MatrixLayout.PACKED] = PackedMatrix
+    if layout in (MatrixLayout.AUTO, MatrixLayout.DOT) and can_dot(weights[0], cache_dir):
+        kinds[MatrixLayout.DOT] = DotMatrix
+    if layout is not MatrixLayout.AUTO or len(kinds) == 1:
+        chosen = layout if layout in kinds else MatrixLayout.PLAIN
+        if chosen is not layout and layout is not MatrixLayout.AUTO:
+            logger.warning("matrices: %s cannot multiply %s weights here; plain instead", layout,
+                           str(weights[0].dtype).removeprefix("torch."))
+        return chosen, [kinds[chosen](weight) for weight in weights]
+    best, best_seconds, timings = None, float("inf"), []
+    for name, kind in kinds.items():
+        matrices = [kind(weight) for weight in weights]
+        seconds = _probe(matrices, weights[0].dtype)
+        timings.append(f"{name} {seconds * 1e3:.1f} ms")
+        if seconds < best_seconds:
+            best, best_seconds = (name, matrices), seconds
+        del matrices
+    chosen, matrices = best
+    logger.info("matrices: %s (a pass at each of %s rows): %s", ", ".join(timings), PROBE_ROWS, chosen)
+    if chosen is MatrixLayout.PACKED:
+        _pad_single_rows(matrices)
+    return chosen, matrices
+
+
+def _probe(matrices: list, dtype: torch.dtype) -> float:
+    """Seconds of the fastest of PROBE_ROUNDS passes through `matrices`, summed over PROBE_ROWS."""
+    total = 0.0
     with torch.inference_mode():
         for count in PROBE_ROWS:
-            inputs = {m.width: torch.randn(count, m.width, dtype=weights[0].dtype) for m in plain}
-            for name, matrices in ((MatrixLayout.PLAIN, plain), (MatrixLayout.PACKED, packed)):
-                seconds[name] += min(_pass(matrices, inputs) for _ in range(PROBE_ROUNDS))
-    chosen = min(seconds, key=seconds.get)
-    logger.info("matrices: plain %.1f ms, packed %.1f ms (a pass at each of %s rows): %s",
-                seconds[MatrixLayout.PLAIN] * 1e3, seconds[MatrixLayout.PACKED] * 1e3,
-                PROBE_ROWS, chosen)
-    if chosen is MatrixLayout.PLAIN:
-        return chosen, plain
-    _pad_single_rows(packed)
-    return chosen, packed
+            inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in matrices}
+            total += min(_pass(matrices, inputs) for _ in range(PROBE_ROUNDS))
+    return total
 
 
 def _pad_single_rows(packed: list["PackedMatrix"]) -> None:

@@ -36,7 +36,7 @@ class ModelRunner:
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
         compiling = self._can_compile(model, compile_mode)
-        self.fused = fused_llama.FusedLlama(model, matrices) if fused_llama.supports(model) else None
+        self.fused = fused_llama.FusedLlama(model, matrices, cache_dir) if fused_llama.supports(model) else None
         # Set once the decode graph compiled; until then (or without one) the fused forward
         # serves every step. Under AUTO the trials then time both ways for each kind of step
         # (step_trial.py), and each kind goes the way that was faster.

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from inference.engine import SamplingParams
-from inference.engine import decode_graph
+from inference.engine import decode_graph, dot_kernel, matrices
 from inference.engine.attention import GroupDecode
 from inference.engine.decode_graph import CompileMode
 from inference.engine.door import GraphState
+from inference.engine.matrices import MatrixLayout
 from inference.engine.model_runner import ModelRunner
 from inference.engine.step_trial import StepKind, StepPath, StepTrials
 from tests.inference import models
@@ -75,7 +76,8 @@ def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the
 
 
 def test_without_a_compiler_auto_serves_through_the_fused_forward_and_on_refuses_to_load(monkeypatch):
-    monkeypatch.setattr(decode_graph.shutil, "which", lambda name: None)
+    monkeypatch.setattr(dot_kernel.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
     model = models.tiny_model("llama")
     kv_cache = models.engine(model).kv_cache
 
@@ -90,7 +92,11 @@ def test_a_model_other_than_a_plain_llama_is_not_compiled_under_auto():
     assert runner.graph is None and runner.fused is None
 
 
-def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does():
+@pytest.mark.parametrize("layout", [
+    MatrixLayout.PLAIN,
+    pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1)),
+                                                            reason="our own kernel cannot run here"))])
+def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does(layout):
     def greedy_tokens(engine) -> list[int]:
         engine.add_request("f", list(range(100, 140)), SamplingParams(max_tokens=12, temperature=0))
         tokens = []
@@ -98,8 +104,8 @@ def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_
             tokens += [output.token_id for output in engine.step()]
         return tokens
 
-    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
-    fused = models.engine(models.tiny_model("llama").float())
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON, matrices=layout)
+    fused = models.engine(models.tiny_model("llama").float(), matrices=layout)
 
     graph, forward = compiled.runner.graph.module, compiled.runner.fused
     matrices = [getattr(layer, name) for layer in forward.layers for name in layer.MATRICES]

@@ -57,22 +57,29 @@ def test_fusing_the_projections_keeps_one_copy_of_each_weight_the_tied_embedding
     assert sum(parameter.numel() for parameter in model.parameters()) == before
 
 
-@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
-def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
+def _a_prompts_last_logits(layout: MatrixLayout):
+    """A float32 tiny Llama, an engine on it in `layout`, the engine's logits for one prompt's
+    last token and transformers' own."""
     model = models.tiny_model("llama").float()
     reference = models.copy_of(model)
     tokens = torch.tensor([5, 17, 300, 4000, 9, 12])
     expected = reference(tokens[None]).logits[0].detach()
-    engine = models.engine(model, matrices=MatrixLayout.PACKED, prefill_chunk_idle=64)
+    engine = models.engine(model, matrices=layout, prefill_chunk_idle=64)
     fed = []
     run = engine.runner.run
     engine.runner.run = lambda chunks: fed.append(run(chunks)) or fed[-1]
     engine.add_request("a", tokens.tolist(), SamplingParams(max_tokens=1))
     while engine.has_work():
         engine.step()
+    return model, engine, fed[0][0], expected[-1]
+
+
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
+    model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.PACKED)
 
     assert engine.runner.fused.layout is MatrixLayout.PACKED
-    torch.testing.assert_close(fed[0][0], expected[-1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
     layer = model.model.layers[0]
     assert layer.self_attn.q_proj.weight.is_meta and layer.mlp.down_proj.weight.is_meta
     assert not model.model.embed_tokens.weight.is_meta  # the tied embedding still reads its rows
@@ -80,19 +87,39 @@ def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
         models.engine(model)  # a second engine on the same model would read nothing
 
 
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here (dot_kernel.py)")
+def test_our_own_products_give_the_plain_logits_and_the_tied_embedding_reads_the_output_matrix():
+    model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.DOT)
+
+    fused = engine.runner.fused
+    assert fused.layout is MatrixLayout.DOT
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    layer = model.model.layers[0]
+    assert layer.self_attn.q_proj.weight.is_meta and layer.mlp.down_proj.weight.is_meta
+    # The output matrix as [out, in] is the embedding: one copy, read both ways.
+    assert fused.embedding.data_ptr() == fused.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert model.lm_head.weight.is_meta
+
+
+KINDS = {MatrixLayout.PLAIN: matrices.PlainMatrix, MatrixLayout.PACKED: matrices.PackedMatrix,
+         MatrixLayout.DOT: matrices.DotMatrix}
+
+
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
-@pytest.mark.parametrize("faster", [MatrixLayout.PLAIN, MatrixLayout.PACKED])
+@pytest.mark.parametrize("faster", [
+    MatrixLayout.PLAIN, MatrixLayout.PACKED,
+    pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1)),
+                                                            reason="our own kernel cannot run here"))])
 def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, faster):
     def timed_pass(built, inputs):  # this machine's speeds, as the test sets them
-        return 0.001 if isinstance(built[0], matrices.PackedMatrix) == (faster is MatrixLayout.PACKED) else 0.002
+        return 0.001 if isinstance(built[0], KINDS[faster]) else 0.002
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
 
     chosen, built = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
 
     assert chosen is faster
-    kind = matrices.PackedMatrix if faster is MatrixLayout.PACKED else matrices.PlainMatrix
-    assert len(built) == 2 and all(isinstance(matrix, kind) for matrix in built)
+    assert len(built) == 2 and all(isinstance(matrix, KINDS[faster]) for matrix in built)
 
 
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")

@@ -1,0 +1,96 @@
+"""Our own product of a few float32 rows by a weight matrix (kernels/dot_rows.cpp), as the torch
+operator `chatapp::dot_rows`.
+
+It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
+this torch's headers, once per source, flags and torch version (the library is kept under the
+cache directory and loaded from there at later starts); a CPU without AVX2 and FMA, or a machine
+without a compiler, goes without it and the matrices keep torch's or oneDNN's product
+(matrices.py). torch.compile sees the operator through its shape rule (`_shape`), so the
+compiled decode step calls it on its constants like any other.
+"""
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+from torch.utils import cpp_extension
+
+from .loader import cpu_flags
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels") / "dot_rows.cpp"
+# The instructions the kernel is written in (as /proc/cpuinfo names them).
+NEEDED_FLAGS = frozenset({"avx2", "fma"})
+COMPILE_FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# C++ compilers torch.compile (inductor) may call on a CPU, in its order, unless CXX names one.
+CPU_COMPILERS = ("g++", "c++", "clang++")
+
+_lock = threading.Lock()
+_why_not: list[str | None] = []  # empty until the first load; then [None] or [the reason]
+
+
+def cpu_compiler() -> str | None:
+    """The C++ compiler inductor would call here, or None."""
+    named = os.environ.get("CXX")
+    return shutil.which(named) if named else next(filter(None, map(shutil.which, CPU_COMPILERS)), None)
+
+
+def load(cache_dir: Path | None = None) -> str | None:
+    """Makes torch.ops.chatapp.dot_rows available, building it the first time; returns why it
+    cannot be, or None. The outcome holds for the process: the first call decides."""
+    with _lock:
+        if not _why_not:
+            _why_not.append(_load(cache_dir))
+            if _why_not[0]:
+                logger.info("own product kernel: not used (%s)", _why_not[0])
+        return _why_not[0]
+
+
+def _load(cache_dir: Path | None) -> str | None:
+    missing = NEEDED_FLAGS - cpu_flags()
+    if missing:
+        return f"this CPU lacks {', '.join(sorted(missing))}"
+    if not torch.backends.openmp.is_available():
+        return "this torch was built without OpenMP"
+    compiler = cpu_compiler()
+    if compiler is None:
+        return "no C++ compiler on PATH"
+    try:
+        library = _built(compiler, (cache_dir or Path(tempfile.gettempdir())) / "kernels")
+        torch.ops.load_library(str(library))
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as error:
+        return f"it did not build or load: {error}"
+    torch.library.register_fake("chatapp::dot_rows")(_shape)
+    return None
+
+
+def _built(compiler: str, directory: Path) -> Path:
+    """The kernel's shared library for this source, flags and torch, compiled if not yet there."""
+    flags = [*COMPILE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, compiler, *flags])
+                         .encode()).hexdigest()[:16]
+    library = directory / f"dot_rows-{key}.so"
+    if library.exists():
+        return library
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = library.with_name(f"{library.name}.partial-{os.getpid()}")
+    include = [f"-I{path}" for path in cpp_extension.include_paths()]
+    link = [f"-L{path}" for path in cpp_extension.library_paths()]
+    rpath = [f"-Wl,-rpath,{path}" for path in cpp_extension.library_paths()]
+    logger.info("building the own product kernel into %s (once; about half a minute)", library)
+    subprocess.run([compiler, *flags, *include, str(SOURCE), "-o", str(partial), *link, *rpath,
+                    "-lc10", "-ltorch_cpu"], check=True, capture_output=True, text=True)
+    os.replace(partial, library)  # atomic: a process loading it never sees half a library
+    return library
+
+
+def _shape(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """What torch.compile needs of the operator to trace it: the product's shape and dtype."""
+    return rows.new_empty((rows.shape[0], weight.shape[0]))
