@@ -13,6 +13,7 @@ layer weights go with them (the engine owns the model; its transformers forward 
 """
 
 import logging
+import math
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 # Rows timed when choosing: one stream decoding, and a busy batch.
 PROBE_ROWS = (1, 16)
 # Rounds per layout and row count; the fastest counts (the first warms the code paths).
-PROBE_ROUNDS = 2
+PROBE_ROUNDS = 3
 # Row counts a packed matrix may pad a single row to (PackedMatrix.min_rows).
 PADDED_ROWS = (1, 2, 4)
 # Counts of rows a packed product is given in each doubling of the count above EXACT_ROWS
@@ -115,10 +116,12 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
     """The layout to multiply `weights` ([in, out], in forward order) in on this machine, and
     the matrices in it. A layout this machine cannot multiply in falls back to PLAIN.
 
-    AUTO times one pass through every matrix in each layout at each of PROBE_ROWS rows and
-    keeps the one whose passes add up to less: the model's own matrices in their own order, so
-    that the caches are as cold as in a real step. Each layout is built, timed, and dropped
-    unless it is the fastest so far, so at most two copies of the weights exist at once.
+    AUTO times one pass through every matrix in each layout at each of PROBE_ROWS rows, the
+    model's own matrices in their own order, so that the caches are as cold as in a real step,
+    and keeps the one whose passes' product is the least: each count of rows weighs alike,
+    relative to its own time (a sum let the busy batch's longer pass decide alone, and our own
+    kernel's lead at one row, 25%, lost to noise at 16). Each layout is built, timed, and
+    dropped unless it is the fastest so far, so at most two copies of the weights exist at once.
     """
     kinds = {MatrixLayout.PLAIN: PlainMatrix}
     if can_pack(weights[0]):
@@ -131,29 +134,30 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
             logger.warning("matrices: %s cannot multiply %s weights here; plain instead", layout,
                            str(weights[0].dtype).removeprefix("torch."))
         return chosen, [kinds[chosen](weight) for weight in weights]
-    best, best_seconds, timings = None, float("inf"), []
+    best, best_score, timings = None, float("inf"), []
     for name, kind in kinds.items():
         matrices = [kind(weight) for weight in weights]
         seconds = _probe(matrices, weights[0].dtype)
-        timings.append(f"{name} {seconds * 1e3:.1f} ms")
-        if seconds < best_seconds:
-            best, best_seconds = (name, matrices), seconds
+        timings.append(f"{name} " + " / ".join(f"{value * 1e3:.1f}" for value in seconds))
+        if math.prod(seconds) < best_score:
+            best, best_score = (name, matrices), math.prod(seconds)
         del matrices
     chosen, matrices = best
-    logger.info("matrices: %s (a pass at each of %s rows): %s", ", ".join(timings), PROBE_ROWS, chosen)
+    logger.info("matrices: a pass at %s rows: %s ms: %s",
+                " / ".join(map(str, PROBE_ROWS)), ", ".join(timings), chosen)
     if chosen is MatrixLayout.PACKED:
         _pad_single_rows(matrices)
     return chosen, matrices
 
 
-def _probe(matrices: list, dtype: torch.dtype) -> float:
-    """Seconds of the fastest of PROBE_ROUNDS passes through `matrices`, summed over PROBE_ROWS."""
-    total = 0.0
+def _probe(matrices: list, dtype: torch.dtype) -> list[float]:
+    """Seconds of the fastest of PROBE_ROUNDS passes through `matrices` at each of PROBE_ROWS."""
+    seconds = []
     with torch.inference_mode():
         for count in PROBE_ROWS:
             inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in matrices}
-            total += min(_pass(matrices, inputs) for _ in range(PROBE_ROUNDS))
-    return total
+            seconds.append(min(_pass(matrices, inputs) for _ in range(PROBE_ROUNDS)))
+    return seconds
 
 
 def _pad_single_rows(packed: list["PackedMatrix"]) -> None:

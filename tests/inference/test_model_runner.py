@@ -122,6 +122,24 @@ def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, fa
     assert len(built) == 2 and all(isinstance(matrix, KINDS[faster]) for matrix in built)
 
 
+@pytest.mark.skipif(not (matrices.can_pack(torch.ones(1)) and matrices.can_dot(torch.ones(1))),
+                    reason="needs oneDNN's packed matrices and our own kernel")
+def test_a_layout_far_faster_at_one_row_is_kept_over_one_a_little_faster_at_many(monkeypatch):
+    # Summed, packed's passes would be the shorter (90 against 92 ms): the busy batch's pass,
+    # the longer, would decide alone. Each count of rows weighs alike: our own kernel wins.
+    seconds = {matrices.PlainMatrix: {1: 0.040, 16: 0.100}, matrices.PackedMatrix: {1: 0.030, 16: 0.060},
+               matrices.DotMatrix: {1: 0.022, 16: 0.070}}
+
+    def timed_pass(built, inputs):
+        return seconds[type(built[0])][next(iter(inputs.values())).shape[0]]
+
+    monkeypatch.setattr(matrices, "_pass", timed_pass)
+
+    chosen, _ = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
+
+    assert chosen is MatrixLayout.DOT
+
+
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_logits(monkeypatch):
     def timed_pass(built, inputs):  # packed wins, and reads four rows faster than one

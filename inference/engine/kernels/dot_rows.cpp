@@ -2,15 +2,18 @@
 //
 // Each output is a dot product of a row with one contiguous row of the weight, so the weight
 // streams from memory once, in order, whatever R; a tile of 3 rows x 4 outputs keeps 12 sums
-// in registers and reads each weight vector once for its 3 rows. Rows are taken in blocks that
-// fit the core's L2 beside a tile's weights, so that for a long prompt chunk the rows are read
-// from cache while each thread's weights come from L3. Outputs are shared among torch's own
-// OpenMP threads (at::parallel_for), each thread a contiguous range.
+// in registers and reads each weight vector once for its 3 rows. While a tile's first rows
+// compute, the next tile's weights (the next in memory) are fetched into L2: with a few rows
+// the arithmetic per weight is long enough that, without it, reading and computing took turns
+// (16 rows: 43 against 55 ms a pass over the default model). Rows are taken in blocks that fit
+// the core's L2 beside a tile's weights, so that for a long prompt chunk the rows are read from
+// cache while each thread's weights come from L3. Outputs are shared among torch's own OpenMP
+// threads (at::parallel_for), each thread a contiguous range.
 //
-// Why not oneDNN's packed product: on an AVX2 AMD EPYC it read the default model's weights at
-// 13-17 GB/s for one row where this reads 21-23 GB/s (the machine's copy bandwidth with two
-// threads: 20-27); from 8 rows up to 128 they are equal; above, torch's own product serves
-// (at::linear), as fast as oneDNN's there and faster than these tiles.
+// Why not oneDNN's packed product: on an AVX2 AMD EPYC a pass over the default model's weights
+// took it 25-31 ms for one row, 33 for four and 52-56 for sixteen, and this 19-23, 25 and 43
+// (the machine's copy bandwidth with two threads: 20-27 GB/s); at 64 and 128 rows they are
+// equal; above, torch's own product serves (at::linear), as fast as oneDNN's there.
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -33,10 +36,11 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// out_rows[first..first+R) x columns [column..column+B) of the product.
-template <int R, int B>
+// Rows [first, first + R) x outputs [column, column + B) of the product; with FetchNext, the
+// next_floats floats at `next` are fetched into L2 meanwhile.
+template <int R, int B, bool FetchNext>
 inline void tile(const float* rows, int64_t width, const float* weight, float* product,
-                 int64_t outputs, int64_t first, int64_t column) {
+                 int64_t outputs, int64_t first, int64_t column, const float* next, int64_t next_floats) {
   __m256 sums[R][B];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) sums[r][b] = _mm256_setzero_ps();
@@ -44,6 +48,11 @@ inline void tile(const float* rows, int64_t width, const float* weight, float* p
   const float* weights = weight + column * width;
   int64_t i = 0;
   for (; i + 8 <= width; i += 8) {
+    if (FetchNext) {
+      const int64_t at = i * B;
+      if (at < next_floats) _mm_prefetch(reinterpret_cast<const char*>(next + at), _MM_HINT_T1);
+      if (B >= 2 && at + 16 < next_floats) _mm_prefetch(reinterpret_cast<const char*>(next + at + 16), _MM_HINT_T1);
+    }
     __m256 values[R];
     for (int r = 0; r < R; ++r) values[r] = _mm256_loadu_ps(row + r * width + i);
     for (int b = 0; b < B; ++b) {
@@ -62,11 +71,17 @@ inline void tile(const float* rows, int64_t width, const float* weight, float* p
 
 template <int B>
 void columns(const float* rows, int64_t first, int64_t last, int64_t width, const float* weight,
-             float* product, int64_t outputs, int64_t column) {
+             float* product, int64_t outputs, int64_t column, int64_t end_column) {
+  // The next tile's weights follow this one's in memory: fetched while this one computes.
+  const float* next = weight + (column + B) * width;
+  const int64_t next_floats = std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width;
   int64_t r = first;
-  for (; r + 3 <= last; r += 3) tile<3, B>(rows, width, weight, product, outputs, r, column);
-  if (last - r == 2) tile<2, B>(rows, width, weight, product, outputs, r, column);
-  if (last - r == 1) tile<1, B>(rows, width, weight, product, outputs, r, column);
+  if (last - r >= 3) { tile<3, B, true>(rows, width, weight, product, outputs, r, column, next, next_floats); r += 3; }
+  else if (last - r == 2) { tile<2, B, true>(rows, width, weight, product, outputs, r, column, next, next_floats); r += 2; }
+  else if (last - r == 1) { tile<1, B, true>(rows, width, weight, product, outputs, r, column, next, next_floats); r += 1; }
+  for (; r + 3 <= last; r += 3) tile<3, B, false>(rows, width, weight, product, outputs, r, column, next, 0);
+  if (last - r == 2) tile<2, B, false>(rows, width, weight, product, outputs, r, column, next, 0);
+  if (last - r == 1) tile<1, B, false>(rows, width, weight, product, outputs, r, column, next, 0);
 }
 
 at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
@@ -88,11 +103,11 @@ at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
     for (int64_t first = 0; first < count; first += block) {
       const int64_t last = std::min(count, first + block);
       for (int64_t t = begin; t < end; ++t)
-        columns<kTileOutputs>(x, first, last, width, w, y, outputs, t * kTileOutputs);
+        columns<kTileOutputs>(x, first, last, width, w, y, outputs, t * kTileOutputs, end * kTileOutputs);
     }
   });
   for (int64_t column = tiles * kTileOutputs; column < outputs; ++column)
-    columns<1>(x, 0, count, width, w, y, outputs, column);
+    columns<1>(x, 0, count, width, w, y, outputs, column, column + 1);
   return product;
 }
 
