@@ -211,8 +211,9 @@ class DecodeGraph:
         # work otherwise (in turns with the fused forward, bf16 steps took 0.72-0.82x its time
         # with the C++ wrapper, 0.81-0.91x with Python's; BENCHMARKS.md).
         cpp_wrapper = self.device.type == "cpu"
+        freezing = self.module.layout is MatrixLayout.PACKED
         with (torch.inference_mode(),
-              inductor_config.patch({"freezing": self.module.layout is MatrixLayout.PACKED, "cpp_wrapper": cpp_wrapper,
+              inductor_config.patch({"freezing": freezing, "cpp_wrapper": cpp_wrapper,
                                      "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS})):
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)

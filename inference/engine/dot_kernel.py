@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
+from common import env
+
 from .loader import cpu_flags
 
 logger = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ _why_not: list[str | None] = []  # empty until the first load; then [None] or [t
 
 def cpu_compiler() -> str | None:
     """The C++ compiler inductor would call here, or None."""
-    named = os.environ.get("CXX")
+    named = env.string("CXX")
     return shutil.which(named) if named else next(filter(None, map(shutil.which, CPU_COMPILERS)), None)
 
 
@@ -65,7 +67,9 @@ def _load(cache_dir: Path | None) -> str | None:
     try:
         library = _built(compiler, (cache_dir or Path(tempfile.gettempdir())) / "kernels")
         torch.ops.load_library(str(library))
-    except (OSError, subprocess.CalledProcessError, RuntimeError) as error:
+    except subprocess.CalledProcessError as error:
+        return f"{compiler} could not build it: {(error.stderr or '').strip()[-500:]}"
+    except (OSError, RuntimeError) as error:
         return f"it did not build or load: {error}"
     torch.library.register_fake("chatapp::dot_rows")(_shape)
     return None
@@ -84,10 +88,13 @@ def _built(compiler: str, directory: Path) -> Path:
     include = [f"-I{path}" for path in cpp_extension.include_paths()]
     link = [f"-L{path}" for path in cpp_extension.library_paths()]
     rpath = [f"-Wl,-rpath,{path}" for path in cpp_extension.library_paths()]
-    logger.info("building the own product kernel into %s (once; about half a minute)", library)
-    subprocess.run([compiler, *flags, *include, str(SOURCE), "-o", str(partial), *link, *rpath,
-                    "-lc10", "-ltorch_cpu"], check=True, capture_output=True, text=True)
-    os.replace(partial, library)  # atomic: a process loading it never sees half a library
+    logger.info("building the own product kernel into %s (once; about 15 s)", library)
+    try:
+        subprocess.run([compiler, *flags, *include, str(SOURCE), "-o", str(partial), *link, *rpath,
+                        "-lc10", "-ltorch_cpu"], check=True, capture_output=True, text=True)
+        os.replace(partial, library)  # atomic: a process loading it never sees half a library
+    finally:
+        partial.unlink(missing_ok=True)
     return library
 
 

@@ -1,6 +1,8 @@
 """Our own product kernel (dot_kernel.py, kernels/dot_rows.cpp) multiplies as torch does, for
 every count of rows a step gives it, and a machine that cannot build it says why."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -44,6 +46,14 @@ def test_compiled_code_sees_the_products_shape_and_calls_the_kernel():
 
     values = torch.randn(3, 24)
     torch.testing.assert_close(compiled(values), 2 * values @ weight.t(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.process  # the compiler, which fails
+def test_a_compiler_that_fails_leaves_no_library_behind_and_the_reason_is_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", "false")  # runs, and exits 1
+
+    assert dot_kernel._load(tmp_path).startswith(f"{shutil.which('false')} could not build it")
+    assert not any((tmp_path / "kernels").iterdir())
 
 
 def test_without_a_compiler_the_kernel_is_not_built_and_the_reason_is_given(monkeypatch, tmp_path):
