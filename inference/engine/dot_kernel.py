@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
@@ -65,7 +64,9 @@ def _load(cache_dir: Path | None) -> str | None:
     if compiler is None:
         return "no C++ compiler on PATH"
     try:
-        library = _built(compiler, (cache_dir or Path(tempfile.gettempdir())) / "kernels")
+        # The user's own directory where no cache is named: a library loaded from a shared one
+        # (/tmp) could be another user's.
+        library = _built(compiler, (cache_dir or Path.home() / ".cache" / "chatapp") / "kernels")
         torch.ops.load_library(str(library))
     except subprocess.CalledProcessError as error:
         return f"{compiler} could not build it: {(error.stderr or '').strip()[-500:]}"
