@@ -115,12 +115,13 @@ class FusedLlama:
             # The output matrix as [out, in] is the embedding itself: one copy serves both.
             model.model.embed_tokens.weight = nn.Parameter(self.lm_head.weight, requires_grad=False)
             self.embedding = self.lm_head.weight
-            tied = False  # nothing reads the transposed copy any more: it goes with the rest
+        # A packed tied output matrix leaves its plain copy to the embedding, which reads its rows.
+        embedding_reads_head = tied and chosen is MatrixLayout.PACKED
         if chosen in (MatrixLayout.PACKED, MatrixLayout.DOT):
             projections = [module for layer in model.model.layers
                            for module in (*layer.self_attn.children(), *layer.mlp.children())
                            if isinstance(module, nn.Linear)]
-            if not tied:
+            if not embedding_reads_head:
                 projections.append(model.lm_head)
             for module in projections:  # their plain weights would be a second copy
                 module.weight = nn.Parameter(module.weight.to("meta"), requires_grad=False)

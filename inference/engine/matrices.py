@@ -156,8 +156,9 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
         matrices = make()
         seconds = _probe(matrices, weights[0].dtype)
         timings.append(f"{name} " + " / ".join(f"{value * 1e3:.1f}" for value in seconds))
-        if math.prod(seconds) < best_score:
-            best, best_score = (name, matrices), math.prod(seconds)
+        score = math.prod(seconds)
+        if score < best_score:
+            best, best_score = (name, matrices), score
         del matrices
     chosen, matrices = best
     logger.info("matrices: a pass at %s rows: %s ms: %s",

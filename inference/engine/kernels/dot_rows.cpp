@@ -69,19 +69,28 @@ inline void tile(const float* rows, int64_t width, const float* weight, float* p
   }
 }
 
+// One tile of up to 3 of the rows from `first` on; returns how many it took.
+template <int B, bool FetchNext>
+inline int64_t next_tile(const float* rows, int64_t first, int64_t last, int64_t width,
+                         const float* weight, float* product, int64_t outputs, int64_t column,
+                         const float* next, int64_t next_floats) {
+  switch (std::min<int64_t>(3, last - first)) {
+    case 3: tile<3, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_floats); return 3;
+    case 2: tile<2, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_floats); return 2;
+    default: tile<1, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_floats); return 1;
+  }
+}
+
 template <int B>
 void columns(const float* rows, int64_t first, int64_t last, int64_t width, const float* weight,
              float* product, int64_t outputs, int64_t column, int64_t end_column) {
   // The next tile's weights follow this one's in memory: fetched while this one computes.
   const float* next = weight + (column + B) * width;
   const int64_t next_floats = std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width;
+  // Only the first tile fetches: the later ones read this tile's weights from L1 again.
   int64_t r = first;
-  if (last - r >= 3) { tile<3, B, true>(rows, width, weight, product, outputs, r, column, next, next_floats); r += 3; }
-  else if (last - r == 2) { tile<2, B, true>(rows, width, weight, product, outputs, r, column, next, next_floats); r += 2; }
-  else if (last - r == 1) { tile<1, B, true>(rows, width, weight, product, outputs, r, column, next, next_floats); r += 1; }
-  for (; r + 3 <= last; r += 3) tile<3, B, false>(rows, width, weight, product, outputs, r, column, next, 0);
-  if (last - r == 2) tile<2, B, false>(rows, width, weight, product, outputs, r, column, next, 0);
-  if (last - r == 1) tile<1, B, false>(rows, width, weight, product, outputs, r, column, next, 0);
+  if (r < last) r += next_tile<B, true>(rows, r, last, width, weight, product, outputs, column, next, next_floats);
+  while (r < last) r += next_tile<B, false>(rows, r, last, width, weight, product, outputs, column, next, 0);
 }
 
 at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
