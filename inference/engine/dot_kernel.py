@@ -1,11 +1,12 @@
-"""Our own product of a few float32 rows by a weight matrix (kernels/dot_rows.cpp), as the torch
-operator `chatapp::dot_rows`.
+"""Our own product of a few rows by a weight matrix (kernels/dot_rows.cpp), as the torch operator
+`chatapp::dot_rows`.
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
-this torch's headers, once per source, flags and torch version (the library is kept under the
-cache directory and loaded from there at later starts); a CPU without AVX2 and FMA, or a machine
-without a compiler, goes without it and the matrices keep torch's or oneDNN's product
-(matrices.py). torch.compile sees the operator through its shape rule (`_shape`), so the
+this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
+AVX2 or AVX-512, bfloat16 too with AVX-512 BF16), once per source, flags and torch version (the
+library is kept under the cache directory and loaded from there at later starts); a CPU without
+AVX2 and FMA, or a machine without a compiler, goes without it and the matrices keep torch's or
+oneDNN's product (matrices.py). torch.compile sees the operator through its shape rule (`_shape`), so the
 compiled decode step calls it on its constants like any other.
 """
 
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,14 +29,31 @@ from .loader import cpu_flags
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "dot_rows.cpp"
-# The instructions the kernel is written in (as /proc/cpuinfo names them).
-NEEDED_FLAGS = frozenset({"avx2", "fma"})
-COMPILE_FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+
+
+@dataclass(frozen=True)
+class InstructionSet:
+    cpu_flags: frozenset[str]  # as /proc/cpuinfo names them
+    compile_flags: tuple[str, ...]
+    dtypes: tuple[torch.dtype, ...]  # what the kernel multiplies when built for it
+
+
+_AVX2 = ("-mavx2", "-mfma")
+# Widest first: the first whose flags this CPU has is built.
+INSTRUCTION_SETS = (
+    InstructionSet(frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "fma"}),
+                   (*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
+                   (torch.float32, torch.bfloat16)),
+    InstructionSet(frozenset({"avx512f", "fma"}), (*_AVX2, "-mavx512f"), (torch.float32,)),
+    InstructionSet(frozenset({"avx2", "fma"}), _AVX2, (torch.float32,)),
+)
 # C++ compilers torch.compile (inductor) may call on a CPU, in its order, unless CXX names one.
 CPU_COMPILERS = ("g++", "c++", "clang++")
 
 _lock = threading.Lock()
 _why_not: list[str | None] = []  # empty until the first load; then [None] or [the reason]
+_loaded: list[InstructionSet] = []  # the set the loaded library was built for
 
 
 def cpu_compiler() -> str | None:
@@ -54,10 +73,19 @@ def load(cache_dir: Path | None = None) -> str | None:
         return _why_not[0]
 
 
+def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
+    """What the kernel multiplies on this machine (loading it the first time); none if it cannot."""
+    return () if load(cache_dir) else _loaded[0].dtypes
+
+
+def instruction_set(flags: frozenset[str]) -> InstructionSet | None:
+    return next((each for each in INSTRUCTION_SETS if each.cpu_flags <= flags), None)
+
+
 def _load(cache_dir: Path | None) -> str | None:
-    missing = NEEDED_FLAGS - cpu_flags()
-    if missing:
-        return f"this CPU lacks {', '.join(sorted(missing))}"
+    instructions = instruction_set(cpu_flags())
+    if instructions is None:
+        return f"this CPU lacks {', '.join(sorted(INSTRUCTION_SETS[-1].cpu_flags - cpu_flags()))}"
     if not torch.backends.openmp.is_available():
         return "this torch was built without OpenMP"
     compiler = cpu_compiler()
@@ -66,19 +94,22 @@ def _load(cache_dir: Path | None) -> str | None:
     try:
         # The user's own directory where no cache is named: a library loaded from a shared one
         # (/tmp) could be another user's.
-        library = _built(compiler, (cache_dir or Path.home() / ".cache" / "chatapp") / "kernels")
+        library = _built(compiler, instructions,
+                         (cache_dir or Path.home() / ".cache" / "chatapp") / "kernels")
         torch.ops.load_library(str(library))
     except subprocess.CalledProcessError as error:
         return f"{compiler} could not build it: {(error.stderr or '').strip()[-500:]}"
     except (OSError, RuntimeError) as error:
         return f"it did not build or load: {error}"
     torch.library.register_fake("chatapp::dot_rows")(_shape)
+    _loaded.append(instructions)
     return None
 
 
-def _built(compiler: str, directory: Path) -> Path:
+def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path:
     """The kernel's shared library for this source, flags and torch, compiled if not yet there."""
-    flags = [*COMPILE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    flags = [*COMPILE_FLAGS, *instructions.compile_flags,
+             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, compiler, *flags])
                          .encode()).hexdigest()[:16]
     library = directory / f"dot_rows-{key}.so"

@@ -41,7 +41,7 @@ class MatrixLayout(StrEnum):
     AUTO = "auto"  # time each that can run here where the model loads, keep the fastest
     PLAIN = "plain"  # [in, out], multiplied as x @ w by torch (oneMKL on a CPU)
     PACKED = "packed"  # oneDNN's own layout for this CPU (CPU only, float32 and bfloat16)
-    DOT = "dot"  # [out, in], multiplied by our own kernel (CPU with AVX2, float32, a compiler)
+    DOT = "dot"  # [out, in], multiplied by our own kernel (AVX2: float32; AVX-512 BF16: bfloat16 too)
 
 
 class PlainMatrix:
@@ -125,7 +125,7 @@ def can_pack(weight: torch.Tensor) -> bool:
 
 def can_dot(weight: torch.Tensor, cache_dir: Path | None = None) -> bool:
     """Whether our own kernel multiplies by `weight` here (building it the first time)."""
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and dot_kernel.load(cache_dir) is None
+    return weight.device.type == "cpu" and weight.dtype in dot_kernel.dtypes(cache_dir)
 
 
 def build(layout: MatrixLayout, weights: list[torch.Tensor],

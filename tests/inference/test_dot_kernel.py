@@ -12,16 +12,34 @@ pytestmark = pytest.mark.skipif(dot_kernel.load() is not None,
                                 reason=f"the kernel cannot run here: {dot_kernel.load()}")
 
 
+# What each precision's sums may differ from float64's by: bfloat16's own rounding of the product.
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+@pytest.mark.parametrize("dtype", dot_kernel.dtypes(), ids=str)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 64, 100, 128, 129, 300])
-def test_the_product_equals_torchs_for_every_count_of_rows(rows):
-    # Widths off the kernel's 8-float vectors and 4-output tiles; 100 rows span two of its row
-    # blocks at this width, and above 128 torch's own product takes over.
-    weight = torch.randn(963, 577)
-    values = torch.randn(rows, 577)
+def test_the_product_equals_torchs_for_every_count_of_rows(rows, dtype):
+    # Widths off the kernel's vectors (8 to 32 elements) and 4-output tiles; 100 rows span two of
+    # its row blocks at this width, and above 128 torch's own product takes over.
+    weight = torch.randn(963, 577, dtype=torch.float64)
+    values = torch.randn(rows, 577, dtype=torch.float64)
 
-    product = torch.ops.chatapp.dot_rows(values, weight)
+    product = torch.ops.chatapp.dot_rows(values.to(dtype), weight.to(dtype))
 
-    torch.testing.assert_close(product, values @ weight.t(), rtol=1e-4, atol=1e-4)
+    assert product.dtype == dtype
+    expected = values.to(dtype).double() @ weight.to(dtype).double().t()
+    torch.testing.assert_close(product.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * 10)
+
+
+def test_the_widest_instructions_the_cpu_has_are_built_for():
+    avx2 = {"avx2", "fma"}
+    avx512 = avx2 | {"avx512f", "avx512bw", "avx512vl"}
+
+    assert dot_kernel.instruction_set(frozenset(avx512 | {"avx512_bf16"})).dtypes == (torch.float32, torch.bfloat16)
+    assert "-mavx512f" in dot_kernel.instruction_set(frozenset(avx512)).compile_flags
+    assert dot_kernel.instruction_set(frozenset(avx512)).dtypes == (torch.float32,)
+    assert "-mavx512f" not in dot_kernel.instruction_set(frozenset(avx2)).compile_flags
+    assert dot_kernel.instruction_set(frozenset({"sse4_2", "avx"})) is None
 
 
 def test_rows_that_are_a_view_are_read_as_their_values():
@@ -33,9 +51,11 @@ def test_rows_that_are_a_view_are_read_as_their_values():
     torch.testing.assert_close(product, wide[:, ::2] @ weight.t(), rtol=1e-4, atol=1e-4)
 
 
-def test_another_precision_is_refused_with_a_clear_error():
-    with pytest.raises(RuntimeError, match="float32 only"):
+def test_another_precision_or_a_mix_is_refused_with_a_clear_error():
+    with pytest.raises(RuntimeError, match="both float32"):
         torch.ops.chatapp.dot_rows(torch.randn(1, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="both float32"):
+        torch.ops.chatapp.dot_rows(torch.randn(1, 8, dtype=torch.bfloat16), torch.randn(4, 8))
 
 
 @pytest.mark.process  # inductor starts the C++ compiler

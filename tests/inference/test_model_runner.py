@@ -11,7 +11,7 @@ import torch
 
 from inference.engine import SamplingParams
 from inference.engine.fused_llama import FusedLlama
-from inference.engine import matrices
+from inference.engine import dot_kernel, matrices
 from inference.engine.matrices import MatrixLayout
 from tests.inference import models
 
@@ -57,11 +57,11 @@ def test_fusing_the_projections_keeps_one_copy_of_each_weight_the_tied_embedding
     assert sum(parameter.numel() for parameter in model.parameters()) == before
 
 
-def _a_prompts_last_logits(layout: MatrixLayout):
-    """A float32 tiny Llama, an engine on it in `layout`, the engine's logits for one prompt's
-    last token and transformers' own."""
-    model = models.tiny_model("llama").float()
-    reference = models.copy_of(model)
+def _a_prompts_last_logits(layout: MatrixLayout, dtype: torch.dtype = torch.float32):
+    """A tiny Llama in `dtype`, an engine on it in `layout`, the engine's logits for one prompt's
+    last token and transformers' own (in float32, on the same weights)."""
+    model = models.tiny_model("llama").to(dtype)
+    reference = models.copy_of(model).float()
     tokens = torch.tensor([5, 17, 300, 4000, 9, 12])
     expected = reference(tokens[None]).logits[0].detach()
     engine = models.engine(model, matrices=layout, prefill_chunk_idle=64)
@@ -99,6 +99,16 @@ def test_our_own_products_give_the_plain_logits_and_the_tied_embedding_reads_the
     # The output matrix as [out, in] is the embedding: one copy, read both ways.
     assert fused.embedding.data_ptr() == fused.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert model.lm_head.weight.is_meta
+
+
+@pytest.mark.skipif(torch.bfloat16 not in dot_kernel.dtypes(),
+                    reason="our own kernel multiplies bfloat16 only with AVX-512 BF16 (dot_kernel.py)")
+def test_in_bfloat16_our_own_products_give_the_float32_logits_within_bfloat16s_rounding():
+    model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.DOT, torch.bfloat16)
+
+    assert engine.runner.fused.layout is MatrixLayout.DOT and logits.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.float(), expected, rtol=0.05, atol=0.05)
+    assert engine.runner.fused.embedding.data_ptr() == engine.runner.fused.lm_head.weight.data_ptr()
 
 
 KINDS = {MatrixLayout.PLAIN: matrices.PlainMatrix, MatrixLayout.PACKED: matrices.PackedMatrix,

@@ -1,8 +1,9 @@
-// rows [R, in] x weight [out, in] -> [R, out], float32, for the few rows of a decode step.
+// rows [R, in] x weight [out, in] -> [R, out], float32 or bfloat16, for the few rows of a decode
+// step.
 //
 // Each output is a dot product of a row with one contiguous row of the weight, so the weight
-// streams from memory once, in order, whatever R; a tile of 3 rows x 4 outputs keeps 12 sums
-// in registers and reads each weight vector once for its 3 rows. While a tile's first rows
+// streams from memory once, in order, whatever R; a tile of a few rows x a few outputs keeps its
+// sums in registers and reads each weight vector once for its rows (`TileShape`). While a tile's first rows
 // compute, the next tile's weights (the next in memory) are fetched into L2: with a few rows
 // the arithmetic per weight is long enough that, without it, reading and computing took turns
 // (16 rows: 43 against 55 ms a pass over the default model). Rows are taken in blocks that fit
@@ -10,13 +11,22 @@
 // cache while each thread's weights come from L3. Outputs are shared among torch's own OpenMP
 // threads (at::parallel_for), each thread a contiguous range.
 //
+// The vector width is the widest this library was compiled for (dot_kernel.py picks the flags
+// from the CPU): AVX2 (8 floats) or AVX-512 (16); with AVX-512 BF16, bfloat16 weights and rows
+// too, 32 at a time, multiplied in pairs and summed in float32 (vdpbf16ps), rounded once at the
+// end, as oneDNN's bfloat16 product does.
+//
 // Why not oneDNN's packed product: on an AVX2 AMD EPYC a pass over the default model's weights
 // took it 25-31 ms for one row, 33 for four and 52-56 for sixteen, and this 19-23, 25 and 43
 // (the machine's copy bandwidth with two threads: 20-27 GB/s); at 64 and 128 rows they are
-// equal; above, torch's own product serves (at::linear), as fast as oneDNN's there.
+// equal; above, torch's own product serves (at::linear), as fast as oneDNN's there. On an AVX-512
+// BF16 AMD EPYC, at one row: float32 13-16 against 17-21 ms, bfloat16 7.6-8.0 against 11.5-12.2;
+// but from 16 rows oneDNN's is the faster there (bfloat16 13-16 against 16-17 ms at 16 rows,
+// 32 against 52-57 at 64), which `INFERENCE_MATRICES=auto` weighs when it chooses (matrices.py).
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -25,98 +35,178 @@ namespace {
 
 // More rows than this go to at::linear: compute decides there, not reading the weight.
 constexpr int64_t kMostRows = 128;
-// Floats of rows kept in L2 at once (192 KB).
-constexpr int64_t kRowBlockFloats = 49152;
-constexpr int64_t kTileOutputs = 4;
+// Bytes of rows kept in L2 at once.
+constexpr int64_t kRowBlockBytes = 196608;
+// Tiles of rows x outputs: as many sums as the vector registers hold beside a tile's rows and a
+// weight vector. One or two rows (a lone stream) take 8 outputs a tile, which keeps more of the
+// weight streaming at once; more rows take more rows a tile, which reads each weight vector for
+// more of them. With AVX-512's 32 registers, a pass over the default model in bfloat16 took
+// 7.7 / 8.0 / 9.8 / 16.4 ms at 1 / 4 / 8 / 16 rows, against 7.9 / 9.8 / 12.8 / 22.3 with
+// AVX2's 3 x 4 (16 registers) on the same AVX-512 BF16 AMD EPYC.
+struct TileShape {
+  int rows, outputs;
+};
+constexpr int64_t kFewRows = 2;
+#if defined(__AVX512F__)
+constexpr TileShape kFew{2, 8}, kMany{6, 4};
+#else
+constexpr TileShape kFew{3, 4}, kMany{3, 4};
+#endif
+constexpr int64_t kLine = 64;
 
-inline float horizontal_sum(__m256 v) {
+// One element type's vector arithmetic: `step` elements of a row and of a weight row are
+// multiplied and added into float32 sums per `mul_add`.
+template <typename T>
+struct Vectors;
+
+#if defined(__AVX512F__)
+using Sums = __m512;
+inline Sums no_sums() { return _mm512_setzero_ps(); }
+inline float total(Sums v) { return _mm512_reduce_add_ps(v); }
+
+template <>
+struct Vectors<float> {
+  using Operand = __m512;
+  static constexpr int64_t step = 16;
+  static Operand load(const float* at) { return _mm512_loadu_ps(at); }
+  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm512_fmadd_ps(a, b, sums); }
+};
+#else
+using Sums = __m256;
+inline Sums no_sums() { return _mm256_setzero_ps(); }
+inline float total(Sums v) {
   __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   sum = _mm_hadd_ps(sum, sum);
   sum = _mm_hadd_ps(sum, sum);
   return _mm_cvtss_f32(sum);
 }
 
+template <>
+struct Vectors<float> {
+  using Operand = __m256;
+  static constexpr int64_t step = 8;
+  static Operand load(const float* at) { return _mm256_loadu_ps(at); }
+  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm256_fmadd_ps(a, b, sums); }
+};
+#endif
+
+#if defined(__AVX512BF16__)
+constexpr bool kBFloat16 = true;
+template <>
+struct Vectors<c10::BFloat16> {
+  using Operand = __m512bh;
+  static constexpr int64_t step = 32;
+  static Operand load(const c10::BFloat16* at) { return (__m512bh)_mm512_loadu_si512(at); }
+  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm512_dpbf16_ps(sums, a, b); }
+};
+#else
+constexpr bool kBFloat16 = false;
+#endif
+
 // Rows [first, first + R) x outputs [column, column + B) of the product; with FetchNext, the
-// next_floats floats at `next` are fetched into L2 meanwhile.
-template <int R, int B, bool FetchNext>
-inline void tile(const float* rows, int64_t width, const float* weight, float* product,
-                 int64_t outputs, int64_t first, int64_t column, const float* next, int64_t next_floats) {
-  __m256 sums[R][B];
+// next_bytes bytes at `next` are fetched into L2 meanwhile, as fast as the tile reads its own.
+template <typename T, int R, int B, bool FetchNext>
+inline void tile(const T* rows, int64_t width, const T* weight, T* product, int64_t outputs,
+                 int64_t first, int64_t column, const char* next, int64_t next_bytes) {
+  using V = Vectors<T>;
+  constexpr int64_t kLinesPerStep = (V::step * int64_t(sizeof(T)) * B + kLine - 1) / kLine;
+  Sums sums[R][B];
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) sums[r][b] = _mm256_setzero_ps();
-  const float* row = rows + first * width;
-  const float* weights = weight + column * width;
+    for (int b = 0; b < B; ++b) sums[r][b] = no_sums();
+  const T* row = rows + first * width;
+  const T* weights = weight + column * width;
   int64_t i = 0;
-  for (; i + 8 <= width; i += 8) {
+  for (; i + V::step <= width; i += V::step) {
     if (FetchNext) {
-      const int64_t at = i * B;
-      if (at < next_floats) _mm_prefetch(reinterpret_cast<const char*>(next + at), _MM_HINT_T1);
-      if (B >= 2 && at + 16 < next_floats) _mm_prefetch(reinterpret_cast<const char*>(next + at + 16), _MM_HINT_T1);
+      const int64_t at = i * int64_t(sizeof(T)) * B;
+      for (int64_t line = 0; line < kLinesPerStep; ++line)
+        if (at + line * kLine < next_bytes) _mm_prefetch(next + at + line * kLine, _MM_HINT_T1);
     }
-    __m256 values[R];
-    for (int r = 0; r < R; ++r) values[r] = _mm256_loadu_ps(row + r * width + i);
+    typename V::Operand values[R];
+    for (int r = 0; r < R; ++r) values[r] = V::load(row + r * width + i);
     for (int b = 0; b < B; ++b) {
-      __m256 w = _mm256_loadu_ps(weights + b * width + i);
-      for (int r = 0; r < R; ++r) sums[r][b] = _mm256_fmadd_ps(values[r], w, sums[r][b]);
+      const typename V::Operand w = V::load(weights + b * width + i);
+      for (int r = 0; r < R; ++r) sums[r][b] = V::mul_add(sums[r][b], values[r], w);
     }
   }
   for (int r = 0; r < R; ++r) {
     for (int b = 0; b < B; ++b) {
-      float sum = horizontal_sum(sums[r][b]);
-      for (int64_t j = i; j < width; ++j) sum += row[r * width + j] * weights[b * width + j];
-      product[(first + r) * outputs + column + b] = sum;
+      float sum = total(sums[r][b]);
+      for (int64_t j = i; j < width; ++j)
+        sum += static_cast<float>(row[r * width + j]) * static_cast<float>(weights[b * width + j]);
+      product[(first + r) * outputs + column + b] = static_cast<T>(sum);
     }
   }
 }
 
-// One tile of up to 3 of the rows from `first` on; returns how many it took.
-template <int B, bool FetchNext>
-inline int64_t next_tile(const float* rows, int64_t first, int64_t last, int64_t width,
-                         const float* weight, float* product, int64_t outputs, int64_t column,
-                         const float* next, int64_t next_floats) {
-  switch (std::min<int64_t>(3, last - first)) {
-    case 3: tile<3, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_floats); return 3;
-    case 2: tile<2, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_floats); return 2;
-    default: tile<1, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_floats); return 1;
+// One tile of up to R of the rows from `first` on; returns how many it took.
+template <typename T, int R, int B, bool FetchNext>
+inline int64_t next_tile(const T* rows, int64_t first, int64_t last, int64_t width, const T* weight,
+                         T* product, int64_t outputs, int64_t column, const char* next, int64_t next_bytes) {
+  if constexpr (R > 1) {
+    if (last - first < R)
+      return next_tile<T, R - 1, B, FetchNext>(rows, first, last, width, weight, product, outputs, column, next, next_bytes);
   }
+  tile<T, R, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_bytes);
+  return R;
 }
 
-template <int B>
-void columns(const float* rows, int64_t first, int64_t last, int64_t width, const float* weight,
-             float* product, int64_t outputs, int64_t column, int64_t end_column) {
+template <typename T, int R, int B>
+void columns(const T* rows, int64_t first, int64_t last, int64_t width, const T* weight,
+             T* product, int64_t outputs, int64_t column, int64_t end_column) {
   // The next tile's weights follow this one's in memory: fetched while this one computes.
-  const float* next = weight + (column + B) * width;
-  const int64_t next_floats = std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width;
+  const char* next = reinterpret_cast<const char*>(weight + (column + B) * width);
+  const int64_t next_bytes =
+      std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width * int64_t(sizeof(T));
   // Only the first tile fetches: the later ones read this tile's weights from L1 again.
   int64_t r = first;
-  if (r < last) r += next_tile<B, true>(rows, r, last, width, weight, product, outputs, column, next, next_floats);
-  while (r < last) r += next_tile<B, false>(rows, r, last, width, weight, product, outputs, column, next, 0);
+  if (r < last) r += next_tile<T, R, B, true>(rows, r, last, width, weight, product, outputs, column, next, next_bytes);
+  while (r < last) r += next_tile<T, R, B, false>(rows, r, last, width, weight, product, outputs, column, next, 0);
+}
+
+template <typename T, int R, int B>
+void multiply(const at::Tensor& rows, const at::Tensor& weight, at::Tensor& product) {
+  const int64_t count = rows.size(0), width = rows.size(1), outputs = weight.size(0);
+  const T* x = rows.const_data_ptr<T>();
+  const T* w = weight.const_data_ptr<T>();
+  T* y = product.mutable_data_ptr<T>();
+  const int64_t tiles = outputs / B;
+  const int64_t row_bytes = std::max<int64_t>(width, 1) * int64_t(sizeof(T));
+  const int64_t block = std::max<int64_t>(R, kRowBlockBytes / row_bytes / R * R);
+  at::parallel_for(0, tiles, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t first = 0; first < count; first += block) {
+      const int64_t last = std::min(count, first + block);
+      for (int64_t t = begin; t < end; ++t)
+        columns<T, R, B>(x, first, last, width, w, y, outputs, t * B, end * B);
+    }
+  });
+  for (int64_t column = tiles * B; column < outputs; ++column)
+    columns<T, R, 1>(x, 0, count, width, w, y, outputs, column, column + 1);
+}
+
+template <typename T>
+void multiply(const at::Tensor& rows, const at::Tensor& weight, at::Tensor& product) {
+  if (rows.size(0) <= kFewRows) multiply<T, kFew.rows, kFew.outputs>(rows, weight, product);
+  else multiply<T, kMany.rows, kMany.outputs>(rows, weight, product);
 }
 
 at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
   TORCH_CHECK(rows_in.dim() == 2 && weight.dim() == 2 && rows_in.size(1) == weight.size(1),
               "dot_rows: rows [R, in] and weight [out, in]");
-  TORCH_CHECK(rows_in.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
-              "dot_rows: float32 only");
+  const at::ScalarType dtype = weight.scalar_type();
+  TORCH_CHECK(rows_in.scalar_type() == dtype && (dtype == at::kFloat || (kBFloat16 && dtype == at::kBFloat16)),
+              "dot_rows: rows and weight both float32", kBFloat16 ? " or both bfloat16" : "");
   TORCH_CHECK(weight.is_contiguous(), "dot_rows: the weight must be contiguous");
-  const int64_t count = rows_in.size(0), width = rows_in.size(1), outputs = weight.size(0);
-  if (count > kMostRows) return at::linear(rows_in, weight);
+  if (rows_in.size(0) > kMostRows) return at::linear(rows_in, weight);
   const at::Tensor rows = rows_in.contiguous();
-  at::Tensor product = at::empty({count, outputs}, rows.options());
-  const float* x = rows.const_data_ptr<float>();
-  const float* w = weight.const_data_ptr<float>();
-  float* y = product.mutable_data_ptr<float>();
-  const int64_t tiles = outputs / kTileOutputs;
-  const int64_t block = std::max<int64_t>(3, kRowBlockFloats / std::max<int64_t>(width, 1) / 3 * 3);
-  at::parallel_for(0, tiles, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t first = 0; first < count; first += block) {
-      const int64_t last = std::min(count, first + block);
-      for (int64_t t = begin; t < end; ++t)
-        columns<kTileOutputs>(x, first, last, width, w, y, outputs, t * kTileOutputs, end * kTileOutputs);
-    }
-  });
-  for (int64_t column = tiles * kTileOutputs; column < outputs; ++column)
-    columns<1>(x, 0, count, width, w, y, outputs, column, column + 1);
+  at::Tensor product = at::empty({rows.size(0), weight.size(0)}, rows.options());
+  if (dtype == at::kFloat) {
+    multiply<float>(rows, weight, product);
+  } else {
+#if defined(__AVX512BF16__)
+    multiply<c10::BFloat16>(rows, weight, product);
+#endif
+  }
   return product;
 }
 
