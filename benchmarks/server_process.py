@@ -23,6 +23,7 @@ class ServerProcess(ChildProcess):
             commands.inference(self.port), {**env, "INFERENCE_PORT": str(self.port)},
             f"{self.base_url}/health")
         self.model_name = ""
+        self.matrices: str | None = None  # the layout the service chose (inference/engine/matrices.py)
 
     def start(self, timeout_s: float = 600.0, poll_s: float = 0.5) -> httpx2.Response:
         response = super().start(timeout_s, poll_s)  # healthy only once the model is loaded
@@ -36,6 +37,7 @@ class ServerProcess(ChildProcess):
                 self.stop()
                 raise
         self.model_name = response.json()["model"]
+        self.matrices = response.json().get("matrices")
         return response
 
     def _health(self) -> dict:

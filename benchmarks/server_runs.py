@@ -133,6 +133,8 @@ def _serving(device_run, server: ChildProcess, warm_up):
     logger.info("[%s] starting %s on port %d", device_run.label, server.name, server.port)
     try:
         server.start()
+        if getattr(server, "matrices", None):
+            logger.info("[%s] %s multiplies in the %s layout", device_run.label, server.name, server.matrices)
         asyncio.run(run_closed_loop(server.base_url, server.model_name, warm_up, 2, "warm-up"))
         yield server
     except BaseException:

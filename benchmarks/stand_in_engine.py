@@ -62,6 +62,9 @@ class StandInEngine:
     def decode_step(self) -> GraphState:
         return GraphState.UNCOMPILED
 
+    def matrix_layout(self) -> str | None:
+        return None
+
     def encode(self, text: str) -> list[int]:
         return [ord(character) for character in text]
 

@@ -35,7 +35,7 @@ class InferenceConfig:
     huge_pages: bool = True
     # How the weight matrices are multiplied: "plain" (torch's product, oneMKL on a CPU),
     # "packed" (oneDNN's layout, CPU only), "dot" (our own kernel: float32 on a CPU with AVX2,
-    # built with the C++ compiler at the first start), "auto" (each that can run here timed at
+    # bfloat16 too with AVX-512 BF16; built with the C++ compiler at the first start), "auto" (each that can run here timed at
     # load, the fastest kept).
     matrices: str = "auto"
     # Whether the decode step of one cache group runs as one compiled graph (torch.compile;

@@ -239,7 +239,8 @@ async def health(request: Request) -> JSONResponse:
     service: InferenceService = request.app.state.service
     if service.healthy:
         return JSONResponse({"status": "ok", "model": service.model_name,
-                             "decode_step": service.engine.decode_step().value})
+                             "decode_step": service.engine.decode_step().value,
+                             "matrices": service.engine.matrix_layout()})
     status = "loading" if service.state is ServiceState.LOADING else "unhealthy"
     return JSONResponse({"status": status, "error": service.health_error()}, status_code=503)
 

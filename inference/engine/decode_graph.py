@@ -69,6 +69,9 @@ class CompileMode(StrEnum):
 
 # torch.compile's message when a step would compile again under set_stance("fail_on_recompile"):
 # a plain RuntimeError, told from others by its words.
+# What our own attention kernel reads (kernels/decode_attention.cpp); float64 (tests) and float16
+# go through products and sums.
+ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
 
 
@@ -89,9 +92,12 @@ class _Step(nn.Module):
     forward's own tensors: its matrices as they are (oneDNN's packed layout where it packed them,
     [out, in] for our own kernel, [in, out] otherwise), its norms, embedding and rotary tables."""
 
-    def __init__(self, fused):
+    def __init__(self, fused, cache_dir: Path | None = None):
         super().__init__()
         self.layout = fused.layout
+        # Our own attention kernel where it runs (dot_kernel.py), else products and sums.
+        self.own_attention = (fused.norm.device.type == "cpu" and fused.norm.dtype in ATTENTION_DTYPES
+                              and dot_kernel.load(cache_dir) is None)
         # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
         # they become the graph's constants, the same tensors, not copies.
         self.register_buffer("embedding", fused.embedding)
@@ -123,9 +129,7 @@ class _Step(nn.Module):
         group = heads // kv_heads
         hidden = F.embedding(token_ids, self.embedding)
         cos, sin = self.cos[positions], self.sin[positions]
-        visible = torch.arange(keys.shape[3], device=keys.device)[None, :] < positions[:, None]
-        mask = torch.zeros(visible.shape, dtype=hidden.dtype, device=hidden.device)
-        mask = mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
+        mask = None if self.own_attention else _mask(positions, keys.shape[3], hidden.dtype)
         new_keys, new_values = [], []
         for index, layer in enumerate(self.layers):
             qkv = self._product(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
@@ -134,7 +138,7 @@ class _Step(nn.Module):
             key, value = rotated[:, heads:], qkv[:, heads + kv_heads :]
             new_keys.append(key)
             new_values.append(value)
-            attended = self._attend(queries, keys[index], values[index], mask, key, value)
+            attended = self._attend(queries, keys[index], values[index], positions, mask, key, value)
             hidden = hidden + self._product(attended.reshape(count, heads * dim), layer.output)
             gate, up = self._product(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + self._product(F.silu(gate) * up, layer.down)
@@ -150,17 +154,22 @@ class _Step(nn.Module):
             return torch.ops.chatapp.dot_rows(rows, matrix)
         return rows @ matrix
 
-    def _attend(self, queries, keys, values, mask, key, value) -> torch.Tensor:
-        """queries [B, kv_heads, group, dim] over the cached keys [B, kv_heads, length, dim] and
-        the step's own key, in float32 at least (float64 stays float64).
+    def _attend(self, queries, keys, values, positions, mask, key, value) -> torch.Tensor:
+        """queries [B, kv_heads, group, dim] over the cached keys [B, kv_heads, length, dim] (a
+        row's first `positions` of them) and the step's own key, in float32 at least (float64
+        stays float64).
 
-        Written as products and sums, not as a call to an attention kernel: inductor fuses them
-        into a few loops over the cache, converting as they read. A decode step has a few
+        Our own kernel where it runs (kernels/decode_attention.cpp): inductor's loops for the
+        products and sums below took about 24 ns per key and query head, one thread (BENCHMARKS.md).
+        Else written as products and sums, not as a call to an attention kernel: inductor fuses
+        them into a few loops over the cache, converting as they read. A decode step has a few
         queries a head, and torch's CPU flash attention cost about 100 us a layer for four rows
         over 140 keys (its calls' fixed cost mostly). In turns in one process (bf16, an AMD EPYC
         with AVX-512, two runs): steps 6-9% shorter at one stream and 1-8% at four over
         100-token contexts, 22% and 19% over 1,000 (BENCHMARKS.md).
         """
+        if self.own_attention:
+            return torch.ops.chatapp.decode_attention(queries, keys, values, positions, key, value, self.scaling)
         wide = torch.promote_types(queries.dtype, torch.float32)
         scaled = queries.to(wide) * self.scaling
         # [B, kv_heads, group, length]
@@ -172,6 +181,13 @@ class _Step(nn.Module):
                   + value.to(wide)[:, :, None, :] * own_weight[..., None])
         total = cached_weights.sum(-1) + own_weight
         return (merged / total[..., None]).to(queries.dtype)
+
+
+def _mask(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B, 1, 1, length]: 0 where a row sees the cached key (before its position), else -inf."""
+    visible = torch.arange(length, device=positions.device)[None, :] < positions[:, None]
+    mask = torch.zeros(visible.shape, dtype=dtype, device=positions.device)
+    return mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
 
 
 def _weight(matrix) -> torch.Tensor:
@@ -187,7 +203,7 @@ class DecodeGraph:
         self.device = fused.norm.device
         if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
-        self.module = _Step(fused).eval()
+        self.module = _Step(fused, cache_dir).eval()
         self.compiled = torch.compile(self.module, dynamic=True, fullgraph=True)
         self.num_steps = 0  # steps the graph ran
         self.num_fallbacks = 0  # steps it left to the fused forward, their shapes not compiled

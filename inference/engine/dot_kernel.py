@@ -28,7 +28,8 @@ from .loader import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("kernels") / "dot_rows.cpp"
+# One library, its operators: `chatapp::dot_rows` and `chatapp::decode_attention`.
+SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("dot_rows.cpp", "decode_attention.cpp"))
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
 
@@ -102,6 +103,7 @@ def _load(cache_dir: Path | None) -> str | None:
     except (OSError, RuntimeError) as error:
         return f"it did not build or load: {error}"
     torch.library.register_fake("chatapp::dot_rows")(_shape)
+    torch.library.register_fake("chatapp::decode_attention")(_attention_shape)
     _loaded.append(instructions)
     return None
 
@@ -110,7 +112,7 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
     """The kernel's shared library for this source, flags and torch, compiled if not yet there."""
     flags = [*COMPILE_FLAGS, *instructions.compile_flags,
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, compiler, *flags])
+    key = hashlib.sha256("\0".join([*(source.read_text() for source in SOURCES), torch.__version__, compiler, *flags])
                          .encode()).hexdigest()[:16]
     library = directory / f"dot_rows-{key}.so"
     if library.exists():
@@ -122,7 +124,7 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
     rpath = [f"-Wl,-rpath,{path}" for path in cpp_extension.library_paths()]
     logger.info("building the own product kernel into %s (once; about 15 s)", library)
     try:
-        subprocess.run([compiler, *flags, *include, str(SOURCE), "-o", str(partial), *link, *rpath,
+        subprocess.run([compiler, *flags, *include, *map(str, SOURCES), "-o", str(partial), *link, *rpath,
                         "-lc10", "-ltorch_cpu"], check=True, capture_output=True, text=True)
         os.replace(partial, library)  # atomic: a process loading it never sees half a library
     finally:
@@ -133,3 +135,7 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
 def _shape(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """What torch.compile needs of the operator to trace it: the product's shape and dtype."""
     return rows.new_empty((rows.shape[0], weight.shape[0]))
+
+
+def _attention_shape(queries, keys, values, positions, key, value, scaling) -> torch.Tensor:
+    return torch.empty_like(queries, memory_format=torch.contiguous_format)

@@ -247,6 +247,11 @@ class LLMEngine:
         """Where the compiled decode step stands; safe from any thread."""
         return self.runner.graph_state
 
+    def matrix_layout(self) -> str | None:
+        """How the fused forward multiplies by its weights (matrices.py), None without one."""
+        fused = self.runner.fused
+        return None if fused is None else str(fused.layout)
+
     @property
     def num_running(self) -> int:
         return self.scheduler.num_running
