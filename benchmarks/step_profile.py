@@ -43,7 +43,7 @@ from .latency import spread
 from .machine_load import ForeignLoad
 
 # Operators that multiply by a weight matrix: torch's product (plain layout, both precisions)
-# oneDNN's (packed layout) and our own (dot_kernel.py).
+# oneDNN's (packed layout) and our own (own_kernels.py).
 PRODUCTS = frozenset({"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "chatapp::dot_rows"})
 ATTENTION = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu",
                        "aten::_scaled_dot_product_attention_math",

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.decorators import mark_unbacked
 
-from . import dot_kernel
+from . import own_kernels
 from .attention import GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
@@ -77,7 +77,7 @@ RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_re
 
 def compiler_missing(device: torch.device) -> str | None:
     """Why inductor cannot compile here, or None when it may (the warm-up compile proves it)."""
-    if device.type == "cpu" and dot_kernel.cpu_compiler() is None:
+    if device.type == "cpu" and own_kernels.cpu_compiler() is None:
         return "no C++ compiler on PATH (inductor needs one on a CPU; install g++)"
     if device.type == "cuda":
         try:
@@ -95,9 +95,9 @@ class _Step(nn.Module):
     def __init__(self, fused, cache_dir: Path | None = None):
         super().__init__()
         self.layout = fused.layout
-        # Our own attention kernel where it runs (dot_kernel.py), else products and sums.
+        # Our own attention kernel where it runs (own_kernels.py), else products and sums.
         self.own_attention = (fused.norm.device.type == "cpu" and fused.norm.dtype in ATTENTION_DTYPES
-                              and dot_kernel.load(cache_dir) is None)
+                              and own_kernels.load(cache_dir) is None)
         # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
         # they become the graph's constants, the same tensors, not copies.
         self.register_buffer("embedding", fused.embedding)

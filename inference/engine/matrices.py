@@ -5,7 +5,7 @@ matrix library reads weights. Which library reads them fastest depends on the CP
 factor of two or more: on an AMD EPYC (AVX-512) oneDNN's packed matrices read 25-35 GB/s at
 1-16 rows where torch's product (oneMKL) reads 6-20; on an Intel Xeon oneMKL was as fast or
 faster for the layers' matrices at one row; on an AMD EPYC with AVX2 only, both read 13-17 GB/s
-at one row where our own kernel (dot_kernel.py) reads 21-23. So the choice is measured where
+at one row where our own kernel (own_kernels.py) reads 21-23. So the choice is measured where
 the model loads (`build`), on the model's own matrices, unless INFERENCE_MATRICES names one.
 
 Either way the weights exist once: a packed model, or one in our kernel's [out, in], drops its
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import dot_kernel
+from . import own_kernels
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def can_pack(weight: torch.Tensor) -> bool:
 
 def can_dot(weight: torch.Tensor, cache_dir: Path | None = None) -> bool:
     """Whether our own kernel multiplies by `weight` here (building it the first time)."""
-    return weight.device.type == "cpu" and weight.dtype in dot_kernel.dtypes(cache_dir)
+    return weight.device.type == "cpu" and weight.dtype in own_kernels.dtypes(cache_dir)
 
 
 def build(layout: MatrixLayout, weights: list[torch.Tensor],

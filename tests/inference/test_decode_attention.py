@@ -4,10 +4,10 @@ sees does, for every row's count of cached keys, read in place from the cache's 
 import pytest
 import torch
 
-from inference.engine import dot_kernel
+from inference.engine import own_kernels
 
-pytestmark = pytest.mark.skipif(dot_kernel.load() is not None,
-                                reason=f"the kernel cannot run here: {dot_kernel.load()}")
+pytestmark = pytest.mark.skipif(own_kernels.load() is not None,
+                                reason=f"the kernel cannot run here: {own_kernels.load()}")
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 

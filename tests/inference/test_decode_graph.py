@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from inference.engine import SamplingParams
-from inference.engine import decode_graph, dot_kernel, matrices
+from inference.engine import decode_graph, matrices, own_kernels
 from inference.engine.attention import GroupDecode
 from inference.engine.decode_graph import CompileMode
 from inference.engine.door import GraphState
@@ -76,7 +76,7 @@ def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the
 
 
 def test_without_a_compiler_auto_serves_through_the_fused_forward_and_on_refuses_to_load(monkeypatch):
-    monkeypatch.setattr(dot_kernel.shutil, "which", lambda name: None)
+    monkeypatch.setattr(own_kernels.shutil, "which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
     model = models.tiny_model("llama")
     kv_cache = models.engine(model).kv_cache

@@ -1,4 +1,4 @@
-"""Our own product kernel (dot_kernel.py, kernels/dot_rows.cpp) multiplies as torch does, for
+"""Our own product kernel (own_kernels.py, kernels/dot_rows.cpp) multiplies as torch does, for
 every count of rows a step gives it, and a machine that cannot build it says why."""
 
 import shutil
@@ -6,17 +6,17 @@ import shutil
 import pytest
 import torch
 
-from inference.engine import dot_kernel
+from inference.engine import own_kernels
 
-pytestmark = pytest.mark.skipif(dot_kernel.load() is not None,
-                                reason=f"the kernel cannot run here: {dot_kernel.load()}")
+pytestmark = pytest.mark.skipif(own_kernels.load() is not None,
+                                reason=f"the kernel cannot run here: {own_kernels.load()}")
 
 
 # What each precision's sums may differ from float64's by: bfloat16's own rounding of the product.
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
-@pytest.mark.parametrize("dtype", dot_kernel.dtypes(), ids=str)
+@pytest.mark.parametrize("dtype", own_kernels.dtypes(), ids=str)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 64, 100, 128, 129, 300])
 def test_the_product_equals_torchs_for_every_count_of_rows(rows, dtype):
     # Widths off the kernel's vectors (8 to 32 elements) and 4-output tiles; 100 rows span two of
@@ -35,11 +35,11 @@ def test_the_widest_instructions_the_cpu_has_are_built_for():
     avx2 = {"avx2", "fma"}
     avx512 = avx2 | {"avx512f", "avx512bw", "avx512vl"}
 
-    assert dot_kernel.instruction_set(frozenset(avx512 | {"avx512_bf16"})).dtypes == (torch.float32, torch.bfloat16)
-    assert "-mavx512f" in dot_kernel.instruction_set(frozenset(avx512)).compile_flags
-    assert dot_kernel.instruction_set(frozenset(avx512)).dtypes == (torch.float32,)
-    assert "-mavx512f" not in dot_kernel.instruction_set(frozenset(avx2)).compile_flags
-    assert dot_kernel.instruction_set(frozenset({"sse4_2", "avx"})) is None
+    assert own_kernels.instruction_set(frozenset(avx512 | {"avx512_bf16"})).dtypes == (torch.float32, torch.bfloat16)
+    assert "-mavx512f" in own_kernels.instruction_set(frozenset(avx512)).compile_flags
+    assert own_kernels.instruction_set(frozenset(avx512)).dtypes == (torch.float32,)
+    assert "-mavx512f" not in own_kernels.instruction_set(frozenset(avx2)).compile_flags
+    assert own_kernels.instruction_set(frozenset({"sse4_2", "avx"})) is None
 
 
 def test_rows_that_are_a_view_are_read_as_their_values():
@@ -72,12 +72,12 @@ def test_compiled_code_sees_the_products_shape_and_calls_the_kernel():
 def test_a_compiler_that_fails_leaves_no_library_behind_and_the_reason_is_given(monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", "false")  # runs, and exits 1
 
-    assert dot_kernel._load(tmp_path).startswith(f"{shutil.which('false')} could not build it")
+    assert own_kernels._load(tmp_path).startswith(f"{shutil.which('false')} could not build it")
     assert not any((tmp_path / "kernels").iterdir())
 
 
 def test_without_a_compiler_the_kernel_is_not_built_and_the_reason_is_given(monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", "no-such-compiler")
 
-    assert dot_kernel._load(tmp_path) == "no C++ compiler on PATH"
+    assert own_kernels._load(tmp_path) == "no C++ compiler on PATH"
     assert not any(tmp_path.iterdir())

@@ -11,7 +11,7 @@ import torch
 
 from inference.engine import SamplingParams
 from inference.engine.fused_llama import FusedLlama
-from inference.engine import dot_kernel, matrices
+from inference.engine import matrices, own_kernels
 from inference.engine.matrices import MatrixLayout
 from tests.inference import models
 
@@ -87,7 +87,7 @@ def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
         models.engine(model)  # a second engine on the same model would read nothing
 
 
-@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here (dot_kernel.py)")
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here (own_kernels.py)")
 def test_our_own_products_give_the_plain_logits_and_the_tied_embedding_reads_the_output_matrix():
     model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.DOT)
 
@@ -101,8 +101,8 @@ def test_our_own_products_give_the_plain_logits_and_the_tied_embedding_reads_the
     assert model.lm_head.weight.is_meta
 
 
-@pytest.mark.skipif(torch.bfloat16 not in dot_kernel.dtypes(),
-                    reason="our own kernel multiplies bfloat16 only with AVX-512 BF16 (dot_kernel.py)")
+@pytest.mark.skipif(torch.bfloat16 not in own_kernels.dtypes(),
+                    reason="our own kernel multiplies bfloat16 only with AVX-512 BF16 (own_kernels.py)")
 def test_in_bfloat16_our_own_products_give_the_float32_logits_within_bfloat16s_rounding():
     model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.DOT, torch.bfloat16)
 

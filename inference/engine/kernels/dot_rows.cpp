@@ -11,7 +11,7 @@
 // cache while each thread's weights come from L3. Outputs are shared among torch's own OpenMP
 // threads (at::parallel_for), each thread a contiguous range.
 //
-// The vector width is the widest this library was compiled for (dot_kernel.py picks the flags
+// The vector width is the widest this library was compiled for (own_kernels.py picks the flags
 // from the CPU): AVX2 (8 floats) or AVX-512 (16); with AVX-512 BF16, bfloat16 weights and rows
 // too, 32 at a time, multiplied in pairs and summed in float32 (vdpbf16ps), rounded once at the
 // end, as oneDNN's bfloat16 product does.

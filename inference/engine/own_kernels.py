@@ -1,13 +1,15 @@
-"""Our own product of a few rows by a weight matrix (kernels/dot_rows.cpp), as the torch operator
-`chatapp::dot_rows`.
+"""Our own CPU kernels, one library of torch operators: `chatapp::dot_rows`, the product of a
+few rows by a weight matrix (kernels/dot_rows.cpp), and `chatapp::decode_attention`, a decode
+step's attention over the cache (kernels/decode_attention.cpp).
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
 this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
-AVX2 or AVX-512, bfloat16 too with AVX-512 BF16), once per source, flags and torch version (the
-library is kept under the cache directory and loaded from there at later starts); a CPU without
-AVX2 and FMA, or a machine without a compiler, goes without it and the matrices keep torch's or
-oneDNN's product (matrices.py). torch.compile sees the operator through its shape rule (`_shape`), so the
-compiled decode step calls it on its constants like any other.
+AVX2 or AVX-512, bfloat16 products too with AVX-512 BF16), once per sources, flags and torch
+version (the library is kept under the cache directory and loaded from there at later starts);
+a CPU without AVX2 and FMA, or a machine without a compiler, goes without it: the matrices keep
+torch's or oneDNN's product (matrices.py), the compiled step its products-and-sums attention
+(decode_graph.py). torch.compile sees the operators through their shape rules (`_shape`,
+`_attention_shape`), so the compiled decode step calls them like any other.
 """
 
 import hashlib
@@ -64,18 +66,19 @@ def cpu_compiler() -> str | None:
 
 
 def load(cache_dir: Path | None = None) -> str | None:
-    """Makes torch.ops.chatapp.dot_rows available, building it the first time; returns why it
-    cannot be, or None. The outcome holds for the process: the first call decides."""
+    """Makes torch.ops.chatapp's operators available, building the library the first time;
+    returns why they cannot be, or None. The outcome holds for the process: the first call
+    decides."""
     with _lock:
         if not _why_not:
             _why_not.append(_load(cache_dir))
             if _why_not[0]:
-                logger.info("own product kernel: not used (%s)", _why_not[0])
+                logger.info("our own kernels: not used (%s)", _why_not[0])
         return _why_not[0]
 
 
 def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
-    """What the kernel multiplies on this machine (loading it the first time); none if it cannot."""
+    """What dot_rows multiplies on this machine (loading it the first time); none if it cannot."""
     return () if load(cache_dir) else _loaded[0].dtypes
 
 
@@ -114,7 +117,7 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     key = hashlib.sha256("\0".join([*(source.read_text() for source in SOURCES), torch.__version__, compiler, *flags])
                          .encode()).hexdigest()[:16]
-    library = directory / f"dot_rows-{key}.so"
+    library = directory / f"chatapp-kernels-{key}.so"
     if library.exists():
         return library
     directory.mkdir(parents=True, exist_ok=True)
@@ -122,7 +125,7 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
     include = [f"-I{path}" for path in cpp_extension.include_paths()]
     link = [f"-L{path}" for path in cpp_extension.library_paths()]
     rpath = [f"-Wl,-rpath,{path}" for path in cpp_extension.library_paths()]
-    logger.info("building the own product kernel into %s (once; about 15 s)", library)
+    logger.info("building our own kernels into %s (once; about 20 s)", library)
     try:
         subprocess.run([compiler, *flags, *include, *map(str, SOURCES), "-o", str(partial), *link, *rpath,
                         "-lc10", "-ltorch_cpu"], check=True, capture_output=True, text=True)
