@@ -25,8 +25,12 @@ from . import own_kernels
 
 logger = logging.getLogger(__name__)
 
-# Rows timed when choosing: one stream decoding, and a busy batch.
-PROBE_ROWS = (1, 16)
+# Rows timed when choosing: one stream decoding, and four. Not a busy batch's 16: on an AVX-512
+# BF16 AMD EPYC our own kernel's pass at 16 rows took 1.3x oneDNN's, and the product at 1 and 16
+# rows chose oneDNN at one start and ours at the next, yet served with ours at 16 and 64 streams
+# the throughput was 130 and 153 tok/s against oneDNN's 132 and 138 (and one stream's token
+# 18.8 against 21.6-23.0 ms): at those levels a step's time is mostly elsewhere (BENCHMARKS.md).
+PROBE_ROWS = (1, 4)
 # Rounds per layout and row count; the fastest counts (the first warms the code paths).
 PROBE_ROUNDS = 3
 # Row counts a packed matrix may pad a single row to (PackedMatrix.min_rows).
@@ -136,8 +140,8 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
     AUTO times one pass through every matrix in each layout at each of PROBE_ROWS rows, the
     model's own matrices in their own order, so that the caches are as cold as in a real step,
     and keeps the one whose passes' product is the least: each count of rows weighs alike,
-    relative to its own time (a sum let the busy batch's longer pass decide alone, and our own
-    kernel's lead at one row, 25%, lost to noise at 16). Each layout is built, timed, and
+    relative to its own time (a sum let the longer pass decide alone, and our own kernel's lead
+    at one row, 25%, lost to noise in the other). Each layout is built, timed, and
     dropped unless it is the fastest so far, so at most two copies of the weights exist at once.
     """
     makers = {MatrixLayout.PLAIN: lambda: [PlainMatrix(weight) for weight in weights]}
