@@ -116,6 +116,28 @@ def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_
     assert compiled.runner.graph.num_steps == 11 and compiled.runner.graph.num_fallbacks == 0
 
 
+@pytest.mark.parametrize("own_attention", [True, False], ids=["our attention kernel", "products and sums"])
+def test_the_graphs_attention_either_way_answers_as_the_fused_forward_does(monkeypatch, own_attention):
+    if own_attention and own_kernels.load() is not None:
+        pytest.skip(f"our kernels cannot run here: {own_kernels.load()}")
+    if not own_attention:  # as on a machine without our kernels, or a head or dtype they do not take
+        monkeypatch.setattr(decode_graph, "ATTENTION_DTYPES", ())
+
+    def greedy_tokens(engine) -> list[int]:
+        engine.add_request("a", list(range(200, 230)), SamplingParams(max_tokens=10, temperature=0))
+        tokens = []
+        while engine.has_work():
+            tokens += [output.token_id for output in engine.step()]
+        return tokens
+
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
+    fused = models.engine(models.tiny_model("llama").float())
+
+    assert compiled.runner.graph.module.own_attention is own_attention
+    assert greedy_tokens(compiled) == greedy_tokens(fused)
+    assert compiled.runner.graph.num_steps == 9 and compiled.runner.graph.num_fallbacks == 0
+
+
 def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_ways(monkeypatch):
     compile_may_start = threading.Event()
     warm = decode_graph.DecodeGraph.warm
