@@ -67,6 +67,13 @@ def test_large_scores_do_not_overflow():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_a_position_missing_for_a_row_is_refused_with_a_clear_error():
+    queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
+
+    with pytest.raises(RuntimeError, match="one position a row"):
+        torch.ops.chatapp.decode_attention(queries, keys, values, positions[:1], key, value, 0.125)
+
+
 def test_a_cache_of_another_precision_than_the_queries_is_refused_with_a_clear_error():
     queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3])
 

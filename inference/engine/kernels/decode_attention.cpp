@@ -129,6 +129,8 @@ at::Tensor decode_attention(const at::Tensor& queries_in, const at::Tensor& keys
     TORCH_CHECK(cached->stride(3) == 1 && (cached->size(2) <= 1 || cached->stride(2) == dim),
                 "decode_attention: each cached key's dims must be contiguous, one key after another");
   TORCH_CHECK(key.stride(2) == 1 && value.stride(2) == 1, "decode_attention: the step's key's dims must be contiguous");
+  TORCH_CHECK(positions_in.dim() == 1 && positions_in.size(0) == keys.size(0),
+              "decode_attention: one position a row");
   const at::ScalarType cache = keys.scalar_type(), query = queries_in.scalar_type();
   TORCH_CHECK(values.scalar_type() == cache && key.scalar_type() == cache && value.scalar_type() == cache,
               "decode_attention: keys, values and the step's own in one dtype");
