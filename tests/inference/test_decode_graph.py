@@ -92,18 +92,20 @@ def test_a_model_other_than_a_plain_llama_is_not_compiled_under_auto():
     assert runner.graph is None and runner.fused is None
 
 
+def greedy_tokens(engine, prompt: list[int], max_tokens: int) -> list[int]:
+    """The tokens of one greedy answer to `prompt`, the engine stepped until it is done."""
+    engine.add_request("greedy", prompt, SamplingParams(max_tokens=max_tokens, temperature=0))
+    tokens = []
+    while engine.has_work():
+        tokens += [output.token_id for output in engine.step()]
+    return tokens
+
+
 @pytest.mark.parametrize("layout", [
     MatrixLayout.PLAIN,
     pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1)),
                                                             reason="our own kernel cannot run here"))])
 def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does(layout):
-    def greedy_tokens(engine) -> list[int]:
-        engine.add_request("f", list(range(100, 140)), SamplingParams(max_tokens=12, temperature=0))
-        tokens = []
-        while engine.has_work():
-            tokens += [output.token_id for output in engine.step()]
-        return tokens
-
     compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON, matrices=layout)
     fused = models.engine(models.tiny_model("llama").float(), matrices=layout)
 
@@ -112,7 +114,7 @@ def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_
     weights = [getattr(layer, name) for layer in graph.layers for name in forward.layers[0].MATRICES]
     assert all(weight is decode_graph._weight(matrix)  # no second copy of the weights
                for weight, matrix in zip(weights + [graph.head], matrices + [forward.lm_head], strict=True))
-    assert greedy_tokens(compiled) == greedy_tokens(fused)
+    assert greedy_tokens(compiled, list(range(100, 140)), 12) == greedy_tokens(fused, list(range(100, 140)), 12)
     assert compiled.runner.graph.num_steps == 11 and compiled.runner.graph.num_fallbacks == 0
 
 
@@ -123,18 +125,11 @@ def test_the_graphs_attention_either_way_answers_as_the_fused_forward_does(monke
     if not own_attention:  # as on a machine without our kernels, or a head or dtype they do not take
         monkeypatch.setattr(decode_graph, "ATTENTION_DTYPES", ())
 
-    def greedy_tokens(engine) -> list[int]:
-        engine.add_request("a", list(range(200, 230)), SamplingParams(max_tokens=10, temperature=0))
-        tokens = []
-        while engine.has_work():
-            tokens += [output.token_id for output in engine.step()]
-        return tokens
-
     compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
     fused = models.engine(models.tiny_model("llama").float())
 
     assert compiled.runner.graph.module.own_attention is own_attention
-    assert greedy_tokens(compiled) == greedy_tokens(fused)
+    assert greedy_tokens(compiled, list(range(200, 230)), 10) == greedy_tokens(fused, list(range(200, 230)), 10)
     assert compiled.runner.graph.num_steps == 9 and compiled.runner.graph.num_fallbacks == 0
 
 
