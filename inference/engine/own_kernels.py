@@ -55,8 +55,9 @@ INSTRUCTION_SETS = (
 CPU_COMPILERS = ("g++", "c++", "clang++")
 
 _lock = threading.Lock()
-_why_not: list[str | None] = []  # empty until the first load; then [None] or [the reason]
-_loaded: list[InstructionSet] = []  # the set the loaded library was built for
+# Empty until the first load; then the instruction set the loaded library was built for, or why
+# there is none.
+_outcome: list[InstructionSet | str] = []
 
 
 def cpu_compiler() -> str | None:
@@ -70,23 +71,24 @@ def load(cache_dir: Path | None = None) -> str | None:
     returns why they cannot be, or None. The outcome holds for the process: the first call
     decides."""
     with _lock:
-        if not _why_not:
-            _why_not.append(_load(cache_dir))
-            if _why_not[0]:
-                logger.info("our own kernels: not used (%s)", _why_not[0])
-        return _why_not[0]
+        if not _outcome:
+            _outcome.append(_load(cache_dir))
+            if isinstance(_outcome[0], str):
+                logger.info("our own kernels: not used (%s)", _outcome[0])
+        return _outcome[0] if isinstance(_outcome[0], str) else None
 
 
 def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
     """What dot_rows multiplies on this machine (loading it the first time); none if it cannot."""
-    return () if load(cache_dir) else _loaded[0].dtypes
+    return () if load(cache_dir) else _outcome[0].dtypes
 
 
 def instruction_set(flags: frozenset[str]) -> InstructionSet | None:
     return next((each for each in INSTRUCTION_SETS if each.cpu_flags <= flags), None)
 
 
-def _load(cache_dir: Path | None) -> str | None:
+def _load(cache_dir: Path | None) -> InstructionSet | str:
+    """The instruction set of the library built (or found) and loaded, or why it is not."""
     instructions = instruction_set(cpu_flags())
     if instructions is None:
         return f"this CPU lacks {', '.join(sorted(INSTRUCTION_SETS[-1].cpu_flags - cpu_flags()))}"
@@ -107,8 +109,7 @@ def _load(cache_dir: Path | None) -> str | None:
         return f"it did not build or load: {error}"
     torch.library.register_fake("chatapp::dot_rows")(_shape)
     torch.library.register_fake("chatapp::decode_attention")(_attention_shape)
-    _loaded.append(instructions)
-    return None
+    return instructions
 
 
 def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path:
