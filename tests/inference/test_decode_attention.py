@@ -47,6 +47,34 @@ def test_each_row_attends_to_the_keys_before_its_position_and_its_own(dtype, dim
     torch.testing.assert_close(attended.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("positions", "group"), [
+    ([1000], 3),  # a lone stream's long context: its keys split into stretches among the threads
+    ([0, 700, 3], 1),  # rows of very different lengths, one query a key head
+    ([40] * 20, 8),  # more rows than threads, a wide group
+])
+def test_long_and_uneven_contexts_attend_as_one_softmax(dtype, positions, group):
+    step = a_cache_and_a_step(dtype, 128, positions=positions, length=max(positions), group=group)
+
+    attended = torch.ops.chatapp.decode_attention(*step, 0.088)
+
+    expected = softmax_attention(*step, 0.088)
+    torch.testing.assert_close(attended.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_answer_does_not_depend_on_the_threads_sharing_it(threads):
+    step = a_cache_and_a_step(torch.float32, 64, positions=[900, 5], length=900)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        attended = torch.ops.chatapp.decode_attention(*step, 0.125)
+    finally:
+        torch.set_num_threads(before)
+
+    torch.testing.assert_close(attended.double(), softmax_attention(*step, 0.125), rtol=1e-5, atol=1e-5)
+
+
 def test_keys_beyond_a_rows_position_are_not_read():
     queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[5, 9])
     keys[0, :, 5:] = float("nan")  # what a row must not see
