@@ -201,3 +201,26 @@ def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_po
     assert kind([0], 3) == StepKind(rows=1, graph_rows=1, context=64)  # at least one cache block
     assert kind([0, 2], 100) == StepKind(rows=2, graph_rows=3, context=128)
     assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, graph_rows=4, context=1024)
+
+
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here")
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here")
+def test_two_compiled_models_in_one_process_each_run_their_own_graph():
+    """Graphs are kept on the code torch.compile traced; the second model's (its matrices in
+    another layout, other weights) must not run the first's."""
+    def model(sign: float) -> torch.nn.Module:
+        tiny = models.tiny_model("llama").float()
+        with torch.no_grad():
+            for weight in tiny.parameters():
+                weight.mul_(sign)
+        return tiny
+
+    prompt = list(range(300, 330))
+    models_and_layouts = ((1.0, MatrixLayout.PLAIN), (-1.5, MatrixLayout.DOT))
+
+    answers = [greedy_tokens(models.engine(model(sign), compile_mode=CompileMode.ON, matrices=layout), prompt, 8)
+               for sign, layout in models_and_layouts]
+
+    assert answers == [greedy_tokens(models.engine(model(sign), matrices=layout), prompt, 8)
+                       for sign, layout in models_and_layouts]
+    assert answers[0] != answers[1]
