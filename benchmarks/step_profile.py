@@ -45,7 +45,7 @@ from .machine_load import ForeignLoad
 # Operators that multiply by a weight matrix: torch's product (plain layout, both precisions)
 # oneDNN's (packed layout) and our own (own_kernels.py).
 PRODUCTS = frozenset({"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "chatapp::dot_rows"})
-ATTENTION = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu",
+ATTENTION = frozenset({"chatapp::decode_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
                        "aten::_scaled_dot_product_attention_math",
                        "aten::_scaled_dot_product_efficient_attention",
                        "aten::_scaled_dot_product_flash_attention"})
@@ -72,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if args.child:
         print(json.dumps(_measure(args)))
         return 0
-    runs = [("baseline", args.baseline, "off")] if args.baseline else []
-    runs += [(f"this tree, compile {mode}", None, mode) for mode in args.compile.split(",")]
+    modes = args.compile.split(",")
+    runs = [(f"baseline, compile {mode}", args.baseline, mode) for mode in modes] if args.baseline else []
+    runs += [(f"this tree, compile {mode}", None, mode) for mode in modes]
     results = [_child(args, dtype, code, tree, mode) for dtype in args.dtypes.split(",")
                for code, tree, mode in runs]
     bandwidth = roofline.bandwidth(threads=2)
