@@ -68,10 +68,6 @@ class CompileMode(StrEnum):
     OFF = "off"  # the fused forward alone
 
 
-# What our own attention kernel reads (kernels/decode_attention.cpp: kMostDim); other heads and
-# dtypes (float64 in tests, float16) go through products and sums.
-ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
-ATTENTION_MOST_DIM = 256
 # torch.compile's message when a step would compile again under set_stance("fail_on_recompile"):
 # a plain RuntimeError, told from others by its words.
 RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
@@ -98,8 +94,7 @@ class _Step(nn.Module):
         super().__init__()
         self.layout = fused.layout
         # Our own attention kernel where it runs (own_kernels.py), else products and sums.
-        self.own_attention = (fused.norm.device.type == "cpu" and fused.norm.dtype in ATTENTION_DTYPES
-                              and fused.head_dim <= ATTENTION_MOST_DIM and own_kernels.load(cache_dir) is None)
+        self.own_attention = own_kernels.attends(fused.norm.device, fused.norm.dtype, fused.head_dim, cache_dir)
         # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
         # they become the graph's constants, the same tensors, not copies.
         self.register_buffer("embedding", fused.embedding)

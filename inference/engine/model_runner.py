@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from . import fused_llama, heap
+from . import fused_llama, heap, own_kernels
 from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
 from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .door import GraphState
@@ -33,6 +33,10 @@ class ModelRunner:
                  compile_mode: CompileMode = CompileMode.OFF, cache_dir: Path | None = None):
         self.model = model
         self.kv_cache = kv_cache
+        # Decode tokens attend through our own kernel where it takes the cache's heads (a CPU,
+        # float32 or bfloat16), else through torch's attention (attention.py).
+        shape = kv_cache.shape
+        self.own_attention = own_kernels.attends(shape.device, shape.dtype, shape.head_dim, cache_dir)
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
         compiling = self._can_compile(model, compile_mode)
@@ -166,7 +170,7 @@ class ModelRunner:
                     "compiled step" if trial.winner is StepPath.GRAPH else "fused forward")
 
     def _layout(self, chunks: list[ScheduledChunk], num_tokens: int) -> StepLayout:
-        layout = StepLayout(self.kv_cache, num_tokens)
+        layout = StepLayout(self.kv_cache, num_tokens, own_attention=self.own_attention)
         decodes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, length)
         first = 0
         for chunk in chunks:

@@ -51,6 +51,10 @@ INSTRUCTION_SETS = (
     InstructionSet(frozenset({"avx512f", "fma"}), (*_AVX2, "-mavx512f"), (torch.float32,)),
     InstructionSet(frozenset({"avx2", "fma"}), _AVX2, (torch.float32,)),
 )
+# What decode_attention takes (kernels/decode_attention.cpp: kMostDim); other heads and dtypes
+# (float64 in tests, float16) go to torch's attention or products and sums.
+ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
+ATTENTION_MOST_DIM = 256
 # C++ compilers torch.compile (inductor) may call on a CPU, in its order, unless CXX names one.
 CPU_COMPILERS = ("g++", "c++", "clang++")
 
@@ -81,6 +85,13 @@ def load(cache_dir: Path | None = None) -> str | None:
 def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
     """What dot_rows multiplies on this machine (loading it the first time); none if it cannot."""
     return () if load(cache_dir) else _outcome[0].dtypes
+
+
+def attends(device: torch.device, dtype: torch.dtype, head_dim: int, cache_dir: Path | None = None) -> bool:
+    """Whether decode_attention serves heads of this size and dtype here (loading the library
+    the first time)."""
+    return (device.type == "cpu" and dtype in ATTENTION_DTYPES and head_dim <= ATTENTION_MOST_DIM
+            and load(cache_dir) is None)
 
 
 def instruction_set(flags: frozenset[str]) -> InstructionSet | None:

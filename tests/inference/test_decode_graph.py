@@ -123,7 +123,7 @@ def test_the_graphs_attention_either_way_answers_as_the_fused_forward_does(monke
     if own_attention and own_kernels.load() is not None:
         pytest.skip(f"our kernels cannot run here: {own_kernels.load()}")
     if not own_attention:  # as on a machine without our kernels, or a head or dtype they do not take
-        monkeypatch.setattr(decode_graph, "ATTENTION_DTYPES", ())
+        monkeypatch.setattr(own_kernels, "ATTENTION_DTYPES", ())
 
     compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
     fused = models.engine(models.tiny_model("llama").float())

@@ -39,6 +39,31 @@ def test_every_logit_of_packed_prompt_chunks_and_decodes_equals_transformers_for
     assert len(fed) == 4 * 6
 
 
+@pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
+                    reason=f"our decode attention cannot run here: {own_kernels.load()}")
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_in_float32_decode_tokens_of_several_groups_attend_through_our_kernel_as_transformers_does(architecture):
+    model = models.tiny_model(architecture).float()
+    reference = models.copy_of(model)
+    engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16, cache_group_size=2)
+    assert engine.runner.own_attention
+    rng = random.Random(4)
+    for request_id, length in [("a", 5), ("b", 40), ("c", 1), ("d", 23)]:
+        engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(length)],
+                           SamplingParams(max_tokens=6))
+    fed = models.record_logits(engine)
+    groups = set()
+    while engine.has_work():
+        engine.step()
+        groups.add(sum(group is not None for group in engine.kv_cache.groups))
+
+    for tokens, row in fed:
+        with torch.inference_mode():
+            expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
+        torch.testing.assert_close(row, expected, rtol=1e-4, atol=1e-4)
+    assert len(fed) == 4 * 6 and max(groups) >= 2
+
+
 def test_fusing_the_projections_keeps_one_copy_of_each_weight_the_tied_embedding_included():
     model = models.tiny_model("llama")
     before = sum(parameter.numel() for parameter in model.parameters())
