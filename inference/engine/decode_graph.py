@@ -1,4 +1,4 @@
-"""The decode step of one cache group as one compiled graph: the host's per-operation work gone.
+"""A decode step as one compiled graph: the host's per-operation work gone.
 
 A decode step at one stream runs about 1,400 small torch operations around its 121 weight
 products (norms, rotary, slices, residuals, attention's bookkeeping); on a CPU each costs
@@ -9,17 +9,24 @@ code on the fused forward's own matrices (oneDNN's packed ones where matrices.py
 given to inductor as constants by its "freezing", which is what lets it call oneDNN's kernels).
 
 The graph only reads the cache. Each layer's new key and value join attention as one more
-score in the softmax over the cached keys (attention is written out as products and sums, which
-inductor fuses into loops over the cache: `_Step._attend`), and the runner stores every layer's
-new keys and values in one indexed write after the call. A mutated input would cost a copy of
-the whole cache per step under torch.compile's functional graphs; a read-only one costs nothing,
-and its shapes may move freely.
+score in the softmax over the cached keys, and the runner stores every layer's new keys and
+values in one indexed write after the call. A mutated input would cost a copy of the whole cache
+per step under torch.compile's functional graphs; a read-only one costs nothing, and its shapes
+may move freely.
 
-Shapes: the rows (from the first decoding row of the group to its last: rows between them that
-do not decode are padded, their results dropped), the cached length (rounded up to whole cache
-blocks, the rest masked) and the group's size are symbols, so the graph compiles once, at load,
-and not again while serving: a step shaped otherwise runs through the fused forward instead
-(set_stance("fail_on_recompile")), as do steps that feed a prompt or span several groups. A
+Attention, two ways (`_Step._attend`). Where our own kernel runs (own_kernels.py: a CPU, float32
+or bfloat16), the graph is given a table of where each decoding row's keys and values are
+(`_table`), so one step may take streams of any cache groups: from five streams on, every step
+spans several (the cache's groups hold four rows), and at four most did. Elsewhere (a GPU,
+float64) attention is written out as products and sums, which inductor fuses into loops over one
+group's cache: the graph takes steps of one group alone, its rows from the first decoding one to
+the last (rows between them that do not decode are padded, their results dropped), the cached
+length rounded up to whole cache blocks and masked.
+
+Shapes: the rows (and the cached length and the group's size where the graph reads one group)
+are symbols, so the graph compiles once, at load, and not again while serving: a step shaped
+otherwise runs through the fused forward instead (set_stance("fail_on_recompile")), as do steps
+that feed a prompt. A
 compile costs a minute or two of both cores on a small CPU, at every start where the matrices are
 oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with plain matrices
 it keeps what it compiled under the cache directory). Without a C++ compiler
@@ -115,10 +122,12 @@ class _Step(nn.Module):
         self.heads, self.kv_heads, self.head_dim = fused.heads, fused.kv_heads, fused.head_dim
         self.scaling = fused.scaling
 
-    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
-                values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """token_ids, positions [B]; keys, values [layers, B, kv_heads, length, dim], cached
-        before this step (a row's keys at and beyond its position are masked).
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor,
+                cache: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """token_ids, positions [B]; the keys and values cached before this step: with our own
+        attention, (table,), where each row's are (decode_attention_rows' table [B, 5]: the rows
+        may lie in different cache groups); else (keys, values), [layers, B, kv_heads, length,
+        dim] each (a row's keys at and beyond its position are masked).
 
         Returns the logits [B, vocab] and the step's keys and values [layers, B, kv_heads, dim].
         """
@@ -126,7 +135,7 @@ class _Step(nn.Module):
         group = heads // kv_heads
         hidden = F.embedding(token_ids, self.embedding)
         cos, sin = self.cos[positions], self.sin[positions]
-        mask = None if self.own_attention else _mask(positions, keys.shape[3], hidden.dtype)
+        mask = None if self.own_attention else _mask(positions, cache[0].shape[3], hidden.dtype)
         new_keys, new_values = [], []
         for index, layer in enumerate(self.layers):
             qkv = self._product(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
@@ -135,7 +144,7 @@ class _Step(nn.Module):
             key, value = rotated[:, heads:], qkv[:, heads + kv_heads :]
             new_keys.append(key)
             new_values.append(value)
-            attended = self._attend(queries, keys[index], values[index], positions, mask, key, value)
+            attended = self._attend(index, queries, cache, positions, mask, key, value)
             hidden = hidden + self._product(attended.reshape(count, heads * dim), layer.output)
             gate, up = self._product(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + self._product(F.silu(gate) * up, layer.down)
@@ -151,10 +160,9 @@ class _Step(nn.Module):
             return torch.ops.chatapp.dot_rows(rows, matrix)
         return rows @ matrix
 
-    def _attend(self, queries, keys, values, positions, mask, key, value) -> torch.Tensor:
-        """queries [B, kv_heads, group, dim] over the cached keys [B, kv_heads, length, dim] (a
-        row's first `positions` of them) and the step's own key, in float32 at least (float64
-        stays float64).
+    def _attend(self, layer: int, queries, cache, positions, mask, key, value) -> torch.Tensor:
+        """queries [B, kv_heads, group, dim] over a layer's cached keys (a row's first `positions`
+        of them) and the step's own key, in float32 at least (float64 stays float64).
 
         Our own kernel where it runs (kernels/decode_attention.cpp): inductor's loops for the
         products and sums below took about 24 ns per key and query head, one thread (BENCHMARKS.md).
@@ -166,7 +174,9 @@ class _Step(nn.Module):
         100-token contexts, 22% and 19% over 1,000 (BENCHMARKS.md).
         """
         if self.own_attention:
-            return torch.ops.chatapp.decode_attention(queries, keys, values, positions, key, value, self.scaling)
+            table, = cache
+            return torch.ops.chatapp.decode_attention_rows(queries, table, layer, positions, key, value, self.scaling)
+        keys, values = cache[0][layer], cache[1][layer]
         wide = torch.promote_types(queries.dtype, torch.float32)
         scaled = queries.to(wide) * self.scaling
         # [B, kv_heads, group, length]
@@ -217,13 +227,14 @@ class DecodeGraph:
     def warm(self) -> float:
         """Compiles the graph on a scratch group shaped as the cache's; returns the seconds it took.
 
-        The call goes the way a served step goes (`_call`), so the graph's guards (dtypes, strides,
-        inference mode) hold for the steps to come: more rows and capacity than it reads, past the
-        first row, so that no size or stride of the scratch group equals another by chance.
+        The call goes the way a served step goes (`_call_rows`, `_call_group`), so the graph's
+        guards (dtypes, strides, inference mode) hold for the steps to come: more rows and capacity
+        than it reads, past the first row, so that no size or stride of the scratch group equals
+        another by chance.
         """
         started = time.perf_counter()
         shape = self.kv_cache.shape
-        count = 2  # any: the rows' count is unbacked (`_call`), so no count is compiled for
+        count = 2  # any: the rows' count is unbacked (`_call_rows`), so no count is compiled for
         size = (shape.num_layers, count + 2, shape.num_kv_heads, 3 * BLOCK_TOKENS, shape.head_dim)
         keys = torch.zeros(size, dtype=shape.dtype, device=self.device)
         values = torch.zeros_like(keys)
@@ -239,30 +250,55 @@ class DecodeGraph:
                                      "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS})):
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
-            self._call(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
+            if self.module.own_attention:
+                self._call_rows(token_ids, positions, _table([(keys, values, range(1, count + 1))]))
+            else:
+                self._call_group(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
         return time.perf_counter() - started
 
-    @staticmethod
-    def takes(step: StepLayout, num_sampled: int) -> GroupDecode | None:
-        """The step's one decode when the graph can run it: one group's tokens, no prompt, every
-        token sampled."""
-        if step.prompts or len(step.decodes) != 1:
+    def takes(self, step: StepLayout, num_sampled: int) -> list[GroupDecode] | None:
+        """The step's decodes when the graph can run it: no prompt, every token sampled, and the
+        tokens of one cache group unless our attention reads each row where it is."""
+        if step.prompts or not step.decodes or num_sampled != step.num_tokens:
             return None
-        decode = step.decodes[0]
-        if decode.count != step.num_tokens or num_sampled != decode.count:
+        if len(step.decodes) > 1 and not self.module.own_attention:
             return None
-        return decode
+        return step.decodes
 
-    def kind(self, decode: GroupDecode) -> StepKind:
-        """The kind of step a decode is, as the trials tell steps apart (step_trial.py)."""
-        context = max(BLOCK_TOKENS, 1 << (decode.length - 1).bit_length())
-        return StepKind(decode.count, decode.span, context)
+    def kind(self, decodes: list[GroupDecode]) -> StepKind:
+        """The kind of step, as the trials tell steps apart (step_trial.py)."""
+        rows = sum(decode.count for decode in decodes)
+        length = max(decode.length for decode in decodes)
+        context = max(BLOCK_TOKENS, 1 << (length - 1).bit_length())
+        # With our attention the graph computes the decoding rows alone; else every row of the
+        # group from its first decoding one to its last.
+        return StepKind(rows, rows if self.module.own_attention else decodes[0].span, context)
 
-    def run(self, token_ids: torch.Tensor, decode: GroupDecode) -> torch.Tensor | None:
-        """The step's logits [count, vocab] with the cache written, or None (nothing done) when
+    def run(self, token_ids: torch.Tensor, decodes: list[GroupDecode]) -> torch.Tensor | None:
+        """The step's logits [tokens, vocab] with the cache written, or None (nothing done) when
         this step's shapes were not compiled."""
+        if self.module.own_attention:
+            return self._run_rows(token_ids, decodes)
+        return self._run_group(token_ids, decodes[0])
+
+    def _run_rows(self, token_ids: torch.Tensor, decodes: list[GroupDecode]) -> torch.Tensor | None:
+        """Our attention's way: the decoding rows alone, wherever they are, through the table."""
+        decodes = sorted(decodes, key=lambda decode: decode.first_token)  # the tokens' order
+        positions = torch.cat([decode.positions for decode in decodes])
+        rows = [(*self.kv_cache.tensors(decode.group), decode.rows.tolist()) for decode in decodes]
+        outcome = self._guarded(self._call_rows, token_ids, positions, _table(rows))
+        if outcome is None:
+            return None
+        logits, new_keys, new_values = outcome
+        for decode in decodes:
+            tokens = slice(decode.first_token, decode.first_token + decode.count)
+            self._store(decode, new_keys[:, tokens], new_values[:, tokens])
+        self.num_steps += 1
+        return logits
+
+    def _run_group(self, token_ids: torch.Tensor, decode: GroupDecode) -> torch.Tensor | None:
+        """Products and sums' way: one group's rows, from its first decoding one to its last."""
         keys, values = self.kv_cache.tensors(decode.group)
-        # The rows the graph reads: the decoding ones and those between them.
         span, first_row = decode.span, decode.first_row
         places = decode.rows - first_row  # each token's row among them
         padded = span != decode.count
@@ -271,10 +307,22 @@ class DecodeGraph:
             positions = decode.positions.new_ones(span).index_copy_(0, places, decode.positions)
         else:
             positions = decode.positions
+        outcome = self._guarded(self._call_group, token_ids, positions, keys, values, first_row, decode.length - 1)
+        if outcome is None:
+            return None
+        logits, new_keys, new_values = outcome
+        if padded:
+            logits = logits.index_select(0, places)
+            new_keys, new_values = new_keys.index_select(1, places), new_values.index_select(1, places)
+        self._store(decode, new_keys, new_values)
+        self.num_steps += 1
+        return logits
+
+    def _guarded(self, call, *args):
+        """The call's outcome, or None when its shapes were not compiled."""
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
-                logits, new_keys, new_values = self._call(
-                    token_ids, positions, keys, values, first_row, decode.length - 1)
+                return call(*args)
         except RuntimeError as error:
             if not str(error).startswith(RECOMPILE_REFUSED):
                 raise
@@ -282,17 +330,22 @@ class DecodeGraph:
                 logger.warning("a decode step ran through the fused forward: %s", error)
             self.num_fallbacks += 1
             return None
-        if padded:
-            logits = logits.index_select(0, places)
-            new_keys, new_values = new_keys.index_select(1, places), new_values.index_select(1, places)
+
+    def _store(self, decode: GroupDecode, new_keys: torch.Tensor, new_values: torch.Tensor) -> None:
+        """A group's decode tokens' keys and values [layers, count, kv_heads, dim] into its cache."""
+        keys, values = self.kv_cache.tensors(decode.group)
         # [rows, capacity, layers, kv_heads, dim]: (row, position) picks one token's every layer.
         at = (decode.rows, decode.positions)
         keys.permute(1, 3, 0, 2, 4).index_put_(at, new_keys.transpose(0, 1))
         values.permute(1, 3, 0, 2, 4).index_put_(at, new_values.transpose(0, 1))
-        self.num_steps += 1
-        return logits
 
-    def _call(self, token_ids, positions, keys, values, first_row: int, longest: int):
+    def _call_rows(self, token_ids, positions, table):
+        """The graph over rows found through decode_attention_rows' table."""
+        for tensor in (token_ids, positions, table):
+            mark_unbacked(tensor, 0, shape_id="rows")
+        return self.compiled(token_ids, positions, (table,))
+
+    def _call_group(self, token_ids, positions, keys, values, first_row: int, longest: int):
         """The graph over rows first_row.. of a group's keys and values; `longest`: the most keys
         any of those rows holds before this step."""
         # Cached keys up to the longest row's, in whole blocks (the shapes change once a block),
@@ -312,7 +365,20 @@ class DecodeGraph:
         # 27-31% over 1,000, four streams 6-7% and 21-24% (BENCHMARKS.md).
         for tensor, dim in ((token_ids, 0), (positions, 0), (keys, 1), (values, 1)):
             mark_unbacked(tensor, dim, shape_id="rows")
-        return self.compiled(token_ids, positions, keys, values)
+        return self.compiled(token_ids, positions, (keys, values))
+
+
+def _table(rows) -> torch.Tensor:
+    """decode_attention_rows' table for rows of cache groups, in order: for (keys, values, row
+    numbers) of each group ([layers, rows, kv_heads, capacity, dim] each, the same strides), each
+    row's keys' and values' addresses at layer 0, key head 0, the elements from a layer to the
+    next and from a key head to the next, and its capacity."""
+    entries = []
+    for keys, values, numbers in rows:
+        row_bytes = keys.stride(1) * keys.element_size()
+        entries += [[keys.data_ptr() + row * row_bytes, values.data_ptr() + row * row_bytes, keys.stride(0),
+                     keys.stride(2), keys.shape[3]] for row in numbers]
+    return torch.tensor(entries, dtype=torch.long)
 
 
 def _copy(function: types.FunctionType) -> types.FunctionType:

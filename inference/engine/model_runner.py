@@ -129,15 +129,15 @@ class ModelRunner:
         trial of this kind of step lasts, every other such step through the fused forward, each
         timed; after it, the way it found faster), else uncompiled."""
         graph, trials = self.graph, self.trials
-        decode = None if graph is None else graph.takes(layout, num_sampled)
-        if decode is None:
+        decodes = None if graph is None else graph.takes(layout, num_sampled)
+        if decodes is None:
             return self._uncompiled(inputs, at, keep, layout)
-        kind = graph.kind(decode) if trials is not None else None
+        kind = graph.kind(decodes) if trials is not None else None
         trial = trials.of(kind) if kind is not None else None
         path = trial.next_path() if trial is not None else StepPath.GRAPH
         timing = trial is not None and trial.winner is None
         started = self._finished_at() if timing else 0.0
-        logits = graph.run(inputs, decode) if path is StepPath.GRAPH else None
+        logits = graph.run(inputs, decodes) if path is StepPath.GRAPH else None
         if logits is None:
             logits = self._uncompiled(inputs, at, keep, layout)
             if path is StepPath.GRAPH:  # shapes the graph was not compiled for: counts for neither way

@@ -1,6 +1,7 @@
 """Our own CPU kernels, one library of torch operators: `chatapp::dot_rows`, the product of a
-few rows by a weight matrix (kernels/dot_rows.cpp), and `chatapp::decode_attention`, a decode
-step's attention over the cache (kernels/decode_attention.cpp).
+few rows by a weight matrix (kernels/dot_rows.cpp), and `chatapp::decode_attention` and
+`decode_attention_rows`, a decode step's attention over the cache, its rows in one tensor or
+found through a table (kernels/decode_attention.cpp).
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
 this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
@@ -120,6 +121,7 @@ def _load(cache_dir: Path | None) -> InstructionSet | str:
         return f"it did not build or load: {error}"
     torch.library.register_fake("chatapp::dot_rows")(_shape)
     torch.library.register_fake("chatapp::decode_attention")(_attention_shape)
+    torch.library.register_fake("chatapp::decode_attention_rows")(_attention_shape)
     return instructions
 
 
@@ -152,5 +154,5 @@ def _shape(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return rows.new_empty((rows.shape[0], weight.shape[0]))
 
 
-def _attention_shape(queries, keys, values, positions, key, value, scaling) -> torch.Tensor:
+def _attention_shape(queries, *_) -> torch.Tensor:
     return torch.empty_like(queries, memory_format=torch.contiguous_format)

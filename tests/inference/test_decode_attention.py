@@ -75,6 +75,45 @@ def test_the_answer_does_not_depend_on_the_threads_sharing_it(threads):
     torch.testing.assert_close(attended.double(), softmax_attention(*step, 0.125), rtol=1e-5, atol=1e-5)
 
 
+def rows_table(caches, layer_stride, head_stride, capacity):
+    """decode_attention_rows' table for rows at (cache, row): their keys' and values' addresses
+    at layer 0, key head 0."""
+    return torch.tensor([[keys[row].data_ptr(), values[row].data_ptr(), layer_stride, head_stride, capacity]
+                         for keys, values, row in caches], dtype=torch.long)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rows_found_through_a_table_in_different_tensors_attend_as_each_alone(dtype):
+    """Streams in different cache groups ([layers, rows, kv_heads, capacity, dim] each, their
+    capacities different), one call for a layer of all of them."""
+    layers, kv_heads, group, dim = 3, 3, 3, 64
+    small = torch.randn(2, layers, 2, kv_heads, 64, dim, dtype=dtype)
+    large = torch.randn(2, layers, 4, kv_heads, 640, dim, dtype=dtype)
+    rows = [(small, 1, 20), (large, 0, 600), (large, 3, 0), (small, 0, 63)]  # (group, row, position)
+    queries = torch.randn(len(rows), kv_heads, group, dim, dtype=dtype) * 3
+    key, value = torch.randn(len(rows), kv_heads, dim, dtype=dtype), torch.randn(len(rows), kv_heads, dim, dtype=dtype)
+    positions = torch.tensor([position for _, _, position in rows])
+    layer = 2
+
+    table = torch.cat([rows_table([(cache[0, 0], cache[1, 0], row)], cache[0].stride(0), cache[0].stride(2),
+                                  cache.shape[4]) for cache, row, _ in rows])
+    attended = torch.ops.chatapp.decode_attention_rows(queries, table, layer, positions, key, value, 0.125)
+
+    for index, (cache, row, position) in enumerate(rows):
+        one = (queries[index : index + 1], cache[0, layer, row : row + 1], cache[1, layer, row : row + 1],
+               positions[index : index + 1], key[index : index + 1], value[index : index + 1])
+        torch.testing.assert_close(attended[index : index + 1].double(), softmax_attention(*one, 0.125),
+                                   rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
+def test_a_table_of_another_shape_is_refused_with_a_clear_error():
+    queries, _, _, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
+
+    with pytest.raises(RuntimeError, match="a table of 5 int64 a row"):
+        torch.ops.chatapp.decode_attention_rows(queries, torch.zeros(2, 4, dtype=torch.long), 0, positions, key,
+                                                value, 0.125)
+
+
 def test_keys_beyond_a_rows_position_are_not_read():
     queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[5, 9])
     keys[0, :, 5:] = float("nan")  # what a row must not see

@@ -56,19 +56,46 @@ def test_every_logit_of_a_compiled_decode_step_equals_transformers_forward_alone
     assert engine.runner.graph.num_fallbacks == 0
 
 
+@pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
+                    reason=f"our decode attention cannot run here: {own_kernels.load()}")
+def test_with_our_attention_a_step_over_several_cache_groups_runs_compiled_and_answers_as_transformers():
+    model = models.tiny_model("llama").float()
+    reference = models.copy_of(model)
+    engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16, cache_group_size=2,
+                           compile_mode=CompileMode.ON)
+    graph = engine.runner.graph
+    assert graph.module.own_attention
+    rng = random.Random(6)
+    for request_id, length in [("a", 9), ("b", 50), ("c", 3), ("d", 30)]:
+        engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(length)], SamplingParams(max_tokens=8))
+    fed = models.record_logits(engine)
+    steps_over_groups = 0
+    while engine.has_work():
+        ran = graph.num_steps
+        groups = {sequence.slot.group for sequence in engine.scheduler.running if not sequence.is_prefilling}
+        engine.step()
+        steps_over_groups += graph.num_steps > ran and len(groups) > 1
+
+    for tokens, row in fed:
+        with torch.inference_mode():
+            expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
+        torch.testing.assert_close(row, expected, rtol=1e-4, atol=1e-4)
+    assert len(fed) == 4 * 8 and steps_over_groups > 0 and graph.num_fallbacks == 0
+
+
 def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the_fused_forward(compiled):
     engine, _ = compiled
     engine.add_request("e", [5, 6, 7, 8], SamplingParams(max_tokens=3))
     engine.step()  # the prompt: not a decode step
     sequence = engine.scheduler.running[0]
     layout = engine.runner._layout(engine.scheduler.schedule(), 1)  # the next step, not run
-    decode = engine.runner.graph.takes(layout, 1)
-    assert decode is not None
-    keys, values = engine.kv_cache.tensors(decode.group)
+    decodes = engine.runner.graph.takes(layout, 1)
+    assert decodes is not None
+    keys, values = engine.kv_cache.tensors(decodes[0].group)
     before = keys.clone(), values.clone()
 
     # int32 token ids: a dtype no graph was compiled for, so torch.compile would compile again.
-    logits = engine.runner.graph.run(torch.tensor([sequence.output_token_ids[-1]], dtype=torch.int32), decode)
+    logits = engine.runner.graph.run(torch.tensor([sequence.output_token_ids[-1]], dtype=torch.int32), decodes)
 
     assert logits is None and engine.runner.graph.num_fallbacks == 1
     assert torch.equal(keys, before[0]) and torch.equal(values, before[1])
@@ -191,8 +218,8 @@ def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_po
 
     def kind(rows: list[int], length: int) -> StepKind:
         span = rows[-1] - rows[0] + 1
-        return graph.kind(GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
-                                      span, None, length, None))
+        return graph.kind([GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
+                                       span, None, length, None)])
 
     # A lone stream's step computes its own row alone; rows between decoding ones are computed too.
     assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, graph_rows=1, context=128)
@@ -203,7 +230,6 @@ def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_po
     assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, graph_rows=4, context=1024)
 
 
-@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here")
 @pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here")
 def test_two_compiled_models_in_one_process_each_run_their_own_graph():
     """Graphs are kept on the code torch.compile traced; the second model's (its matrices in

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -210,24 +211,34 @@ void merge(const Partial* partials, int64_t stretches, int64_t group, int64_t di
   for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<Q>(sums[i] / total);
 }
 
-template <int64_t Dim, typename T>
-void attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-            const at::Tensor& positions, const at::Tensor& key, const at::Tensor& value,
-            double scaling, at::Tensor& out) {
+// Where one row's cached keys and values are: key head h's keys from keys + h * keys_head, one
+// key after another (dim apart), `capacity` of them at most; values alike.
+template <typename T>
+struct RowCache {
+  const T *keys, *values;
+  int64_t keys_head, values_head, capacity;
+};
+
+// Rows: b -> RowCache<T>, row b's cache.
+template <int64_t Dim, typename T, typename Rows>
+void attend(const at::Tensor& queries, const Rows& rows_cache, const at::Tensor& positions, const at::Tensor& key,
+            const at::Tensor& value, double scaling, at::Tensor& out) {
   const int64_t rows = queries.size(0), kv_heads = queries.size(1), group = queries.size(2),
-                dim = Dim > 0 ? Dim : queries.size(3), length = keys.size(2);
+                dim = Dim > 0 ? Dim : queries.size(3);
   const T* q = queries.const_data_ptr<T>();
-  const T* k = keys.const_data_ptr<T>();
-  const T* v = values.const_data_ptr<T>();
   const T* own_k = key.const_data_ptr<T>();
   const T* own_v = value.const_data_ptr<T>();
   const int64_t* seen = positions.const_data_ptr<int64_t>();
   T* o = out.mutable_data_ptr<T>();
-  const int64_t kb = keys.stride(0), kh = keys.stride(1), vb = values.stride(0), vh = values.stride(1);
   const int64_t ob = key.stride(0), oh = key.stride(1), pb = value.stride(0), ph = value.stride(1);
-  auto count_of = [&](int64_t b) { return std::clamp<int64_t>(seen[b], 0, length); };
+  std::vector<RowCache<T>> caches(rows);
+  std::vector<int64_t> counts(rows);
   int64_t longest = 0;
-  for (int64_t b = 0; b < rows; ++b) longest = std::max(longest, count_of(b) + 1);
+  for (int64_t b = 0; b < rows; ++b) {
+    caches[b] = rows_cache(b);
+    counts[b] = std::clamp<int64_t>(seen[b], 0, caches[b].capacity);
+    longest = std::max(longest, counts[b] + 1);
+  }
   const int64_t heads = rows * kv_heads;
   const int64_t wanted = (kTasksPerThread * at::get_num_threads() + heads - 1) / heads;
   const int64_t stretches = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, longest / kLeastStretch));
@@ -239,10 +250,11 @@ void attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor&
     std::vector<float> query(group * dim), scores;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t head = task / stretches, s = task % stretches, b = head / kv_heads, h = head % kv_heads;
-      const int64_t count = count_of(b), each = (count + 1 + stretches - 1) / stretches;
-      const Stretch<T> at{k + b * kb + h * kh, v + b * vb + h * vh, own_k + b * ob + h * oh,
-                          own_v + b * pb + h * ph, count, std::min(count + 1, s * each),
-                          std::min(count + 1, (s + 1) * each)};
+      const RowCache<T>& cache = caches[b];
+      const int64_t count = counts[b], each = (count + 1 + stretches - 1) / stretches;
+      const Stretch<T> at{cache.keys + h * cache.keys_head, cache.values + h * cache.values_head,
+                          own_k + b * ob + h * oh, own_v + b * pb + h * ph, count,
+                          std::min(count + 1, s * each), std::min(count + 1, (s + 1) * each)};
       const T* from = q + head * group * dim;  // queries are contiguous: [B, kv_heads, group, dim]
       for (int64_t i = 0; i < group * dim; ++i) query[i] = static_cast<float>(from[i]) * static_cast<float>(scaling);
       scores.resize(group * (at.last - at.first));
@@ -255,47 +267,113 @@ void attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor&
       merge(partials.data() + query / group * step + query % group, stretches, group, dim, o + query * dim);
   });
 }
-template <typename T>
-void dispatch(int64_t dim, const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-              const at::Tensor& positions, const at::Tensor& key, const at::Tensor& value, double scaling,
-              at::Tensor& out) {
-  switch (dim) {  // the common head sizes, unrolled
-    case 64: return attend<64, T>(queries, keys, values, positions, key, value, scaling, out);
-    case 128: return attend<128, T>(queries, keys, values, positions, key, value, scaling, out);
-    default: return attend<0, T>(queries, keys, values, positions, key, value, scaling, out);
+
+// The head sizes most models have, their loops unrolled.
+template <typename T, typename Rows>
+void dispatch(int64_t dim, const at::Tensor& queries, const Rows& rows, const at::Tensor& positions,
+              const at::Tensor& key, const at::Tensor& value, double scaling, at::Tensor& out) {
+  switch (dim) {
+    case 64: return attend<64, T>(queries, rows, positions, key, value, scaling, out);
+    case 128: return attend<128, T>(queries, rows, positions, key, value, scaling, out);
+    default: return attend<0, T>(queries, rows, positions, key, value, scaling, out);
   }
+}
+
+// A [B, kv_heads, length, dim] view's rows.
+template <typename T>
+struct StridedRows {
+  const T *keys, *values;
+  int64_t keys_row, keys_head, values_row, values_head, length;
+  RowCache<T> operator()(int64_t b) const {
+    return {keys + b * keys_row, values + b * values_row, keys_head, values_head, length};
+  }
+};
+
+// decode_attention_rows' table: a row of kTableColumns int64 a query row (see there).
+constexpr int64_t kTableColumns = 5;
+
+template <typename T>
+struct TableRows {
+  const int64_t* table;
+  int64_t layer;
+  RowCache<T> operator()(int64_t b) const {
+    const int64_t* row = table + b * kTableColumns;
+    const int64_t at = layer * row[2];
+    return {reinterpret_cast<const T*>(static_cast<uintptr_t>(row[0])) + at,
+            reinterpret_cast<const T*>(static_cast<uintptr_t>(row[1])) + at, row[3], row[3], row[4]};
+  }
+};
+
+// What both operators check of the queries and the step's own keys and values; returns the
+// queries, contiguous.
+at::Tensor checked_queries(const char* name, const at::Tensor& queries, const at::Tensor& positions,
+                           const at::Tensor& key, const at::Tensor& value) {
+  TORCH_CHECK(queries.dim() == 4 && key.dim() == 3 && value.dim() == 3, name,
+              ": queries [B, kv_heads, group, dim], key and value [B, kv_heads, dim]");
+  const int64_t dim = queries.size(3);
+  TORCH_CHECK(dim <= kMostDim, name, ": at most ", kMostDim, " dims a head");
+  TORCH_CHECK(key.size(0) == queries.size(0) && key.size(1) == queries.size(1) && key.size(2) == dim &&
+                  value.sizes() == key.sizes(),
+              name, ": the step's key and value must be [B, kv_heads, dim]");
+  TORCH_CHECK(key.stride(2) == 1 && value.stride(2) == 1, name, ": the step's key's dims must be contiguous");
+  TORCH_CHECK(positions.dim() == 1 && positions.size(0) == queries.size(0), name, ": one position a row");
+  const at::ScalarType dtype = queries.scalar_type();
+  TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && key.scalar_type() == dtype &&
+                  value.scalar_type() == dtype,
+              name, ": float32 or bfloat16, the queries as the cache");
+  return queries.contiguous();
 }
 
 at::Tensor decode_attention(const at::Tensor& queries_in, const at::Tensor& keys, const at::Tensor& values,
                             const at::Tensor& positions_in, const at::Tensor& key, const at::Tensor& value,
                             double scaling) {
-  TORCH_CHECK(queries_in.dim() == 4 && keys.dim() == 4 && values.dim() == 4 && key.dim() == 3 && value.dim() == 3,
-              "decode_attention: queries [B, kv_heads, group, dim], keys and values [B, kv_heads, length, dim], "
-              "key and value [B, kv_heads, dim]");
-  const int64_t dim = queries_in.size(3);
-  TORCH_CHECK(dim <= kMostDim, "decode_attention: at most ", kMostDim, " dims a head");
-  TORCH_CHECK(keys.sizes() == values.sizes() && keys.size(0) == queries_in.size(0) &&
-                  keys.size(1) == queries_in.size(1) && keys.size(3) == dim,
+  TORCH_CHECK(keys.dim() == 4 && values.dim() == 4, "decode_attention: keys and values [B, kv_heads, length, dim]");
+  const at::Tensor queries = checked_queries("decode_attention", queries_in, positions_in, key, value);
+  const int64_t dim = queries.size(3);
+  TORCH_CHECK(keys.sizes() == values.sizes() && keys.size(0) == queries.size(0) &&
+                  keys.size(1) == queries.size(1) && keys.size(3) == dim,
               "decode_attention: keys and values must match the queries' rows, heads and dims");
-  TORCH_CHECK(key.size(0) == keys.size(0) && key.size(1) == keys.size(1) && key.size(2) == dim &&
-                  value.sizes() == key.sizes(),
-              "decode_attention: the step's key and value must be [B, kv_heads, dim]");
   for (const at::Tensor* cached : {&keys, &values})
     TORCH_CHECK(cached->stride(3) == 1 && (cached->size(2) <= 1 || cached->stride(2) == dim),
                 "decode_attention: each cached key's dims must be contiguous, one key after another");
-  TORCH_CHECK(key.stride(2) == 1 && value.stride(2) == 1, "decode_attention: the step's key's dims must be contiguous");
-  TORCH_CHECK(positions_in.dim() == 1 && positions_in.size(0) == keys.size(0),
-              "decode_attention: one position a row");
-  const at::ScalarType cache = keys.scalar_type(), query = queries_in.scalar_type();
-  TORCH_CHECK(values.scalar_type() == cache && key.scalar_type() == cache && value.scalar_type() == cache,
-              "decode_attention: keys, values and the step's own in one dtype");
-  const at::Tensor queries = queries_in.contiguous();
+  TORCH_CHECK(keys.scalar_type() == queries.scalar_type() && values.scalar_type() == queries.scalar_type(),
+              "decode_attention: float32 or bfloat16, the queries as the cache");
   const at::Tensor positions = positions_in.to(at::kLong).contiguous();
   at::Tensor out = at::empty(queries.sizes(), queries.options());
-  TORCH_CHECK(query == cache && (cache == at::kFloat || cache == at::kBFloat16),
-              "decode_attention: float32 or bfloat16, the queries as the cache");
-  if (cache == at::kFloat) dispatch<float>(dim, queries, keys, values, positions, key, value, scaling, out);
-  else dispatch<c10::BFloat16>(dim, queries, keys, values, positions, key, value, scaling, out);
+  if (queries.scalar_type() == at::kFloat) {
+    const StridedRows<float> rows{keys.const_data_ptr<float>(), values.const_data_ptr<float>(), keys.stride(0),
+                                  keys.stride(1), values.stride(0), values.stride(1), keys.size(2)};
+    dispatch<float>(dim, queries, rows, positions, key, value, scaling, out);
+  } else {
+    using B = c10::BFloat16;
+    const StridedRows<B> rows{keys.const_data_ptr<B>(), values.const_data_ptr<B>(), keys.stride(0),
+                              keys.stride(1), values.stride(0), values.stride(1), keys.size(2)};
+    dispatch<B>(dim, queries, rows, positions, key, value, scaling, out);
+  }
+  return out;
+}
+
+// The same attention, each row's cache found through `table` [B, 5] (int64): the address of
+// layer 0's key head 0 of its keys, the same of its values (in the queries' dtype), the elements
+// from one layer to the next, from one key head to the next, and the keys a head holds. Rows may
+// so lie in different tensors (the cache groups of a step's streams) and `layer` picks the
+// layer. The caller keeps those tensors alive and unchanged during the call.
+at::Tensor decode_attention_rows(const at::Tensor& queries_in, const at::Tensor& table, int64_t layer,
+                                 const at::Tensor& positions_in, const at::Tensor& key, const at::Tensor& value,
+                                 double scaling) {
+  const at::Tensor queries = checked_queries("decode_attention_rows", queries_in, positions_in, key, value);
+  TORCH_CHECK(table.dim() == 2 && table.size(0) == queries.size(0) && table.size(1) == kTableColumns &&
+                  table.scalar_type() == at::kLong && table.is_contiguous(),
+              "decode_attention_rows: a table of ", kTableColumns, " int64 a row, contiguous");
+  TORCH_CHECK(layer >= 0, "decode_attention_rows: a layer from 0");
+  const at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  at::Tensor out = at::empty(queries.sizes(), queries.options());
+  const int64_t* rows = table.const_data_ptr<int64_t>();
+  if (queries.scalar_type() == at::kFloat)
+    dispatch<float>(queries.size(3), queries, TableRows<float>{rows, layer}, positions, key, value, scaling, out);
+  else
+    dispatch<c10::BFloat16>(queries.size(3), queries, TableRows<c10::BFloat16>{rows, layer}, positions, key, value,
+                            scaling, out);
   return out;
 }
 
@@ -304,8 +382,11 @@ at::Tensor decode_attention(const at::Tensor& queries_in, const at::Tensor& keys
 TORCH_LIBRARY_FRAGMENT(chatapp, m) {
   m.def("decode_attention(Tensor queries, Tensor keys, Tensor values, Tensor positions, Tensor key, "
         "Tensor value, float scaling) -> Tensor");
+  m.def("decode_attention_rows(Tensor queries, Tensor table, int layer, Tensor positions, Tensor key, "
+        "Tensor value, float scaling) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(chatapp, CPU, m) {
   m.impl("decode_attention", decode_attention);
+  m.impl("decode_attention_rows", decode_attention_rows);
 }
