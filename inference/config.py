@@ -38,7 +38,7 @@ class InferenceConfig:
     # bfloat16 too with AVX-512 BF16; built with the C++ compiler at the first start), "auto" (each that can run here timed at
     # load, the fastest kept).
     matrices: str = "auto"
-    # Whether the decode step of one cache group runs as one compiled graph (torch.compile;
+    # Whether decode steps run as one compiled graph (torch.compile;
     # inference/engine/decode_graph.py): "auto" where a compiler is found, compiled in the
     # background while the fused forward serves (about 100 s of a 2-core CPU at every start),
     # then used for each kind of step only where it timed faster than the fused forward

@@ -198,8 +198,8 @@ class ModelRunner:
         offsets = None
         if span != len(rows):
             offsets = torch.tensor([row - first_row for row in rows], device=self.device)
-        mask = None
-        if span != len(rows) or min(lengths) != length:
+        mask = None  # our attention reads each row up to its own position: no mask to build
+        if not self.own_attention and (span != len(rows) or min(lengths) != length):
             limits = torch.ones(span, dtype=torch.long)  # rows not decoding see one key: no NaN
             limits[[row - first_row for row in rows]] = torch.tensor(lengths)
             mask = self._additive(torch.arange(length)[None, :] < limits[:, None]).view(span, 1, 1, length)
