@@ -45,7 +45,8 @@ from .machine_load import ForeignLoad
 # Operators that multiply by a weight matrix: torch's product (plain layout, both precisions)
 # oneDNN's (packed layout) and our own (own_kernels.py).
 PRODUCTS = frozenset({"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "chatapp::dot_rows"})
-ATTENTION = frozenset({"chatapp::decode_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+ATTENTION = frozenset({"chatapp::decode_attention", "chatapp::decode_attention_rows",
+                       "aten::_scaled_dot_product_flash_attention_for_cpu",
                        "aten::_scaled_dot_product_attention_math",
                        "aten::_scaled_dot_product_efficient_attention",
                        "aten::_scaled_dot_product_flash_attention"})
