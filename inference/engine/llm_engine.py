@@ -24,7 +24,7 @@ from .model_runner import ModelRunner
 from .sampler import sample
 from .scheduler import ScheduledChunk, Scheduler
 from .sequence import SamplingParams, Sequence
-from .step_cost import StepCost
+from .step_cost import StepCost, StepMix
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,7 @@ class LLMEngine:
         self.num_steps += 1
         if len(chunks) == 1:
             return self._run_alone(chunks[0])
+        mix = StepMix.PROMPT if any(chunk.sequence.is_prefilling for chunk in chunks) else StepMix.DECODE
         started = time.perf_counter()
         try:
             logits = self.runner.run(chunks)
@@ -142,7 +143,7 @@ class LLMEngine:
             return [output for chunk in chunks for output in self._run_alone(chunk)]
         self.num_failures_in_a_row = 0
         outputs = self._sample(chunks, logits)  # waits for the device: the step is done
-        self.step_cost.observe(sum(len(chunk.token_ids) for chunk in chunks), time.perf_counter() - started)
+        self.step_cost.observe(mix, sum(len(chunk.token_ids) for chunk in chunks), time.perf_counter() - started)
         return outputs
 
     def _run_alone(self, chunk: ScheduledChunk) -> list[RequestOutput]:

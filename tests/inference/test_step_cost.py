@@ -1,25 +1,44 @@
 """The engine learns what a step costs here, and sizes the prompt share of a step from it."""
 
 from inference.engine import SamplingParams
-from inference.engine.step_cost import StepCost
+from inference.engine.step_cost import StepCost, StepMix
 from tests.inference import models
 
 
-def learned(points) -> StepCost:
-    cost = StepCost()
+def learned(points, mix: StepMix = StepMix.PROMPT, cost: StepCost | None = None) -> StepCost:
+    cost = cost or StepCost()
     for tokens, seconds in points:
-        cost.observe(tokens, seconds)
+        cost.observe(mix, tokens, seconds)
     return cost
 
 
 def test_a_fixed_part_and_a_part_per_token_are_recovered_from_steps_of_different_sizes():
     cost = learned([(tokens, 0.040 + 0.0025 * tokens) for tokens in [1, 20, 4, 60, 16, 1, 33] * 5])
 
-    fixed, per_token = cost.fit()
+    fit = cost.fit()
 
-    assert abs(fixed - 0.040) < 1e-9 and abs(per_token - 0.0025) < 1e-9
+    assert abs(fit.fixed[StepMix.PROMPT] - 0.040) < 1e-9 and abs(fit.per_token - 0.0025) < 1e-9
+    assert fit.fixed[StepMix.DECODE] == fit.fixed[StepMix.PROMPT]  # no decode-only step seen yet
     # A step of 4 tokens costs 0.05 s; 20 more keep it within twice that.
     assert cost.tokens_within(4, stretch=2.0) == 20
+
+
+def test_decode_only_steps_that_run_another_way_keep_their_own_fixed_part():
+    # Decode-only steps run compiled (10 ms fixed), steps with a prompt run the fused forward (25 ms
+    # fixed); a token costs 1 ms either way. Decode-only steps have sizes 16 to 24, prompt steps 40
+    # to 60: one line through both would read a slope near 1.6 ms and a fixed part near zero.
+    decoding = learned([(tokens, 0.010 + 0.001 * tokens) for tokens in [16, 24, 20] * 20], StepMix.DECODE)
+    cost = learned([(tokens, 0.025 + 0.001 * tokens) for tokens in [40, 60, 50] * 20], cost=decoding)
+
+    fit = cost.fit()
+
+    assert abs(fit.per_token - 0.001) < 1e-9
+    assert abs(fit.fixed[StepMix.DECODE] - 0.010) < 1e-9 and abs(fit.fixed[StepMix.PROMPT] - 0.025) < 1e-9
+    # 20 decode tokens alone cost 30 ms; with a prompt beside them twice that, 60 ms, is
+    # 25 ms + 1 ms x (20 + 15): 15 prompt tokens.
+    assert cost.tokens_within(20, stretch=2.0) == 15
+    # Where the prompt's fixed part alone passes the stretch, not one token.
+    assert cost.tokens_within(20, stretch=1.1) == 0
 
 
 def test_steps_all_of_one_size_teach_nothing():
@@ -31,9 +50,22 @@ def test_recent_steps_outweigh_old_ones_when_the_machine_changes():
     slow = [(tokens, 0.100 + 0.005 * tokens) for tokens in [1, 40] * 50]
     fast = [(tokens, 0.010 + 0.001 * tokens) for tokens in [1, 40] * 200]
 
-    fixed, per_token = learned(slow + fast).fit()
+    fit = learned(slow + fast).fit()
 
-    assert abs(fixed - 0.010) < 1e-4 and abs(per_token - 0.001) < 1e-5
+    assert abs(fit.fixed[StepMix.PROMPT] - 0.010) < 1e-4 and abs(fit.per_token - 0.001) < 1e-5
+
+
+def test_the_engine_tells_steps_of_decode_tokens_only_from_steps_with_prompt_tokens():
+    engine = models.engine(models.tiny_model())
+    engine.add_request("first", [5] * 8, SamplingParams(max_tokens=6))
+    engine.add_request("second", [6] * 8, SamplingParams(max_tokens=6))
+
+    while engine.has_work():
+        engine.step()
+
+    # One step feeds both prompts (nothing decodes yet, so they go whole), then both decode until
+    # their sixth token.
+    assert engine.step_cost.seen == {StepMix.PROMPT: 1, StepMix.DECODE: 5}
 
 
 def newcomer_tokens_fed_beside(num_decoding: int, **limits) -> int:
@@ -46,7 +78,7 @@ def newcomer_tokens_fed_beside(num_decoding: int, **limits) -> int:
         engine.step()  # their prompts first: now they all decode
     engine.step_cost.reset()  # forget the real steps: this machine's costs are set below
     for tokens in [1, 30] * 20:
-        engine.step_cost.observe(tokens, 0.050 + 0.001 * tokens)
+        engine.step_cost.observe(StepMix.PROMPT, tokens, 0.050 + 0.001 * tokens)
     engine.add_request("newcomer", list(range(3, 403)), SamplingParams(max_tokens=2))
 
     chunks = engine.scheduler.schedule()
