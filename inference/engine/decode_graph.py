@@ -9,8 +9,9 @@ code on the fused forward's own matrices (oneDNN's packed ones where matrices.py
 given to inductor as constants by its "freezing", which is what lets it call oneDNN's kernels).
 
 The graph only reads the cache. Each layer's new key and value join attention as one more
-score in the softmax over the cached keys, and the runner stores every layer's new keys and
-values in one indexed write after the call. A mutated input would cost a copy of the whole cache
+score in the softmax over the cached keys, and every layer's new keys and values are stored
+after the call: through the same table with our attention (`store_rows`), else in one indexed
+write. A mutated input would cost a copy of the whole cache
 per step under torch.compile's functional graphs; a read-only one costs nothing, and its shapes
 may move freely.
 
@@ -67,6 +68,13 @@ logger = logging.getLogger(__name__)
 # AVX2 AMD EPYC, two runs each): one stream 0.93x and 1.00x its time against 1.05x twice with the
 # default; four streams 0.81x twice against 0.84x and 0.83x.
 SERIAL_KERNEL_ELEMENTS = 1 << 20
+
+
+# The generated code's own checks, each step, of what the graph's guards and our operators
+# already check: every input's and every operator output's sizes and strides, alignment and
+# scalar values. About 200 inputs a step (the weights among them) whose tensors' metadata lie
+# cold in the cache after the weights stream through.
+UNCHECKED = {"size_asserts": False, "alignment_asserts": False, "scalar_asserts": False}
 
 
 class CompileMode(StrEnum):
@@ -247,7 +255,7 @@ class DecodeGraph:
         freezing = self.module.layout is MatrixLayout.PACKED
         with (torch.inference_mode(),
               inductor_config.patch({"freezing": freezing, "cpp_wrapper": cpp_wrapper,
-                                     "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS})):
+                                     "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS, **UNCHECKED})):
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             if self.module.own_attention:
@@ -285,14 +293,12 @@ class DecodeGraph:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
         decodes = sorted(decodes, key=lambda decode: decode.first_token)  # the tokens' order
         positions = torch.cat([decode.positions for decode in decodes])
-        rows = [(*self.kv_cache.tensors(decode.group), decode.rows.tolist()) for decode in decodes]
-        outcome = self._guarded(self._call_rows, token_ids, positions, _table(rows))
+        table = _table([(*self.kv_cache.tensors(decode.group), decode.rows.tolist()) for decode in decodes])
+        outcome = self._guarded(self._call_rows, token_ids, positions, table)
         if outcome is None:
             return None
         logits, new_keys, new_values = outcome
-        for decode in decodes:
-            tokens = slice(decode.first_token, decode.first_token + decode.count)
-            self._store(decode, new_keys[:, tokens], new_values[:, tokens])
+        torch.ops.chatapp.store_rows(table, positions, new_keys, new_values)
         self.num_steps += 1
         return logits
 
@@ -332,7 +338,8 @@ class DecodeGraph:
             return None
 
     def _store(self, decode: GroupDecode, new_keys: torch.Tensor, new_values: torch.Tensor) -> None:
-        """A group's decode tokens' keys and values [layers, count, kv_heads, dim] into its cache."""
+        """A group's decode tokens' keys and values [layers, count, kv_heads, dim] into its cache
+        (products and sums' way; with our attention `store_rows` writes them through the table)."""
         keys, values = self.kv_cache.tensors(decode.group)
         # [rows, capacity, layers, kv_heads, dim]: (row, position) picks one token's every layer.
         at = (decode.rows, decode.positions)

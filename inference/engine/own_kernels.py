@@ -1,7 +1,8 @@
 """Our own CPU kernels, one library of torch operators: `chatapp::dot_rows`, the product of a
 few rows by a weight matrix (kernels/dot_rows.cpp), and `chatapp::decode_attention` and
 `decode_attention_rows`, a decode step's attention over the cache, its rows in one tensor or
-found through a table (kernels/decode_attention.cpp).
+found through a table, and `store_rows`, the step's keys and values written through that table
+(kernels/decode_attention.cpp).
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
 this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
@@ -31,7 +32,7 @@ from .loader import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-# One library, its operators: `chatapp::dot_rows`, `decode_attention` and `decode_attention_rows`.
+# One library, its operators: `chatapp::dot_rows`, `decode_attention`, `decode_attention_rows`, `store_rows`.
 SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("dot_rows.cpp", "decode_attention.cpp"))
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 

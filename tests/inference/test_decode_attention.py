@@ -106,6 +106,39 @@ def test_rows_found_through_a_table_in_different_tensors_attend_as_each_alone(dt
                                    rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_steps_keys_and_values_are_stored_through_the_table_at_each_rows_position_alone(dtype):
+    layers, kv_heads, dim = 3, 3, 64
+    small = torch.randn(2, layers, 2, kv_heads, 64, dim, dtype=dtype)
+    large = torch.randn(2, layers, 4, kv_heads, 640, dim, dtype=dtype)
+    rows = [(small, 1, 20), (large, 0, 600), (large, 3, 0), (small, 0, 63)]  # (group, row, position)
+    table = torch.cat([rows_table([(cache[0, 0], cache[1, 0], row)], cache[0].stride(0), cache[0].stride(2),
+                                  cache.shape[4]) for cache, row, _ in rows])
+    positions = torch.tensor([position for _, _, position in rows])
+    new_keys = torch.randn(layers, len(rows), kv_heads, dim, dtype=dtype)
+    new_values = torch.randn(layers, len(rows), kv_heads, dim, dtype=dtype)
+    expected = {id(cache): cache.clone() for cache in (small, large)}
+    for index, (cache, row, position) in enumerate(rows):
+        expected[id(cache)][0, :, row, :, position] = new_keys[:, index]
+        expected[id(cache)][1, :, row, :, position] = new_values[:, index]
+
+    torch.ops.chatapp.store_rows(table, positions, new_keys, new_values)
+
+    assert torch.equal(small, expected[id(small)]) and torch.equal(large, expected[id(large)])
+
+
+def test_a_position_outside_a_rows_cache_is_refused_before_anything_is_written():
+    cache = torch.zeros(2, 2, 2, 3, 16, 64)
+    table = rows_table([(cache[0, 0], cache[1, 0], 0), (cache[0, 0], cache[1, 0], 1)], cache[0].stride(0),
+                       cache[0].stride(2), 16)
+    new = torch.ones(2, 2, 3, 64)
+
+    with pytest.raises(RuntimeError, match="row 1's position 16 is outside its cache"):
+        torch.ops.chatapp.store_rows(table, torch.tensor([3, 16]), new, new)
+
+    assert not cache.any()
+
+
 def test_a_table_of_another_shape_is_refused_with_a_clear_error():
     queries, _, _, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
 

@@ -377,6 +377,47 @@ at::Tensor decode_attention_rows(const at::Tensor& queries_in, const at::Tensor&
   return out;
 }
 
+// Writes a step's own keys and values, [layers, B, kv_heads, dim] each, into each row's cache
+// found through decode_attention_rows' table, at the row's position. Every position is checked
+// against its row's capacity before anything is written. In place of two indexed writes over
+// the cache's permuted views (torch's index_put_: about 0.6 ms a one-stream step in bf16, for
+// 11 KB of keys and values), one copy of `dim` elements a row, layer and key head.
+void store_rows(const at::Tensor& table, const at::Tensor& positions_in, const at::Tensor& keys_in,
+                const at::Tensor& values_in) {
+  TORCH_CHECK(keys_in.dim() == 4 && values_in.sizes() == keys_in.sizes(),
+              "store_rows: keys and values [layers, B, kv_heads, dim]");
+  const int64_t layers = keys_in.size(0), rows = keys_in.size(1), kv_heads = keys_in.size(2), dim = keys_in.size(3);
+  TORCH_CHECK(table.dim() == 2 && table.size(0) == rows && table.size(1) == kTableColumns &&
+                  table.scalar_type() == at::kLong && table.is_contiguous(),
+              "store_rows: a table of ", kTableColumns, " int64 a row, contiguous");
+  TORCH_CHECK(positions_in.dim() == 1 && positions_in.size(0) == rows, "store_rows: one position a row");
+  const at::ScalarType dtype = keys_in.scalar_type();
+  TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && values_in.scalar_type() == dtype,
+              "store_rows: float32 or bfloat16 keys and values, both alike");
+  const at::Tensor keys = keys_in.contiguous(), values = values_in.contiguous();
+  const at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  const int64_t* entries = table.const_data_ptr<int64_t>();
+  const int64_t* at = positions.const_data_ptr<int64_t>();
+  for (int64_t b = 0; b < rows; ++b)
+    TORCH_CHECK(at[b] >= 0 && at[b] < entries[b * kTableColumns + 4], "store_rows: row ", b, "'s position ", at[b],
+                " is outside its cache (", entries[b * kTableColumns + 4], " places)");
+  const int64_t bytes = dim * keys.element_size();
+  const char* new_keys = static_cast<const char*>(keys.const_data_ptr());
+  const char* new_values = static_cast<const char*>(values.const_data_ptr());
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t* row = entries + b * kTableColumns;
+    char* row_keys = reinterpret_cast<char*>(static_cast<uintptr_t>(row[0]));
+    char* row_values = reinterpret_cast<char*>(static_cast<uintptr_t>(row[1]));
+    for (int64_t layer = 0; layer < layers; ++layer)
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const int64_t to = (layer * row[2] + h * row[3] + at[b] * dim) * keys.element_size();
+        const int64_t from = ((layer * rows + b) * kv_heads + h) * bytes;
+        std::memcpy(row_keys + to, new_keys + from, bytes);
+        std::memcpy(row_values + to, new_values + from, bytes);
+      }
+  }
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(chatapp, m) {
@@ -384,9 +425,11 @@ TORCH_LIBRARY_FRAGMENT(chatapp, m) {
         "Tensor value, float scaling) -> Tensor");
   m.def("decode_attention_rows(Tensor queries, Tensor table, int layer, Tensor positions, Tensor key, "
         "Tensor value, float scaling) -> Tensor");
+  m.def("store_rows(Tensor table, Tensor positions, Tensor keys, Tensor values) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(chatapp, CPU, m) {
   m.impl("decode_attention", decode_attention);
   m.impl("decode_attention_rows", decode_attention_rows);
+  m.impl("store_rows", store_rows);
 }
