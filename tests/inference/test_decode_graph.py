@@ -56,15 +56,27 @@ def test_every_logit_of_a_compiled_decode_step_equals_transformers_forward_alone
     assert engine.runner.graph.num_fallbacks == 0
 
 
-@pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
-                    reason=f"our decode attention cannot run here: {own_kernels.load()}")
-def test_with_our_attention_a_step_over_several_cache_groups_runs_compiled_and_answers_as_transformers():
+needs_our_attention = pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
+                                         reason=f"our decode attention cannot run here: {own_kernels.load()}")
+
+
+@pytest.fixture(scope="module")
+def compiled_with_our_attention():
+    """An engine on the tiny Llama in float32, where our attention runs: its compiled steps take
+    streams of any cache groups (two rows a group)."""
     model = models.tiny_model("llama").float()
-    reference = models.copy_of(model)
     engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16, cache_group_size=2,
                            compile_mode=CompileMode.ON)
+    return engine, models.copy_of(model)
+
+
+@needs_our_attention
+def test_with_our_attention_a_step_over_several_cache_groups_runs_compiled_and_answers_as_transformers(
+        compiled_with_our_attention):
+    engine, reference = compiled_with_our_attention
     graph = engine.runner.graph
     assert graph.module.own_attention
+    fallbacks = graph.num_fallbacks
     rng = random.Random(6)
     for request_id, length in [("a", 9), ("b", 50), ("c", 3), ("d", 30)]:
         engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(length)], SamplingParams(max_tokens=8))
@@ -80,11 +92,14 @@ def test_with_our_attention_a_step_over_several_cache_groups_runs_compiled_and_a
         with torch.inference_mode():
             expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
         torch.testing.assert_close(row, expected, rtol=1e-4, atol=1e-4)
-    assert len(fed) == 4 * 8 and steps_over_groups > 0 and graph.num_fallbacks == 0
+    assert len(fed) == 4 * 8 and steps_over_groups > 0 and graph.num_fallbacks == fallbacks
 
 
-def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the_fused_forward(compiled):
-    engine, _ = compiled
+@pytest.mark.parametrize("way", ["one group", pytest.param("through the table", marks=needs_our_attention)])
+def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the_fused_forward(request, way):
+    engine, _ = request.getfixturevalue("compiled" if way == "one group" else "compiled_with_our_attention")
+    assert engine.runner.graph.module.own_attention == (way == "through the table")
+    fallbacks = engine.runner.graph.num_fallbacks
     engine.add_request("e", [5, 6, 7, 8], SamplingParams(max_tokens=3))
     engine.step()  # the prompt: not a decode step
     sequence = engine.scheduler.running[0]
@@ -97,7 +112,7 @@ def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the
     # int32 token ids: a dtype no graph was compiled for, so torch.compile would compile again.
     logits = engine.runner.graph.run(torch.tensor([sequence.output_token_ids[-1]], dtype=torch.int32), decodes)
 
-    assert logits is None and engine.runner.graph.num_fallbacks == 1
+    assert logits is None and engine.runner.graph.num_fallbacks == fallbacks + 1
     assert torch.equal(keys, before[0]) and torch.equal(values, before[1])
     engine.abort_all()
 
