@@ -158,6 +158,10 @@ def test_keys_beyond_a_rows_position_are_not_read():
 
 
 def test_large_scores_do_not_overflow():
+    # Fixed inputs: scores in the thousands are rounded to float32 at about 1e-3, so where two
+    # top scores of random keys come that close the weights differ from float64's (a tie of the
+    # data, not an overflow); the other tests' draws would otherwise choose the keys here.
+    torch.manual_seed(23)
     queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[30])
     queries *= 1000
 
