@@ -17,8 +17,8 @@ may move freely.
 
 Attention, two ways (`_Step._attend`). Where our own kernel runs (own_kernels.py: a CPU, float32
 or bfloat16), the graph is given a table of where each decoding row's keys and values are
-(`_table`), so one step may take streams of any cache groups: from five streams on, every step
-spans several (the cache's groups hold four rows), and at four most did. Elsewhere (a GPU,
+(row_table.py), so one step may take streams of any cache groups: from five streams on, every
+step spans several (the cache's groups hold four rows), and at four most did. Elsewhere (a GPU,
 float64) attention is written out as products and sums, which inductor fuses into loops over one
 group's cache: the graph takes steps of one group alone, its rows from the first decoding one to
 the last (rows between them that do not decode are padded, their results dropped), the cached
@@ -56,6 +56,7 @@ from .attention import GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout, PackedMatrix
+from .row_table import row_table
 from .step_trial import StepKind
 
 logger = logging.getLogger(__name__)
@@ -259,7 +260,7 @@ class DecodeGraph:
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             if self.module.own_attention:
-                self._call_rows(token_ids, positions, _table([(keys, values, range(1, count + 1))]))
+                self._call_rows(token_ids, positions, row_table([(keys, values, range(1, count + 1))]))
             else:
                 self._call_group(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
         return time.perf_counter() - started
@@ -293,7 +294,7 @@ class DecodeGraph:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
         decodes = sorted(decodes, key=lambda decode: decode.first_token)  # the tokens' order
         positions = torch.cat([decode.positions for decode in decodes])
-        table = _table([(*self.kv_cache.tensors(decode.group), decode.rows.tolist()) for decode in decodes])
+        table = row_table([(*self.kv_cache.tensors(decode.group), decode.rows.tolist()) for decode in decodes])
         outcome = self._guarded(self._call_rows, token_ids, positions, table)
         if outcome is None:
             return None
@@ -373,19 +374,6 @@ class DecodeGraph:
         for tensor, dim in ((token_ids, 0), (positions, 0), (keys, 1), (values, 1)):
             mark_unbacked(tensor, dim, shape_id="rows")
         return self.compiled(token_ids, positions, (keys, values))
-
-
-def _table(rows) -> torch.Tensor:
-    """decode_attention_rows' table for rows of cache groups, in order: for (keys, values, row
-    numbers) of each group ([layers, rows, kv_heads, capacity, dim] each, the same strides), each
-    row's keys' and values' addresses at layer 0, key head 0, the elements from a layer to the
-    next and from a key head to the next, and its capacity."""
-    entries = []
-    for keys, values, numbers in rows:
-        row_bytes = keys.stride(1) * keys.element_size()
-        entries += [[keys.data_ptr() + row * row_bytes, values.data_ptr() + row * row_bytes, keys.stride(0),
-                     keys.stride(2), keys.shape[3]] for row in numbers]
-    return torch.tensor(entries, dtype=torch.long)
 
 
 def _copy(function: types.FunctionType) -> types.FunctionType:
