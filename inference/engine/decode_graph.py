@@ -11,9 +11,8 @@ given to inductor as constants by its "freezing", which is what lets it call one
 The graph only reads the cache. Each layer's new key and value join attention as one more
 score in the softmax over the cached keys, and every layer's new keys and values are stored
 after the call: through the same table with our attention (`store_rows`), else in one indexed
-write. A mutated input would cost a copy of the whole cache
-per step under torch.compile's functional graphs; a read-only one costs nothing, and its shapes
-may move freely.
+write. A mutated input would cost a copy of the whole cache per step under torch.compile's
+functional graphs; a read-only one costs nothing, and its shapes may move freely.
 
 Attention, two ways (`_Step._attend`). Where our own kernel runs (own_kernels.py: a CPU, float32
 or bfloat16), the graph is given a table of where each decoding row's keys and values are
