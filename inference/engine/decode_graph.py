@@ -66,7 +66,11 @@ logger = logging.getLogger(__name__)
 # meanwhile is what perf called libgomp's spinning. At this size every such kernel runs on one
 # thread; the products and attention keep theirs. In turns against the fused forward (fp32, an
 # AVX2 AMD EPYC, two runs each): one stream 0.93x and 1.00x its time against 1.05x twice with the
-# default; four streams 0.81x twice against 0.84x and 0.83x.
+# default; four streams 0.81x twice against 0.84x and 0.83x. Since the rows' count became
+# unbacked (`_call_rows`, `_call_group`), inductor sizes these loops by its hint (8,192 rows), far
+# above this, so each kernel opens a parallel region again; running them all on one thread
+# (`cpp.threads=1`) measured 0.99x / 0.98x / 1.02x / 1.03x the step's time at 1 / 4 / 16 / 64
+# streams, in turns in one process (BENCHMARKS.md): not worth it, so this stays as it was.
 SERIAL_KERNEL_ELEMENTS = 1 << 20
 
 
