@@ -35,7 +35,8 @@ class GroupDecode:
     span: int
     offsets: torch.Tensor | None  # the tokens' rows within the span when not simply 0..count-1
     length: int  # keys to attend over: the longest sequence in this step's rows
-    mask: torch.Tensor | None  # additive, [span, 1, 1, length]; None when every row sees every key or our attention serves
+    # additive, [span, 1, 1, length]; None when every row sees every key or our attention serves
+    mask: torch.Tensor | None
 
 
 @dataclass

@@ -26,11 +26,10 @@ length rounded up to whole cache blocks and masked.
 Shapes: the rows (and the cached length and the group's size where the graph reads one group)
 are symbols, so the graph compiles once, at load, and not again while serving: a step shaped
 otherwise runs through the fused forward instead (set_stance("fail_on_recompile")), as do steps
-that feed a prompt. A
-compile costs a minute or two of both cores on a small CPU, at every start where the matrices are
-oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with plain matrices
-it keeps what it compiled under the cache directory). Without a C++ compiler
-(inductor's, on a CPU), the fused forward serves every step and the log says why.
+that feed a prompt. A compile costs a minute or two of both cores on a small CPU, at every
+start where the matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN
+tensors; with plain matrices it keeps what it compiled under the cache directory). Without a C++
+compiler (inductor's, on a CPU), the fused forward serves every step and the log says why.
 
 Memory: the graph reads the fused forward's tensors, so the weights exist once (an earlier
 version let inductor pack its own copy: 430 MB more for the default model in bf16); what the
@@ -109,11 +108,12 @@ class _Step(nn.Module):
     forward's own tensors: its matrices as they are (oneDNN's packed layout where it packed them,
     [out, in] for our own kernel, [in, out] otherwise), its norms, embedding and rotary tables."""
 
-    def __init__(self, fused, cache_dir: Path | None = None):
+    def __init__(self, fused, own_attention: bool):
         super().__init__()
         self.layout = fused.layout
-        # Our own attention kernel where it runs (own_kernels.py), else products and sums.
-        self.own_attention = own_kernels.attends(fused.norm.device, fused.norm.dtype, fused.head_dim, cache_dir)
+        # Our own attention kernel where the runner found it runs (own_kernels.attends), else
+        # products and sums.
+        self.own_attention = own_attention
         # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
         # they become the graph's constants, the same tensors, not copies.
         self.register_buffer("embedding", fused.embedding)
@@ -215,14 +215,14 @@ def _weight(matrix) -> torch.Tensor:
 
 
 class DecodeGraph:
-    """Runs a decode step of one group through the compiled graph, or says it cannot."""
+    """Runs a decode step through the compiled graph, or says it cannot."""
 
-    def __init__(self, fused, kv_cache, cache_dir: Path | None = None):
+    def __init__(self, fused, kv_cache, own_attention: bool, cache_dir: Path | None = None):
         self.kv_cache = kv_cache
         self.device = fused.norm.device
         if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
-        self.module = _Step(fused, cache_dir).eval()
+        self.module = _Step(fused, own_attention).eval()
         # No guards on the module's own attributes (its 210 matrices and norms, its constants):
         # checking them before every step cost about 400 us of a 10 ms bf16 step
         # (TORCH_LOGS=guards: "Guard eval latency" 394-542 us with them, 144-160 without), and

@@ -59,7 +59,7 @@ class ModelRunner:
     def _compiled_graph(self, mode: CompileMode, cache_dir: Path | None) -> DecodeGraph | None:
         """The decode graph, compiled; under AUTO a compile that fails leaves the fused forward."""
         try:
-            graph = DecodeGraph(self.fused, self.kv_cache, cache_dir)
+            graph = DecodeGraph(self.fused, self.kv_cache, self.own_attention, cache_dir)
             logger.info("decode step compiled in %.0f s", graph.warm())
             heap.trim()  # the compiler's working memory, freed, goes back to the system
             return graph

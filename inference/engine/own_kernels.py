@@ -32,7 +32,8 @@ from .loader import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-# One library, its operators: `chatapp::dot_rows`, `decode_attention`, `decode_attention_rows`, `store_rows`.
+# One library, its operators: `chatapp::dot_rows`, `decode_attention`, `decode_attention_rows`,
+# `store_rows`.
 SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("dot_rows.cpp", "decode_attention.cpp"))
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
