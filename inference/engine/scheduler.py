@@ -118,13 +118,18 @@ class Scheduler:
         it is cut, so the cut is only for smoothness, and a stall is worth less when it holds up
         fewer people: the stretch is `prefill_stretch` among `prefill_stretch_streams` or more
         decoding streams, and grows as they get fewer so that the stall summed over them stays
-        the same (stretch 1.7 among 16 streams is 3.8 among 4). Until steps of different sizes
+        the same (stretch 1.7 among 16 streams is 3.8 among 4). The people waiting for a first
+        token weigh as much as those waiting for their next: where more prompts are being fed
+        than `prefill_stretch_streams` (a crowd that came at once), the summed stall may grow to
+        theirs, so that the crowd joins the batch in a few long steps instead of trickling in
+        while the few already answered hold every step short. Until steps of different sizes
         were seen, a fixed allowance plus one token per running stream approximates it on a
         small CPU.
         """
         learned = None
         if self.step_cost is not None:
-            share = max(1.0, self.prefill_stretch_streams / num_decoding)
+            prompting = sum(1 for s in self.running if s.is_prefilling)
+            share = max(1.0, max(self.prefill_stretch_streams, prompting) / num_decoding)
             stretch = 1.0 + (self.prefill_stretch - 1.0) * share
             learned = self.step_cost.tokens_within(num_decoding, stretch)
         if learned is None:

@@ -68,9 +68,9 @@ def test_the_engine_tells_steps_of_decode_tokens_only_from_steps_with_prompt_tok
     assert engine.step_cost.seen == {StepMix.PROMPT: 1, StepMix.DECODE: 5}
 
 
-def newcomer_tokens_fed_beside(num_decoding: int, **limits) -> int:
-    """Prompt tokens a newcomer gets in its first step beside `num_decoding` decoding streams,
-    on a machine where a step costs 50 ms plus 1 ms a token."""
+def newcomer_tokens_fed_beside(num_decoding: int, num_newcomers: int = 1, **limits) -> int:
+    """Prompt tokens `num_newcomers` newcomers get, all told, in their first step beside
+    `num_decoding` decoding streams, on a machine where a step costs 50 ms plus 1 ms a token."""
     engine = models.engine(models.tiny_model(), prefill_chunk=512, prefill_chunk_min=8, **limits)
     for number in range(num_decoding):
         engine.add_request(f"running-{number}", [5] * 4, SamplingParams(max_tokens=50))
@@ -79,11 +79,12 @@ def newcomer_tokens_fed_beside(num_decoding: int, **limits) -> int:
     engine.step_cost.reset()  # forget the real steps: this machine's costs are set below
     for tokens in [1, 30] * 20:
         engine.step_cost.observe(StepMix.PROMPT, tokens, 0.050 + 0.001 * tokens)
-    engine.add_request("newcomer", list(range(3, 403)), SamplingParams(max_tokens=2))
+    for number in range(num_newcomers):
+        engine.add_request(f"newcomer-{number}", list(range(3, 403)), SamplingParams(max_tokens=2))
 
     chunks = engine.scheduler.schedule()
 
-    return sum(len(c.token_ids) for c in chunks if c.sequence.request_id == "newcomer")
+    return sum(len(c.token_ids) for c in chunks if c.sequence.request_id.startswith("newcomer"))
 
 
 def test_the_scheduler_feeds_as_many_prompt_tokens_as_the_learned_costs_allow():
@@ -101,3 +102,14 @@ def test_with_fewer_streams_decoding_a_step_may_stretch_further_for_a_prompt():
     assert many == 27  # 0.5 x (0.050 + 0.004) / 0.001
     assert two == 52  # 1.0 x (0.050 + 0.002) / 0.001: the same stall summed over two streams
     assert one == 102  # 2.0 x (0.050 + 0.001) / 0.001
+
+
+def test_a_crowd_of_prompts_larger_than_the_streams_stretches_the_step_for_itself():
+    # Stretch 1.5 among 4 or more: beside 2 decoding streams, 3 newcomers are within the 4, so
+    # they get what one would; 8 newcomers are twice 4, and the stall may be twice as long.
+    few = newcomer_tokens_fed_beside(2, 3, prefill_stretch=1.5, prefill_stretch_streams=4)
+    crowd = newcomer_tokens_fed_beside(2, 8, prefill_stretch=1.5, prefill_stretch_streams=4,
+                                       max_running=16)
+
+    assert few == 52  # 1.0 x (0.050 + 0.002) / 0.001, as for one newcomer
+    assert crowd == 104  # 2.0 x (0.050 + 0.002) / 0.001
