@@ -2,9 +2,11 @@
 
 The layout of a step (which cache row each token writes to, which rows decode together, which
 prompt chunks attend alone) is worked out once per step and is the same for every layer. Decode
-tokens of one cache group write their keys and values in one indexed store and attend in one
-call over a plain slice of the group's tensors; prompt chunks write a plain slice of their row
-and attend one sequence at a time. `attend` serves both forwards: transformers' own, through
+tokens are stored and attend through our own kernel where it runs (a CPU, float32 or bfloat16):
+all of a step's at once, wherever their rows lie, through one table of where each row's keys
+are (row_table.py); elsewhere those of one cache group write their keys and values in one
+indexed store and attend in one call over a plain slice of the group's tensors. Prompt chunks
+write a plain slice of their row and attend one sequence at a time. `attend` serves both forwards: transformers' own, through
 the attention interface registered here, and the fused Llama forward.
 
 A decode token has one query per head, and the query heads that share a key/value head see the
@@ -40,6 +42,15 @@ class GroupDecode:
 
 
 @dataclass
+class DecodeRows:
+    """Every decode token of a step, for our attention: they are the step's first `count` tokens."""
+
+    table: torch.Tensor  # row_table's, a row for each token, in the tokens' order
+    positions: torch.Tensor  # each token's position, where its key and value go
+    count: int
+
+
+@dataclass
 class PromptChunk:
     group: int
     row: int
@@ -57,7 +68,7 @@ class StepLayout:
     num_tokens: int  # the step's tokens; a forward may pad its rows beyond them
     decodes: list[GroupDecode] = field(default_factory=list)
     prompts: list[PromptChunk] = field(default_factory=list)
-    own_attention: bool = False  # decode tokens attend through chatapp::decode_attention
+    rows: DecodeRows | None = None  # where our attention serves, its decode tokens' table
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -75,14 +86,21 @@ def attend(step: StepLayout, layer: int, queries: torch.Tensor, new_keys: torch.
     """Caches the step's keys and values, then attends; tensors are [T, heads, dim]."""
     cache = step.cache
     count = queries.shape[0]
-    if not step.prompts and len(step.decodes) == 1 and step.decodes[0].count == count:
+    if not step.prompts and step.rows is not None and step.rows.count == count:
+        return _attend_rows(step.rows, layer, queries, new_keys, new_values, scaling)
+    if not step.prompts and step.rows is None and len(step.decodes) == 1 and step.decodes[0].count == count:
         # The usual decode step: one group's tokens are the whole step, nothing to gather.
-        return _attend_decode(step, step.decodes[0], layer, queries, new_keys, new_values, scaling)
+        return _attend_decode(step.decodes[0], cache, layer, queries, new_keys, new_values, scaling)
     # Rows beyond the step's tokens (the fused forward's padding) are zeros, not garbage.
     output = torch.empty_like(queries) if count == step.num_tokens else queries.new_zeros(queries.shape)
-    for decode in step.decodes:
-        tokens = slice(decode.first_token, decode.first_token + decode.count)
-        output[tokens] = _attend_decode(step, decode, layer, queries, new_keys, new_values, scaling)
+    if step.rows is not None:
+        tokens = slice(0, step.rows.count)
+        output[tokens] = _attend_rows(step.rows, layer, queries[tokens], new_keys[tokens], new_values[tokens],
+                                      scaling)
+    else:
+        for decode in step.decodes:
+            tokens = slice(decode.first_token, decode.first_token + decode.count)
+            output[tokens] = _attend_decode(decode, cache, layer, queries, new_keys, new_values, scaling)
     for chunk in step.prompts:
         keys, values = cache.layer(chunk.group, layer)
         span = slice(chunk.first_token, chunk.first_token + chunk.count)
@@ -99,11 +117,28 @@ def attend(step: StepLayout, layer: int, queries: torch.Tensor, new_keys: torch.
     return output
 
 
-def _attend_decode(step: StepLayout, decode: GroupDecode, layer: int, queries: torch.Tensor,
+def _attend_rows(rows: DecodeRows, layer: int, queries: torch.Tensor, new_keys: torch.Tensor,
+                 new_values: torch.Tensor, scaling: float | None) -> torch.Tensor:
+    """The step's decode tokens through our kernel: their keys and values stored, their attention
+    [count, heads, dim]. Each row reads its own keys up to its position (no mask, no score for a
+    key it does not see) and its new key and value as its own, wherever its cache group: a step
+    of many groups costs two calls a layer (it had cost a dozen small operations a group and
+    layer: at 64 streams, sixteen groups, some 5,000 a step with a prompt in it)."""
+    count, heads, dim = queries.shape
+    kv_heads = new_keys.shape[1]
+    torch.ops.chatapp.store_rows(rows.table, rows.positions, new_keys[None], new_values[None], layer)
+    attended = torch.ops.chatapp.decode_attention_rows(
+        queries.reshape(count, kv_heads, heads // kv_heads, dim), rows.table, layer, rows.positions,
+        new_keys, new_values, dim**-0.5 if scaling is None else scaling)
+    return attended.view(count, heads, dim)
+
+
+def _attend_decode(decode: GroupDecode, cache: KVCache, layer: int, queries: torch.Tensor,
                    new_keys: torch.Tensor, new_values: torch.Tensor,
                    scaling: float | None) -> torch.Tensor:
-    """One group's decode tokens: their keys and values stored, their attention [count, heads, dim]."""
-    keys, values = step.cache.layer(decode.group, layer)
+    """One group's decode tokens through torch's attention: their keys and values stored, their
+    attention [count, heads, dim]."""
+    keys, values = cache.layer(decode.group, layer)
     heads, dim = queries.shape[1:]
     kv_heads = new_keys.shape[1]
     tokens = slice(decode.first_token, decode.first_token + decode.count)
@@ -113,15 +148,7 @@ def _attend_decode(step: StepLayout, decode: GroupDecode, layer: int, queries: t
     rows = slice(decode.first_row, decode.first_row + decode.span)
     keys, values = keys[rows, :, : decode.length], values[rows, :, : decode.length]
     grouped = _spread(decode, queries[tokens].view(decode.count, kv_heads, heads // kv_heads, dim))
-    if step.own_attention:
-        # Each row reads its own keys up to its position (no mask, no score for a key it does
-        # not see) and its new key and value as its own: at 4 streams over groups of their own,
-        # torch's attention here had been a third of the step (py-spy, bf16).
-        attended = torch.ops.chatapp.decode_attention(
-            grouped, keys, values, _spread(decode, decode.positions), _spread(decode, new_keys[tokens]),
-            _spread(decode, new_values[tokens]), dim**-0.5 if scaling is None else scaling)
-    else:
-        attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=decode.mask, scale=scaling)
+    attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=decode.mask, scale=scaling)
     if decode.offsets is not None:
         attended = attended.index_select(0, decode.offsets)
     return attended.reshape(decode.count, heads, dim)

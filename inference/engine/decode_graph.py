@@ -50,7 +50,7 @@ from torch import nn
 from torch._dynamo.decorators import mark_unbacked
 
 from . import own_kernels
-from .attention import GroupDecode, StepLayout
+from .attention import DecodeRows, GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout, PackedMatrix
@@ -137,7 +137,7 @@ class _Step(nn.Module):
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor,
                 cache: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """token_ids, positions [B]; the keys and values cached before this step: with our own
-        attention, (table,), where each row's are (decode_attention_rows' table [B, 5]: the rows
+        attention, (table,), where each row's are (decode_attention_rows' table [B, 6]: the rows
         may lie in different cache groups); else (keys, values), [layers, B, kv_heads, length,
         dim] each (a row's keys at and beyond its position are masked).
 
@@ -286,23 +286,20 @@ class DecodeGraph:
         # group from its first decoding one to its last.
         return StepKind(rows, rows if self.module.own_attention else decodes[0].span, context)
 
-    def run(self, token_ids: torch.Tensor, decodes: list[GroupDecode]) -> torch.Tensor | None:
+    def run(self, token_ids: torch.Tensor, step: StepLayout) -> torch.Tensor | None:
         """The step's logits [tokens, vocab] with the cache written, or None (nothing done) when
         this step's shapes were not compiled."""
         if self.module.own_attention:
-            return self._run_rows(token_ids, decodes)
-        return self._run_group(token_ids, decodes[0])
+            return self._run_rows(token_ids, step.rows)
+        return self._run_group(token_ids, step.decodes[0])
 
-    def _run_rows(self, token_ids: torch.Tensor, decodes: list[GroupDecode]) -> torch.Tensor | None:
+    def _run_rows(self, token_ids: torch.Tensor, rows: DecodeRows) -> torch.Tensor | None:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
-        decodes = sorted(decodes, key=lambda decode: decode.first_token)  # the tokens' order
-        positions = torch.cat([decode.positions for decode in decodes])
-        table = row_table([(*self.kv_cache.tensors(decode.group), decode.rows.tolist()) for decode in decodes])
-        outcome = self._guarded(self._call_rows, token_ids, positions, table)
+        outcome = self._guarded(self._call_rows, token_ids, rows.positions, rows.table)
         if outcome is None:
             return None
         logits, new_keys, new_values = outcome
-        torch.ops.chatapp.store_rows(table, positions, new_keys, new_values)
+        torch.ops.chatapp.store_rows(rows.table, rows.positions, new_keys, new_values)
         self.num_steps += 1
         return logits
 

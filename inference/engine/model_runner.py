@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 
 from . import fused_llama, heap, own_kernels
-from .attention import ATTENTION_NAME, GroupDecode, PromptChunk, StepLayout
+from .attention import ATTENTION_NAME, DecodeRows, GroupDecode, PromptChunk, StepLayout
 from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .door import GraphState
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
+from .row_table import row_table
 from .scheduler import ScheduledChunk
 from .step_trial import StepKind, StepPath, StepTrial, StepTrials
 
@@ -137,7 +138,7 @@ class ModelRunner:
         path = trial.next_path() if trial is not None else StepPath.GRAPH
         timing = trial is not None and trial.winner is None
         started = self._finished_at() if timing else 0.0
-        logits = graph.run(inputs, decodes) if path is StepPath.GRAPH else None
+        logits = graph.run(inputs, layout) if path is StepPath.GRAPH else None
         if logits is None:
             logits = self._uncompiled(inputs, at, keep, layout)
             if path is StepPath.GRAPH:  # shapes the graph was not compiled for: counts for neither way
@@ -170,7 +171,7 @@ class ModelRunner:
                     "compiled step" if trial.winner is StepPath.GRAPH else "fused forward")
 
     def _layout(self, chunks: list[ScheduledChunk], num_tokens: int) -> StepLayout:
-        layout = StepLayout(self.kv_cache, num_tokens, own_attention=self.own_attention)
+        layout = StepLayout(self.kv_cache, num_tokens)
         decodes: dict[int, list[tuple[int, int, int]]] = {}  # group -> (token, row, length)
         first = 0
         for chunk in chunks:
@@ -186,7 +187,20 @@ class ModelRunner:
             first += count
         for group, entries in decodes.items():
             layout.decodes.append(self._decode(group, entries))
+        if self.own_attention and layout.decodes:
+            layout.rows = self._decode_rows(decodes)
         return layout
+
+    def _decode_rows(self, decodes: dict[int, list[tuple[int, int, int]]]) -> DecodeRows:
+        """The table our attention finds every decode token's row through; the scheduler put
+        the decode tokens first."""
+        entries = [entry for group in decodes.values() for entry in group]
+        if [token for token, _, _ in entries] != list(range(len(entries))):
+            raise RuntimeError("decode chunks must come first in the step")
+        table = row_table([(*self.kv_cache.tensors(group), [row for _, row, _ in group_entries])
+                           for group, group_entries in decodes.items()])
+        positions = torch.tensor([end - 1 for _, _, end in entries], device=self.device)
+        return DecodeRows(table, positions, len(entries))
 
     def _decode(self, group: int, entries: list[tuple[int, int, int]]) -> GroupDecode:
         """Decode tokens of one group; the scheduler put them side by side, in row order."""

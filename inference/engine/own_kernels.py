@@ -1,8 +1,7 @@
 """Our own CPU kernels, one library of torch operators: `chatapp::dot_rows`, the product of a
-few rows by a weight matrix (kernels/dot_rows.cpp), and `chatapp::decode_attention` and
-`decode_attention_rows`, a decode step's attention over the cache, its rows in one tensor or
-found through a table, and `store_rows`, the step's keys and values written through that table
-(kernels/decode_attention.cpp).
+few rows by a weight matrix (kernels/dot_rows.cpp), `chatapp::decode_attention_rows`, a decode
+step's attention over the cache, each row found through a table (row_table.py), and `store_rows`,
+the step's keys and values written through that table (kernels/decode_attention.cpp).
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
 this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
@@ -32,8 +31,7 @@ from .loader import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-# One library, its operators: `chatapp::dot_rows`, `decode_attention`, `decode_attention_rows`,
-# `store_rows`.
+# One library, its operators: `chatapp::dot_rows`, `decode_attention_rows`, `store_rows`.
 SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("dot_rows.cpp", "decode_attention.cpp"))
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
@@ -54,7 +52,7 @@ INSTRUCTION_SETS = (
     InstructionSet(frozenset({"avx512f", "fma"}), (*_AVX2, "-mavx512f"), (torch.float32,)),
     InstructionSet(frozenset({"avx2", "fma"}), _AVX2, (torch.float32,)),
 )
-# What decode_attention takes (kernels/decode_attention.cpp: kMostDim); other heads and dtypes
+# What decode_attention_rows takes (kernels/decode_attention.cpp: kMostDim); other heads and dtypes
 # (float64 in tests, float16) go to torch's attention or products and sums.
 ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 ATTENTION_MOST_DIM = 256
@@ -91,7 +89,7 @@ def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
 
 
 def attends(device: torch.device, dtype: torch.dtype, head_dim: int, cache_dir: Path | None = None) -> bool:
-    """Whether decode_attention serves heads of this size and dtype here (loading the library
+    """Whether decode_attention_rows serves heads of this size and dtype here (loading the library
     the first time)."""
     return (device.type == "cpu" and dtype in ATTENTION_DTYPES and head_dim <= ATTENTION_MOST_DIM
             and load(cache_dir) is None)
@@ -122,7 +120,6 @@ def _load(cache_dir: Path | None) -> InstructionSet | str:
     except (OSError, RuntimeError) as error:
         return f"it did not build or load: {error}"
     torch.library.register_fake("chatapp::dot_rows")(_shape)
-    torch.library.register_fake("chatapp::decode_attention")(_attention_shape)
     torch.library.register_fake("chatapp::decode_attention_rows")(_attention_shape)
     return instructions
 

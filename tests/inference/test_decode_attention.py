@@ -1,10 +1,14 @@
 """Our own decode attention (kernels/decode_attention.cpp) attends as softmax over the keys a row
-sees does, for every row's count of cached keys, read in place from the cache's strides."""
+sees does, for every row's count of cached keys, read in place from the cache through a table of
+where each row's keys lie (row_table.py); the step's own keys and values are stored through it."""
+
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 from inference.engine import own_kernels
+from inference.engine.row_table import row_table
 
 pytestmark = pytest.mark.skipif(own_kernels.load() is not None,
                                 reason=f"the kernel cannot run here: {own_kernels.load()}")
@@ -23,16 +27,42 @@ def softmax_attention(queries, keys, values, positions, key, value, scaling):
     return out
 
 
-def a_cache_and_a_step(dtype, dim, positions, length=50, kv_heads=3, group=3):
-    """Keys and values as views of a larger cache ([layers, rows, kv_heads, capacity, dim]), as
-    the decode step reads them, and the step's queries and own key and value."""
+@dataclass
+class Step:
+    """A decode step's queries, own keys and values and positions, and the cache it reads: one
+    layer's keys and values [rows, kv_heads, length, dim] (views of the cache's tensors) and the
+    table the kernel finds them through."""
+
+    queries: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    table: torch.Tensor
+    layer: int
+    cache: torch.Tensor  # [keys and values, layers, rows, kv_heads, capacity, dim]
+
+    def attended(self, scaling: float) -> torch.Tensor:
+        return torch.ops.chatapp.decode_attention_rows(self.queries, self.table, self.layer, self.positions,
+                                                       self.key, self.value, scaling)
+
+    def expected(self, scaling: float) -> torch.Tensor:
+        return softmax_attention(self.queries, self.keys, self.values, self.positions, self.key, self.value,
+                                 scaling)
+
+
+def a_cache_and_a_step(dtype, dim, positions, length=50, kv_heads=3, group=3) -> Step:
+    """A step over rows 1.. of a cache group ([layers, rows, kv_heads, capacity, dim]), layer 1."""
     rows = len(positions)
     cache = torch.randn(2, 2, rows + 1, kv_heads, length + 7, dim, dtype=dtype)
-    keys, values = cache[0, 1, 1:, :, :length], cache[1, 1, 1:, :, :length]
+    keys, values = cache
+    table = row_table([(keys, values, range(1, rows + 1))])
     queries = torch.randn(rows, kv_heads, group, dim, dtype=dtype) * 3
     key = torch.randn(rows, kv_heads + 1, dim, dtype=dtype)[:, 1:]  # a view, as the step's are
     value = torch.randn(rows, kv_heads, dim, dtype=dtype)
-    return queries, keys, values, torch.tensor(positions), key, value
+    return Step(queries, keys[1, 1:, :, :length], values[1, 1:, :, :length], torch.tensor(positions), key, value,
+                table, 1, cache)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -40,11 +70,10 @@ def a_cache_and_a_step(dtype, dim, positions, length=50, kv_heads=3, group=3):
 def test_each_row_attends_to_the_keys_before_its_position_and_its_own(dtype, dim):
     step = a_cache_and_a_step(dtype, dim, positions=[0, 1, 17, 50])
 
-    attended = torch.ops.chatapp.decode_attention(*step, 0.125)
+    attended = step.attended(0.125)
 
-    assert attended.dtype == dtype and attended.shape == step[0].shape
-    expected = softmax_attention(*step, 0.125)
-    torch.testing.assert_close(attended.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+    assert attended.dtype == dtype and attended.shape == step.queries.shape
+    torch.testing.assert_close(attended.double(), step.expected(0.125), rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -56,10 +85,9 @@ def test_each_row_attends_to_the_keys_before_its_position_and_its_own(dtype, dim
 def test_long_and_uneven_contexts_attend_as_one_softmax(dtype, positions, group):
     step = a_cache_and_a_step(dtype, 128, positions=positions, length=max(positions), group=group)
 
-    attended = torch.ops.chatapp.decode_attention(*step, 0.088)
+    attended = step.attended(0.088)
 
-    expected = softmax_attention(*step, 0.088)
-    torch.testing.assert_close(attended.double(), expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+    torch.testing.assert_close(attended.double(), step.expected(0.088), rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -68,18 +96,11 @@ def test_the_answer_does_not_depend_on_the_threads_sharing_it(threads):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        attended = torch.ops.chatapp.decode_attention(*step, 0.125)
+        attended = step.attended(0.125)
     finally:
         torch.set_num_threads(before)
 
-    torch.testing.assert_close(attended.double(), softmax_attention(*step, 0.125), rtol=1e-5, atol=1e-5)
-
-
-def rows_table(caches, layer_stride, head_stride, capacity):
-    """decode_attention_rows' table for rows at (cache, row): their keys' and values' addresses
-    at layer 0, key head 0."""
-    return torch.tensor([[keys[row].data_ptr(), values[row].data_ptr(), layer_stride, head_stride, capacity]
-                         for keys, values, row in caches], dtype=torch.long)
+    torch.testing.assert_close(attended.double(), step.expected(0.125), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -95,8 +116,7 @@ def test_rows_found_through_a_table_in_different_tensors_attend_as_each_alone(dt
     positions = torch.tensor([position for _, _, position in rows])
     layer = 2
 
-    table = torch.cat([rows_table([(cache[0, 0], cache[1, 0], row)], cache[0].stride(0), cache[0].stride(2),
-                                  cache.shape[4]) for cache, row, _ in rows])
+    table = torch.cat([row_table([(cache[0], cache[1], [row])]) for cache, row, _ in rows])
     attended = torch.ops.chatapp.decode_attention_rows(queries, table, layer, positions, key, value, 0.125)
 
     for index, (cache, row, position) in enumerate(rows):
@@ -112,8 +132,7 @@ def test_a_steps_keys_and_values_are_stored_through_the_table_at_each_rows_posit
     small = torch.randn(2, layers, 2, kv_heads, 64, dim, dtype=dtype)
     large = torch.randn(2, layers, 4, kv_heads, 640, dim, dtype=dtype)
     rows = [(small, 1, 20), (large, 0, 600), (large, 3, 0), (small, 0, 63)]  # (group, row, position)
-    table = torch.cat([rows_table([(cache[0, 0], cache[1, 0], row)], cache[0].stride(0), cache[0].stride(2),
-                                  cache.shape[4]) for cache, row, _ in rows])
+    table = torch.cat([row_table([(cache[0], cache[1], [row])]) for cache, row, _ in rows])
     positions = torch.tensor([position for _, _, position in rows])
     new_keys = torch.randn(layers, len(rows), kv_heads, dim, dtype=dtype)
     new_values = torch.randn(layers, len(rows), kv_heads, dim, dtype=dtype)
@@ -129,8 +148,7 @@ def test_a_steps_keys_and_values_are_stored_through_the_table_at_each_rows_posit
 
 def test_a_position_outside_a_rows_cache_is_refused_before_anything_is_written():
     cache = torch.zeros(2, 2, 2, 3, 16, 64)
-    table = rows_table([(cache[0, 0], cache[1, 0], 0), (cache[0, 0], cache[1, 0], 1)], cache[0].stride(0),
-                       cache[0].stride(2), 16)
+    table = row_table([(cache[0], cache[1], [0, 1])])
     new = torch.ones(2, 2, 3, 64)
 
     with pytest.raises(RuntimeError, match="row 1's position 16 is outside its cache"):
@@ -140,19 +158,45 @@ def test_a_position_outside_a_rows_cache_is_refused_before_anything_is_written()
 
 
 def test_a_table_of_another_shape_is_refused_with_a_clear_error():
-    queries, _, _, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
+    step = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
 
-    with pytest.raises(RuntimeError, match="a table of 5 int64 a row"):
-        torch.ops.chatapp.decode_attention_rows(queries, torch.zeros(2, 4, dtype=torch.long), 0, positions, key,
-                                                value, 0.125)
+    with pytest.raises(RuntimeError, match="a table of 6 int64 a row"):
+        torch.ops.chatapp.decode_attention_rows(step.queries, step.table[:, :5].contiguous(), 1, step.positions,
+                                                step.key, step.value, 0.125)
+
+
+def test_a_layer_beyond_the_rows_cache_is_refused_before_anything_is_read_or_written():
+    step = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])  # a cache of two layers
+    new = torch.ones(2, 2, 3, 64)
+    before = step.cache.clone()
+
+    with pytest.raises(RuntimeError, match="row 0 holds 2 layers, not 2..2"):
+        torch.ops.chatapp.decode_attention_rows(step.queries, step.table, 2, step.positions, step.key, step.value,
+                                                0.125)
+    with pytest.raises(RuntimeError, match="row 0 holds 2 layers, not 1..2"):
+        torch.ops.chatapp.store_rows(step.table, step.positions, new, new, 1)
+
+    assert torch.equal(step.cache, before)
+
+
+def test_one_layers_keys_and_values_are_stored_at_that_layer_alone():
+    step = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])  # rows 1 and 2, layer 1
+    new_keys, new_values = torch.randn(1, 2, 3, 64), torch.randn(1, 2, 3, 64)
+    expected = step.cache.clone()
+    expected[0, 1, 1, :, 3], expected[0, 1, 2, :, 4] = new_keys[0, 0], new_keys[0, 1]
+    expected[1, 1, 1, :, 3], expected[1, 1, 2, :, 4] = new_values[0, 0], new_values[0, 1]
+
+    torch.ops.chatapp.store_rows(step.table, step.positions, new_keys, new_values, 1)
+
+    assert torch.equal(step.cache, expected)
 
 
 def test_keys_beyond_a_rows_position_are_not_read():
-    queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[5, 9])
-    keys[0, :, 5:] = float("nan")  # what a row must not see
-    values[1, :, 9:] = float("nan")
+    step = a_cache_and_a_step(torch.float32, 64, positions=[5, 9])
+    step.keys[0, :, 5:] = float("nan")  # what a row must not see
+    step.values[1, :, 9:] = float("nan")
 
-    attended = torch.ops.chatapp.decode_attention(queries, keys, values, positions, key, value, 0.125)
+    attended = step.attended(0.125)
 
     assert not attended.isnan().any()
 
@@ -162,24 +206,25 @@ def test_large_scores_do_not_overflow():
     # top scores of random keys come that close the weights differ from float64's (a tie of the
     # data, not an overflow); the other tests' draws would otherwise choose the keys here.
     torch.manual_seed(23)
-    queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[30])
-    queries *= 1000
+    step = a_cache_and_a_step(torch.float32, 64, positions=[30])
+    step.queries *= 1000
 
-    attended = torch.ops.chatapp.decode_attention(queries, keys, values, positions, key, value, 1.0)
+    attended = step.attended(1.0)
 
-    torch.testing.assert_close(attended.double(), softmax_attention(queries, keys, values, positions, key, value, 1.0),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(attended.double(), step.expected(1.0), rtol=1e-5, atol=1e-5)
 
 
 def test_a_position_missing_for_a_row_is_refused_with_a_clear_error():
-    queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
+    step = a_cache_and_a_step(torch.float32, 64, positions=[3, 4])
 
     with pytest.raises(RuntimeError, match="one position a row"):
-        torch.ops.chatapp.decode_attention(queries, keys, values, positions[:1], key, value, 0.125)
+        torch.ops.chatapp.decode_attention_rows(step.queries, step.table, 1, step.positions[:1], step.key,
+                                                step.value, 0.125)
 
 
-def test_a_cache_of_another_precision_than_the_queries_is_refused_with_a_clear_error():
-    queries, keys, values, positions, key, value = a_cache_and_a_step(torch.float32, 64, positions=[3])
+def test_queries_of_another_precision_than_the_steps_keys_are_refused_with_a_clear_error():
+    step = a_cache_and_a_step(torch.float32, 64, positions=[3])
 
     with pytest.raises(RuntimeError, match="float32 or bfloat16, the queries as the cache"):
-        torch.ops.chatapp.decode_attention(queries.bfloat16(), keys, values, positions, key, value, 0.125)
+        torch.ops.chatapp.decode_attention_rows(step.queries.bfloat16(), step.table, 1, step.positions, step.key,
+                                                step.value, 0.125)

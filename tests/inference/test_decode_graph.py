@@ -110,7 +110,7 @@ def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the
     before = keys.clone(), values.clone()
 
     # int32 token ids: a dtype no graph was compiled for, so torch.compile would compile again.
-    logits = engine.runner.graph.run(torch.tensor([sequence.output_token_ids[-1]], dtype=torch.int32), decodes)
+    logits = engine.runner.graph.run(torch.tensor([sequence.output_token_ids[-1]], dtype=torch.int32), layout)
 
     assert logits is None and engine.runner.graph.num_fallbacks == fallbacks + 1
     assert torch.equal(keys, before[0]) and torch.equal(values, before[1])

@@ -1,8 +1,9 @@
 // A decode step's attention: each row's few queries over its cached keys and its own new key.
 //
-// queries [B, kv_heads, group, dim]; keys, values [B, kv_heads, length, dim] (the cache, any
-// strides over B and kv_heads, each key's dim contiguous); positions [B]: a row sees its first
-// positions[b] cached keys; key, value [B, kv_heads, dim]: the step's own, not yet in the cache.
+// queries [B, kv_heads, group, dim]; each row's cached keys and values found through a table
+// (`decode_attention_rows`), so that a step's rows may lie in any of the cache's groups;
+// positions [B]: a row sees its first positions[b] cached keys; key, value [B, kv_heads, dim]:
+// the step's own, not yet in the cache (`store_rows` writes them through the same table).
 // Returns [B, kv_heads, group, dim] in the queries' dtype; the arithmetic is float32 throughout.
 //
 // Why our own: written as products and sums in the compiled step, inductor's loops took about
@@ -302,18 +303,9 @@ void dispatch(int64_t dim, const at::Tensor& queries, const Rows& rows, const at
   }
 }
 
-// A [B, kv_heads, length, dim] view's rows.
-template <typename T>
-struct StridedRows {
-  const T *keys, *values;
-  int64_t keys_row, keys_head, values_row, values_head, length;
-  RowCache<T> operator()(int64_t b) const {
-    return {keys + b * keys_row, values + b * values_row, keys_head, values_head, length};
-  }
-};
-
 // decode_attention_rows' table: a row of kTableColumns int64 a query row (see there).
-constexpr int64_t kTableColumns = 5;
+constexpr int64_t kTableColumns = 6;
+constexpr int64_t kCapacity = 4, kLayers = 5;
 
 template <typename T>
 struct TableRows {
@@ -323,11 +315,24 @@ struct TableRows {
     const int64_t* row = table + b * kTableColumns;
     const int64_t at = layer * row[2];
     return {reinterpret_cast<const T*>(static_cast<uintptr_t>(row[0])) + at,
-            reinterpret_cast<const T*>(static_cast<uintptr_t>(row[1])) + at, row[3], row[3], row[4]};
+            reinterpret_cast<const T*>(static_cast<uintptr_t>(row[1])) + at, row[3], row[3], row[kCapacity]};
   }
 };
 
-// What both operators check of the queries and the step's own keys and values; returns the
+// What both operators check of the table: its shape, and that each of its `rows` rows holds
+// the layers first_layer .. first_layer + layers.
+void check_table(const char* name, const at::Tensor& table, int64_t rows, int64_t first_layer, int64_t layers) {
+  TORCH_CHECK(table.dim() == 2 && table.size(0) == rows && table.size(1) == kTableColumns &&
+                  table.scalar_type() == at::kLong && table.is_contiguous(),
+              name, ": a table of ", kTableColumns, " int64 a row, contiguous");
+  const int64_t* entries = table.const_data_ptr<int64_t>();
+  for (int64_t b = 0; b < rows; ++b)
+    TORCH_CHECK(first_layer >= 0 && first_layer + layers <= entries[b * kTableColumns + kLayers], name, ": row ", b,
+                " holds ", entries[b * kTableColumns + kLayers], " layers, not ", first_layer, "..",
+                first_layer + layers - 1);
+}
+
+// What the attention checks of the queries and the step's own keys and values; returns the
 // queries, contiguous.
 at::Tensor checked_queries(const char* name, const at::Tensor& queries, const at::Tensor& positions,
                            const at::Tensor& key, const at::Tensor& value) {
@@ -347,48 +352,16 @@ at::Tensor checked_queries(const char* name, const at::Tensor& queries, const at
   return queries.contiguous();
 }
 
-at::Tensor decode_attention(const at::Tensor& queries_in, const at::Tensor& keys, const at::Tensor& values,
-                            const at::Tensor& positions_in, const at::Tensor& key, const at::Tensor& value,
-                            double scaling) {
-  TORCH_CHECK(keys.dim() == 4 && values.dim() == 4, "decode_attention: keys and values [B, kv_heads, length, dim]");
-  const at::Tensor queries = checked_queries("decode_attention", queries_in, positions_in, key, value);
-  const int64_t dim = queries.size(3);
-  TORCH_CHECK(keys.sizes() == values.sizes() && keys.size(0) == queries.size(0) &&
-                  keys.size(1) == queries.size(1) && keys.size(3) == dim,
-              "decode_attention: keys and values must match the queries' rows, heads and dims");
-  for (const at::Tensor* cached : {&keys, &values})
-    TORCH_CHECK(cached->stride(3) == 1 && (cached->size(2) <= 1 || cached->stride(2) == dim),
-                "decode_attention: each cached key's dims must be contiguous, one key after another");
-  TORCH_CHECK(keys.scalar_type() == queries.scalar_type() && values.scalar_type() == queries.scalar_type(),
-              "decode_attention: float32 or bfloat16, the queries as the cache");
-  const at::Tensor positions = positions_in.to(at::kLong).contiguous();
-  at::Tensor out = at::empty(queries.sizes(), queries.options());
-  if (queries.scalar_type() == at::kFloat) {
-    const StridedRows<float> rows{keys.const_data_ptr<float>(), values.const_data_ptr<float>(), keys.stride(0),
-                                  keys.stride(1), values.stride(0), values.stride(1), keys.size(2)};
-    dispatch<float>(dim, queries, rows, positions, key, value, scaling, out);
-  } else {
-    using B = c10::BFloat16;
-    const StridedRows<B> rows{keys.const_data_ptr<B>(), values.const_data_ptr<B>(), keys.stride(0),
-                              keys.stride(1), values.stride(0), values.stride(1), keys.size(2)};
-    dispatch<B>(dim, queries, rows, positions, key, value, scaling, out);
-  }
-  return out;
-}
-
-// The same attention, each row's cache found through `table` [B, 5] (int64): the address of
+// Each row's cache is found through `table` [B, 6] (int64, `row_table.py`): the address of
 // layer 0's key head 0 of its keys, the same of its values (in the queries' dtype), the elements
-// from one layer to the next, from one key head to the next, and the keys a head holds. Rows may
-// so lie in different tensors (the cache groups of a step's streams) and `layer` picks the
-// layer. The caller keeps those tensors alive and unchanged during the call.
+// from one layer to the next, from one key head to the next, the keys a head holds, and the
+// layers. Rows may so lie in different tensors (the cache groups of a step's streams) and
+// `layer` picks the layer. The caller keeps those tensors alive and unchanged during the call.
 at::Tensor decode_attention_rows(const at::Tensor& queries_in, const at::Tensor& table, int64_t layer,
                                  const at::Tensor& positions_in, const at::Tensor& key, const at::Tensor& value,
                                  double scaling) {
   const at::Tensor queries = checked_queries("decode_attention_rows", queries_in, positions_in, key, value);
-  TORCH_CHECK(table.dim() == 2 && table.size(0) == queries.size(0) && table.size(1) == kTableColumns &&
-                  table.scalar_type() == at::kLong && table.is_contiguous(),
-              "decode_attention_rows: a table of ", kTableColumns, " int64 a row, contiguous");
-  TORCH_CHECK(layer >= 0, "decode_attention_rows: a layer from 0");
+  check_table("decode_attention_rows", table, queries.size(0), layer, 1);
   const at::Tensor positions = positions_in.to(at::kLong).contiguous();
   at::Tensor out = at::empty(queries.sizes(), queries.options());
   const int64_t* rows = table.const_data_ptr<int64_t>();
@@ -401,18 +374,17 @@ at::Tensor decode_attention_rows(const at::Tensor& queries_in, const at::Tensor&
 }
 
 // Writes a step's own keys and values, [layers, B, kv_heads, dim] each, into each row's cache
-// found through decode_attention_rows' table, at the row's position. Every position is checked
-// against its row's capacity before anything is written. In place of two indexed writes over
+// found through decode_attention_rows' table, at the row's position, layers from `first_layer`
+// on (the compiled step stores every layer's after its call, the fused forward each layer's in
+// turn). Every position and layer is checked against its row's cache before anything is written. In place of two indexed writes over
 // the cache's permuted views (torch's index_put_: about 0.6 ms a one-stream step in bf16, for
 // 11 KB of keys and values), one copy of `dim` elements a row, layer and key head.
 void store_rows(const at::Tensor& table, const at::Tensor& positions_in, const at::Tensor& keys_in,
-                const at::Tensor& values_in) {
+                const at::Tensor& values_in, int64_t first_layer) {
   TORCH_CHECK(keys_in.dim() == 4 && values_in.sizes() == keys_in.sizes(),
               "store_rows: keys and values [layers, B, kv_heads, dim]");
   const int64_t layers = keys_in.size(0), rows = keys_in.size(1), kv_heads = keys_in.size(2), dim = keys_in.size(3);
-  TORCH_CHECK(table.dim() == 2 && table.size(0) == rows && table.size(1) == kTableColumns &&
-                  table.scalar_type() == at::kLong && table.is_contiguous(),
-              "store_rows: a table of ", kTableColumns, " int64 a row, contiguous");
+  check_table("store_rows", table, rows, first_layer, layers);
   TORCH_CHECK(positions_in.dim() == 1 && positions_in.size(0) == rows, "store_rows: one position a row");
   const at::ScalarType dtype = keys_in.scalar_type();
   TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && values_in.scalar_type() == dtype,
@@ -422,8 +394,8 @@ void store_rows(const at::Tensor& table, const at::Tensor& positions_in, const a
   const int64_t* entries = table.const_data_ptr<int64_t>();
   const int64_t* at = positions.const_data_ptr<int64_t>();
   for (int64_t b = 0; b < rows; ++b)
-    TORCH_CHECK(at[b] >= 0 && at[b] < entries[b * kTableColumns + 4], "store_rows: row ", b, "'s position ", at[b],
-                " is outside its cache (", entries[b * kTableColumns + 4], " places)");
+    TORCH_CHECK(at[b] >= 0 && at[b] < entries[b * kTableColumns + kCapacity], "store_rows: row ", b, "'s position ",
+                at[b], " is outside its cache (", entries[b * kTableColumns + kCapacity], " places)");
   const int64_t bytes = dim * keys.element_size();
   const char* new_keys = static_cast<const char*>(keys.const_data_ptr());
   const char* new_values = static_cast<const char*>(values.const_data_ptr());
@@ -433,7 +405,7 @@ void store_rows(const at::Tensor& table, const at::Tensor& positions_in, const a
     char* row_values = reinterpret_cast<char*>(static_cast<uintptr_t>(row[1]));
     for (int64_t layer = 0; layer < layers; ++layer)
       for (int64_t h = 0; h < kv_heads; ++h) {
-        const int64_t to = (layer * row[2] + h * row[3] + at[b] * dim) * keys.element_size();
+        const int64_t to = ((first_layer + layer) * row[2] + h * row[3] + at[b] * dim) * keys.element_size();
         const int64_t from = ((layer * rows + b) * kv_heads + h) * bytes;
         std::memcpy(row_keys + to, new_keys + from, bytes);
         std::memcpy(row_values + to, new_values + from, bytes);
@@ -444,15 +416,12 @@ void store_rows(const at::Tensor& table, const at::Tensor& positions_in, const a
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(chatapp, m) {
-  m.def("decode_attention(Tensor queries, Tensor keys, Tensor values, Tensor positions, Tensor key, "
-        "Tensor value, float scaling) -> Tensor");
   m.def("decode_attention_rows(Tensor queries, Tensor table, int layer, Tensor positions, Tensor key, "
         "Tensor value, float scaling) -> Tensor");
-  m.def("store_rows(Tensor table, Tensor positions, Tensor keys, Tensor values) -> ()");
+  m.def("store_rows(Tensor table, Tensor positions, Tensor keys, Tensor values, int first_layer=0) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(chatapp, CPU, m) {
-  m.impl("decode_attention", decode_attention);
   m.impl("decode_attention_rows", decode_attention_rows);
   m.impl("store_rows", store_rows);
 }
