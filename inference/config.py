@@ -63,7 +63,8 @@ class InferenceConfig:
     # A step that feeds prompt tokens beside prefill_stretch_streams or more decoding streams
     # may cost up to this many times a plain decode step, by what steps cost on this machine
     # (learned while serving); beside fewer streams the stretch grows so that the stall summed
-    # over them stays the same.
+    # over them stays the same, and where more prompts than prefill_stretch_streams are being fed
+    # it may grow to theirs.
     prefill_stretch: float = 1.7
     prefill_stretch_streams: int = 16
     # Prompt tokens per step when nothing else is running.
