@@ -55,6 +55,7 @@ from .fused_llama import rms_norm, rotate
 from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout, PackedMatrix
 from .row_table import row_table
+from .sampler import StepLogits
 from .step_trial import StepKind
 
 logger = logging.getLogger(__name__)
@@ -135,13 +136,14 @@ class _Step(nn.Module):
         self.scaling = fused.scaling
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor,
-                cache: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                cache: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """token_ids, positions [B]; the keys and values cached before this step: with our own
         attention, (table,), where each row's are (decode_attention_rows' table [B, 6]: the rows
         may lie in different cache groups); else (keys, values), [layers, B, kv_heads, length,
         dim] each (a row's keys at and beyond its position are masked).
 
-        Returns the logits [B, vocab] and the step's keys and values [layers, B, kv_heads, dim].
+        Returns the logits [B, vocab], each row's argmax (its greedy token: sampler.StepLogits)
+        and the step's keys and values [layers, B, kv_heads, dim].
         """
         count, heads, kv_heads, dim = token_ids.shape[0], self.heads, self.kv_heads, self.head_dim
         group = heads // kv_heads
@@ -161,7 +163,7 @@ class _Step(nn.Module):
             gate, up = self._product(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + self._product(F.silu(gate) * up, layer.down)
         logits = self._product(rms_norm(hidden, self.norm, self.eps), self.head)
-        return logits, torch.stack(new_keys), torch.stack(new_values)
+        return logits, logits.argmax(-1), torch.stack(new_keys), torch.stack(new_values)
 
     def _product(self, rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
         """rows @ a weight matrix: the call PackedMatrix or DotMatrix makes (inductor calls it
@@ -286,24 +288,24 @@ class DecodeGraph:
         # group from its first decoding one to its last.
         return StepKind(rows, rows if self.module.own_attention else decodes[0].span, context)
 
-    def run(self, token_ids: torch.Tensor, step: StepLayout) -> torch.Tensor | None:
+    def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits | None:
         """The step's logits [tokens, vocab] with the cache written, or None (nothing done) when
         this step's shapes were not compiled."""
         if self.module.own_attention:
             return self._run_rows(token_ids, step.rows)
         return self._run_group(token_ids, step.decodes[0])
 
-    def _run_rows(self, token_ids: torch.Tensor, rows: DecodeRows) -> torch.Tensor | None:
+    def _run_rows(self, token_ids: torch.Tensor, rows: DecodeRows) -> StepLogits | None:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
         outcome = self._guarded(self._call_rows, token_ids, rows.positions, rows.table)
         if outcome is None:
             return None
-        logits, new_keys, new_values = outcome
+        logits, greedy, new_keys, new_values = outcome
         torch.ops.chatapp.store_rows(rows.table, rows.positions, new_keys, new_values)
         self.num_steps += 1
-        return logits
+        return StepLogits(logits, greedy)
 
-    def _run_group(self, token_ids: torch.Tensor, decode: GroupDecode) -> torch.Tensor | None:
+    def _run_group(self, token_ids: torch.Tensor, decode: GroupDecode) -> StepLogits | None:
         """Products and sums' way: one group's rows, from its first decoding one to its last."""
         keys, values = self.kv_cache.tensors(decode.group)
         span, first_row = decode.span, decode.first_row
@@ -317,13 +319,13 @@ class DecodeGraph:
         outcome = self._guarded(self._call_group, token_ids, positions, keys, values, first_row, decode.length - 1)
         if outcome is None:
             return None
-        logits, new_keys, new_values = outcome
+        logits, greedy, new_keys, new_values = outcome
         if padded:
-            logits = logits.index_select(0, places)
+            logits, greedy = logits.index_select(0, places), greedy.index_select(0, places)
             new_keys, new_values = new_keys.index_select(1, places), new_values.index_select(1, places)
         self._store(decode, new_keys, new_values)
         self.num_steps += 1
-        return logits
+        return StepLogits(logits, greedy)
 
     def _guarded(self, call, *args):
         """The call's outcome, or None when its shapes were not compiled."""

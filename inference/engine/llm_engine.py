@@ -21,7 +21,7 @@ from .door import EngineLimits, EngineStats, GraphState
 from .kv_cache import CacheShape, KVCache
 from .matrices import MatrixLayout
 from .model_runner import ModelRunner
-from .sampler import sample
+from .sampler import StepLogits, sample
 from .scheduler import ScheduledChunk, Scheduler
 from .sequence import SamplingParams, Sequence
 from .step_cost import StepCost, StepMix
@@ -135,38 +135,42 @@ class LLMEngine:
         mix = StepMix.PROMPT if any(chunk.sequence.is_prefilling for chunk in chunks) else StepMix.DECODE
         started = time.perf_counter()
         try:
-            logits = self.runner.run(chunks)
+            scores = self.runner.run(chunks)
         except Exception:
             # Said every time: a failure only a full batch meets would otherwise turn every step
             # into one pass per sequence, silently.
             logger.exception("a step of %d sequences failed; retrying them one at a time", len(chunks))
             return [output for chunk in chunks for output in self._run_alone(chunk)]
         self.num_failures_in_a_row = 0
-        outputs = self._sample(chunks, logits)  # waits for the device: the step is done
+        outputs = self._sample(chunks, scores)  # waits for the device: the step is done
         self.step_cost.observe(mix, sum(len(chunk.token_ids) for chunk in chunks), time.perf_counter() - started)
         return outputs
 
     def _run_alone(self, chunk: ScheduledChunk) -> list[RequestOutput]:
         try:
-            logits = self.runner.run([chunk])
+            scores = self.runner.run([chunk])
         except Exception as error:
             self.num_failures_in_a_row += 1
             if self.num_failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
                 raise
             return [self._fail(chunk.sequence, error)]
         self.num_failures_in_a_row = 0
-        return self._sample([chunk], logits)
+        return self._sample([chunk], scores)
 
-    def _sample(self, chunks: list[ScheduledChunk], logits) -> list[RequestOutput]:
+    def _sample(self, chunks: list[ScheduledChunk], scores: StepLogits) -> list[RequestOutput]:
         sampling = [chunk.sequence for chunk in chunks if chunk.samples]
         try:
-            token_ids = sample(logits, sampling)
+            token_ids = sample(scores.logits, sampling, scores.greedy)
         except Exception:
             token_ids = None  # someone's draw failed: draw again one by one to find whose
         outputs = []
         for index, sequence in enumerate(sampling):
             try:
-                token_id = token_ids[index] if token_ids is not None else sample(logits[index:index + 1], [sequence])[0]
+                if token_ids is None:
+                    row = scores.row(index)
+                    token_id = sample(row.logits, [sequence], row.greedy)[0]
+                else:
+                    token_id = token_ids[index]
                 outputs.append(self._append(sequence, token_id))
             except Exception as error:
                 outputs.append(self._fail(sequence, error))

@@ -22,6 +22,7 @@ from .door import GraphState
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
 from .row_table import row_table
+from .sampler import StepLogits
 from .scheduler import ScheduledChunk
 from .step_trial import StepKind, StepPath, StepTrial, StepTrials
 
@@ -106,7 +107,7 @@ class ModelRunner:
         return False
 
     @torch.inference_mode()
-    def run(self, chunks: list[ScheduledChunk]) -> torch.Tensor:
+    def run(self, chunks: list[ScheduledChunk]) -> StepLogits:
         """Feeds every chunk; returns logits [number of sampling chunks, vocab], in chunk order."""
         token_ids: list[int] = []
         positions: list[int] = []
@@ -120,12 +121,12 @@ class ModelRunner:
         # One tensor, so that a GPU gets one copy from the host per step rather than three.
         packed = torch.tensor(token_ids + positions + sampled_at, device=self.device, dtype=torch.long)
         inputs, at, keep = packed.split((len(token_ids), len(positions), len(sampled_at)))
-        logits = self._forward(inputs, at, keep, layout, len(sampled_at))
+        scores = self._forward(inputs, at, keep, layout, len(sampled_at))
         for chunk in chunks:
             chunk.sequence.num_cached_tokens = chunk.end
-        return logits
+        return scores
 
-    def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int) -> torch.Tensor:
+    def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int) -> StepLogits:
         """The step's logits: through the compiled graph where it runs this step (and, while the
         trial of this kind of step lasts, every other such step through the fused forward, each
         timed; after it, the way it found faster), else uncompiled."""
@@ -138,20 +139,20 @@ class ModelRunner:
         path = trial.next_path() if trial is not None else StepPath.GRAPH
         timing = trial is not None and trial.winner is None
         started = self._finished_at() if timing else 0.0
-        logits = graph.run(inputs, layout) if path is StepPath.GRAPH else None
-        if logits is None:
-            logits = self._uncompiled(inputs, at, keep, layout)
+        scores = graph.run(inputs, layout) if path is StepPath.GRAPH else None
+        if scores is None:
+            scores = self._uncompiled(inputs, at, keep, layout)
             if path is StepPath.GRAPH:  # shapes the graph was not compiled for: counts for neither way
-                return logits
+                return scores
         if timing:
             self._record(trial, kind, path, self._finished_at() - started)
-        return logits
+        return scores
 
-    def _uncompiled(self, inputs, at, keep, layout: StepLayout) -> torch.Tensor:
+    def _uncompiled(self, inputs, at, keep, layout: StepLayout) -> StepLogits:
         if self.fused is not None:
-            return self.fused(inputs, at, keep, layout)
-        return self.model(input_ids=inputs[None], position_ids=at[None], use_cache=False,
-                          logits_to_keep=keep, inference_step=layout).logits[0]
+            return StepLogits(self.fused(inputs, at, keep, layout))
+        return StepLogits(self.model(input_ids=inputs[None], position_ids=at[None], use_cache=False,
+                                     logits_to_keep=keep, inference_step=layout).logits[0])
 
     def _finished_at(self) -> float:
         """The time once the device finished what it was given."""

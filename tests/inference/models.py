@@ -106,11 +106,11 @@ def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
     run = engine.runner.run
 
     def run_and_record(chunks):
-        logits = run(chunks)
-        for chunk, row in zip([chunk for chunk in chunks if chunk.samples], logits, strict=True):
+        scores = run(chunks)
+        for chunk, row in zip([chunk for chunk in chunks if chunk.samples], scores.logits, strict=True):
             sequence = chunk.sequence
             fed.append(((sequence.prompt_token_ids + sequence.output_token_ids)[: chunk.end], row))
-        return logits
+        return scores
 
     engine.runner.run = run_and_record
     return fed

@@ -56,6 +56,34 @@ def test_every_logit_of_a_compiled_decode_step_equals_transformers_forward_alone
     assert engine.runner.graph.num_fallbacks == 0
 
 
+@pytest.mark.parametrize("streams", [1, 3])
+def test_the_greedy_tokens_a_compiled_step_hands_the_sampler_are_its_logits_argmax(compiled, streams):
+    engine, _ = compiled
+    rng = random.Random(streams)
+    for number in range(streams):
+        engine.add_request(f"greedy-{streams}-{number}", [rng.randrange(3, 49152) for _ in range(5 + 20 * number)],
+                           SamplingParams(max_tokens=6))
+    run = engine.runner.run
+    handed = []
+
+    def run_and_keep(chunks):
+        scores = run(chunks)
+        handed.append(scores)
+        return scores
+
+    engine.runner.run = run_and_keep
+    try:
+        while engine.has_work():
+            engine.step()
+    finally:
+        del engine.runner.run
+
+    compiled_steps = [scores for scores in handed if scores.greedy is not None]
+    assert compiled_steps
+    for scores in compiled_steps:
+        assert torch.equal(scores.greedy, scores.logits.argmax(dim=-1))
+
+
 needs_our_attention = pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
                                          reason=f"our decode attention cannot run here: {own_kernels.load()}")
 

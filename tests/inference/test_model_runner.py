@@ -92,11 +92,11 @@ def _a_prompts_last_logits(layout: MatrixLayout, dtype: torch.dtype = torch.floa
     engine = models.engine(model, matrices=layout, prefill_chunk_idle=64)
     fed = []
     run = engine.runner.run
-    engine.runner.run = lambda chunks: fed.append(run(chunks)) or fed[-1]
+    engine.runner.run = lambda chunks: fed.append(scores := run(chunks)) or scores
     engine.add_request("a", tokens.tolist(), SamplingParams(max_tokens=1))
     while engine.has_work():
         engine.step()
-    return model, engine, fed[0][0], expected[-1]
+    return model, engine, fed[0].logits[0], expected[-1]
 
 
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
@@ -189,7 +189,7 @@ def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_
     engine = models.engine(model, matrices=MatrixLayout.AUTO, prefill_chunk=3, prefill_chunk_idle=3)
     fed = []
     run = engine.runner.run
-    engine.runner.run = lambda chunks: fed.append(run(chunks)) or fed[-1]
+    engine.runner.run = lambda chunks: fed.append(scores := run(chunks)) or scores
     tokens = [5, 17, 300, 4000, 9]  # chunks of 3 and 2 rows, then decodes of 1
     engine.add_request("a", tokens, SamplingParams(max_tokens=4))
     outputs = [output for _ in range(8) for output in engine.step()]
@@ -198,7 +198,7 @@ def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_
     sequence = tokens + [output.token_id for output in outputs]
     with torch.inference_mode():
         expected = reference(torch.tensor([sequence])).logits[0, len(tokens) - 1 : -1]
-    torch.testing.assert_close(torch.cat(fed), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.cat([scores.logits for scores in fed]), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_bfloat16_model_loads_and_answers_on_any_cpu_with_the_layout_its_onednn_can_pack():
