@@ -6,8 +6,9 @@ tokens are stored and attend through our own kernel where it runs (a CPU, float3
 all of a step's at once, wherever their rows lie, through one table of where each row's keys
 are (row_table.py); elsewhere those of one cache group write their keys and values in one
 indexed store and attend in one call over a plain slice of the group's tensors. Prompt chunks
-write a plain slice of their row and attend one sequence at a time. `attend` serves both forwards: transformers' own, through
-the attention interface registered here, and the fused Llama forward.
+write a plain slice of their row and attend one sequence at a time. `attend` serves both
+forwards: transformers' own, through the attention interface registered here, and the fused
+Llama forward.
 
 A decode token has one query per head, and the query heads that share a key/value head see the
 same keys under the same mask: they go to attention as that key/value head's queries, side by
@@ -43,7 +44,7 @@ class GroupDecode:
 
 @dataclass
 class DecodeRows:
-    """Every decode token of a step, for our attention: they are the step's first `count` tokens."""
+    """Every decode token of a step, for our attention: the step's first `count` tokens."""
 
     table: torch.Tensor  # row_table's, a row for each token, in the tokens' order
     positions: torch.Tensor  # each token's position, where its key and value go
@@ -88,15 +89,16 @@ def attend(step: StepLayout, layer: int, queries: torch.Tensor, new_keys: torch.
     count = queries.shape[0]
     if not step.prompts and step.rows is not None and step.rows.count == count:
         return _attend_rows(step.rows, layer, queries, new_keys, new_values, scaling)
-    if not step.prompts and step.rows is None and len(step.decodes) == 1 and step.decodes[0].count == count:
+    alone = len(step.decodes) == 1 and step.decodes[0].count == count
+    if not step.prompts and step.rows is None and alone:
         # The usual decode step: one group's tokens are the whole step, nothing to gather.
         return _attend_decode(step.decodes[0], cache, layer, queries, new_keys, new_values, scaling)
     # Rows beyond the step's tokens (the fused forward's padding) are zeros, not garbage.
     output = torch.empty_like(queries) if count == step.num_tokens else queries.new_zeros(queries.shape)
     if step.rows is not None:
         tokens = slice(0, step.rows.count)
-        output[tokens] = _attend_rows(step.rows, layer, queries[tokens], new_keys[tokens], new_values[tokens],
-                                      scaling)
+        output[tokens] = _attend_rows(step.rows, layer, queries[tokens], new_keys[tokens],
+                                      new_values[tokens], scaling)
     else:
         for decode in step.decodes:
             tokens = slice(decode.first_token, decode.first_token + decode.count)
@@ -126,7 +128,8 @@ def _attend_rows(rows: DecodeRows, layer: int, queries: torch.Tensor, new_keys: 
     layer: at 64 streams, sixteen groups, some 5,000 a step with a prompt in it)."""
     count, heads, dim = queries.shape
     kv_heads = new_keys.shape[1]
-    torch.ops.chatapp.store_rows(rows.table, rows.positions, new_keys[None], new_values[None], layer)
+    torch.ops.chatapp.store_rows(rows.table, rows.positions, new_keys[None], new_values[None],
+                                 layer)
     attended = torch.ops.chatapp.decode_attention_rows(
         queries.reshape(count, kv_heads, heads // kv_heads, dim), rows.table, layer, rows.positions,
         new_keys, new_values, dim**-0.5 if scaling is None else scaling)

@@ -108,7 +108,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, chunks: list[ScheduledChunk]) -> StepLogits:
-        """Feeds every chunk; returns logits [number of sampling chunks, vocab], in chunk order."""
+        """Feeds every chunk; returns logits [number of sampling chunks, vocab], in chunk order
+        (with each row's greedy token where the compiled step ran)."""
         token_ids: list[int] = []
         positions: list[int] = []
         sampled_at: list[int] = []

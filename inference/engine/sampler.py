@@ -33,7 +33,8 @@ class StepLogits(NamedTuple):
         return StepLogits(self.logits[index : index + 1], greedy_row)
 
 
-def sample(logits: torch.Tensor, sequences: list[Sequence], greedy_ids: torch.Tensor | None = None) -> list[int]:
+def sample(logits: torch.Tensor, sequences: list[Sequence],
+           greedy_ids: torch.Tensor | None = None) -> list[int]:
     """logits: [len(sequences), vocab]; returns one token id per sequence. `greedy_ids`: each
     row's argmax where it is known already."""
     chosen = (greedy(logits) if greedy_ids is None else greedy_ids).tolist()

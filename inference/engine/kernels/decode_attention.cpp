@@ -321,15 +321,16 @@ struct TableRows {
 
 // What both operators check of the table: its shape, and that each of its `rows` rows holds
 // the layers first_layer .. first_layer + layers.
-void check_table(const char* name, const at::Tensor& table, int64_t rows, int64_t first_layer, int64_t layers) {
+void check_table(const char* name, const at::Tensor& table, int64_t rows, int64_t first_layer,
+                 int64_t layers) {
   TORCH_CHECK(table.dim() == 2 && table.size(0) == rows && table.size(1) == kTableColumns &&
                   table.scalar_type() == at::kLong && table.is_contiguous(),
               name, ": a table of ", kTableColumns, " int64 a row, contiguous");
   const int64_t* entries = table.const_data_ptr<int64_t>();
   for (int64_t b = 0; b < rows; ++b)
-    TORCH_CHECK(first_layer >= 0 && first_layer + layers <= entries[b * kTableColumns + kLayers], name, ": row ", b,
-                " holds ", entries[b * kTableColumns + kLayers], " layers, not ", first_layer, "..",
-                first_layer + layers - 1);
+    TORCH_CHECK(first_layer >= 0 && first_layer + layers <= entries[b * kTableColumns + kLayers], name,
+                ": row ", b, " holds ", entries[b * kTableColumns + kLayers], " layers, not ", first_layer,
+                "..", first_layer + layers - 1);
 }
 
 // What the attention checks of the queries and the step's own keys and values; returns the
@@ -376,9 +377,10 @@ at::Tensor decode_attention_rows(const at::Tensor& queries_in, const at::Tensor&
 // Writes a step's own keys and values, [layers, B, kv_heads, dim] each, into each row's cache
 // found through decode_attention_rows' table, at the row's position, layers from `first_layer`
 // on (the compiled step stores every layer's after its call, the fused forward each layer's in
-// turn). Every position and layer is checked against its row's cache before anything is written. In place of two indexed writes over
-// the cache's permuted views (torch's index_put_: about 0.6 ms a one-stream step in bf16, for
-// 11 KB of keys and values), one copy of `dim` elements a row, layer and key head.
+// turn). Every position and layer is checked against its row's cache before anything is
+// written. In place of two indexed writes over the cache's permuted views (torch's index_put_:
+// about 0.6 ms a one-stream step in bf16, for 11 KB of keys and values), one copy of `dim`
+// elements a row, layer and key head.
 void store_rows(const at::Tensor& table, const at::Tensor& positions_in, const at::Tensor& keys_in,
                 const at::Tensor& values_in, int64_t first_layer) {
   TORCH_CHECK(keys_in.dim() == 4 && values_in.sizes() == keys_in.sizes(),
