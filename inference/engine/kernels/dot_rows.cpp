@@ -33,8 +33,18 @@
 
 namespace {
 
-// More rows than this go to at::linear: compute decides there, not reading the weight.
-constexpr int64_t kMostRows = 128;
+// More rows than this go to at::linear: compute decides there, not reading the weight, and
+// whose arithmetic is faster depends on the precision. float32 with AVX-512: ours took 0.34-0.62x
+// torch's time (oneMKL's) for a pass over the default model at 16-512 rows (a prompt chunk is at
+// most 512 by default); with AVX2 the two were equal at 64 and 128 rows. bfloat16: torch's
+// (oneDNN's) is as fast at 64 rows and 1.11-1.35x faster from 100 to 512 (an AVX-512 BF16 AMD
+// EPYC, both measured in turns in one process; BENCHMARKS.md).
+#if defined(__AVX512F__)
+constexpr int64_t kMostFloatRows = 512;
+#else
+constexpr int64_t kMostFloatRows = 128;
+#endif
+constexpr int64_t kMostBFloat16Rows = 64;
 // Bytes of rows kept in L2 at once.
 constexpr int64_t kRowBlockBytes = 196608;
 // Tiles of rows x outputs: as many sums as the vector registers hold beside a tile's rows and a
@@ -197,7 +207,8 @@ at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
   TORCH_CHECK(rows_in.scalar_type() == dtype && (dtype == at::kFloat || (kBFloat16 && dtype == at::kBFloat16)),
               "dot_rows: rows and weight both float32", kBFloat16 ? " or both bfloat16" : "");
   TORCH_CHECK(weight.is_contiguous(), "dot_rows: the weight must be contiguous");
-  if (rows_in.size(0) > kMostRows) return at::linear(rows_in, weight);
+  const int64_t most_rows = dtype == at::kFloat ? kMostFloatRows : kMostBFloat16Rows;
+  if (rows_in.size(0) > most_rows) return at::linear(rows_in, weight);
   const at::Tensor rows = rows_in.contiguous();
   at::Tensor product = at::empty({rows.size(0), weight.size(0)}, rows.options());
   if (dtype == at::kFloat) {
