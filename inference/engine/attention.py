@@ -32,8 +32,10 @@ class GroupDecode:
     group: int
     first_token: int  # the group's decode tokens are side by side in the step
     count: int
-    rows: torch.Tensor  # each token's cache row, for its write
-    positions: torch.Tensor  # each token's position, where its key and value go
+    # Each token's cache row and position, where its key and value go (None where our attention
+    # serves: the step's DecodeRows hold them).
+    rows: torch.Tensor | None
+    positions: torch.Tensor | None
     first_row: int  # attention runs over the rows first_row .. first_row + span
     span: int
     offsets: torch.Tensor | None  # the tokens' rows within the span when not simply 0..count-1

@@ -211,11 +211,15 @@ class ModelRunner:
             raise RuntimeError("decode chunks must come grouped and in cache-row order")
         first_row, span = rows[0], rows[-1] - rows[0] + 1
         length = max(lengths)
+        if self.own_attention:
+            # Our attention reads each row through the step's table (`_decode_rows`): no mask,
+            # rows, positions or offsets to build, each a host-to-tensor copy a group and step.
+            return GroupDecode(group, tokens[0], len(tokens), None, None, first_row, span, None, length, None)
         offsets = None
         if span != len(rows):
             offsets = torch.tensor([row - first_row for row in rows], device=self.device)
-        mask = None  # our attention reads each row up to its own position: no mask to build
-        if not self.own_attention and (span != len(rows) or min(lengths) != length):
+        mask = None
+        if span != len(rows) or min(lengths) != length:
             limits = torch.ones(span, dtype=torch.long)  # rows not decoding see one key: no NaN
             limits[[row - first_row for row in rows]] = torch.tensor(lengths)
             mask = self._additive(torch.arange(length)[None, :] < limits[:, None]).view(span, 1, 1, length)
