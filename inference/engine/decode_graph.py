@@ -48,10 +48,12 @@ import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.decorators import mark_unbacked
+from torch._inductor.compile_fx import compile_fx
 
 from . import own_kernels
 from .attention import DecodeRows, GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
+from .graph_call import GraphCall
 from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout, PackedMatrix
 from .row_table import row_table
@@ -234,8 +236,12 @@ class DecodeGraph:
         # module's forward runs a copy of the code, its graphs this module's alone. The inputs'
         # guards stay: a step shaped or typed otherwise still falls back (`run`).
         self.module.forward = types.MethodType(_copy(_Step.forward), self.module)
-        self.compiled = torch.compile(self.module, dynamic=True, fullgraph=True,
+        self.compiled = torch.compile(self.module, backend=self._compile, dynamic=True, fullgraph=True,
                                       options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+        # With our attention, the compiled code called without torch.compile's frame once it
+        # compiled (graph_call.py); `_compiling_for` holds the compiling call's own tensors.
+        self.direct: GraphCall | None = None
+        self._compiling_for: tuple[torch.Tensor, ...] | None = None
         self.num_steps = 0  # steps the graph ran
         self.num_fallbacks = 0  # steps it left to the fused forward, their shapes not compiled
 
@@ -266,10 +272,28 @@ class DecodeGraph:
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             if self.module.own_attention:
-                self._call_rows(token_ids, positions, row_table([(keys, values, range(1, count + 1))]))
+                table = row_table([(keys, values, range(1, count + 1))])
+                self._compiling_for = (token_ids, positions, table)
+                try:
+                    self._call_rows(token_ids, positions, table)
+                finally:
+                    self._compiling_for = None
             else:
                 self._call_group(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
         return time.perf_counter() - started
+
+    def _compile(self, graph_module: torch.fx.GraphModule, example_inputs: list):
+        """torch.compile's backend: inductor's compile (what backend="inductor" calls, with no
+        options), the compiled code kept to be called directly where the call was `warm`'s."""
+        placeholders = [node.meta.get("example_value") for node in graph_module.graph.nodes if node.op == "placeholder"]
+        arguments = list(example_inputs)
+        compiled = compile_fx(graph_module, example_inputs)
+        if self._compiling_for is not None:
+            try:
+                self.direct = GraphCall(compiled, arguments, placeholders, self._compiling_for)
+            except LookupError as error:  # every step goes through torch.compile's frame
+                logger.warning("the compiled decode step is called through torch.compile: %s", error)
+        return compiled
 
     def takes(self, step: StepLayout, num_sampled: int) -> list[GroupDecode] | None:
         """The step's decodes when the graph can run it: no prompt, every token sampled, and the
@@ -298,7 +322,9 @@ class DecodeGraph:
 
     def _run_rows(self, token_ids: torch.Tensor, rows: DecodeRows) -> StepLogits | None:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
-        outcome = self._guarded(self._call_rows, token_ids, rows.positions, rows.table)
+        outcome = None if self.direct is None else self.direct(token_ids, rows.positions, rows.table)
+        if outcome is None:
+            outcome = self._guarded(self._call_rows, token_ids, rows.positions, rows.table)
         if outcome is None:
             return None
         logits, greedy, new_keys, new_values = outcome

@@ -123,6 +123,31 @@ def test_with_our_attention_a_step_over_several_cache_groups_runs_compiled_and_a
     assert len(fed) == 4 * 8 and steps_over_groups > 0 and graph.num_fallbacks == fallbacks
 
 
+@needs_our_attention
+@pytest.mark.parametrize("streams", [1, 3])
+def test_steps_through_the_table_call_the_compiled_code_directly_and_get_what_torch_compile_gives(
+        compiled_with_our_attention, streams):
+    engine, _ = compiled_with_our_attention
+    graph = engine.runner.graph
+    assert graph.direct is not None
+    for index in range(streams):
+        engine.add_request(f"direct-{index}", [7 + index] * (5 + 3 * index), SamplingParams(max_tokens=4))
+    while engine.scheduler.num_waiting or any(sequence.is_prefilling for sequence in engine.scheduler.running):
+        engine.step()
+
+    with torch.inference_mode():  # as the runner builds a step's tensors
+        rows = engine.runner._layout(engine.scheduler.schedule(), streams).rows  # the next step, not run
+        token_ids = torch.tensor([sequence.output_token_ids[-1] for sequence in engine.scheduler.running])
+        direct = graph.direct(token_ids, rows.positions, rows.table)
+        framed = graph._guarded(graph._call_rows, token_ids, rows.positions, rows.table)
+        refused = graph.direct(token_ids.int(), rows.positions, rows.table)
+
+    assert len(direct) == len(framed) == 4
+    assert all(torch.equal(ours, theirs) for ours, theirs in zip(direct, framed))
+    assert refused is None  # int32 ids: not what was compiled, left to torch.compile's frame
+    engine.abort_all()
+
+
 @pytest.mark.parametrize("way", ["one group", pytest.param("through the table", marks=needs_our_attention)])
 def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the_fused_forward(request, way):
     engine, _ = request.getfixturevalue("compiled" if way == "one group" else "compiled_with_our_attention")
