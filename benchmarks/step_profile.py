@@ -6,9 +6,11 @@ runs in a child process of its own (two models in one process share the CPU's ca
 each other): the model is loaded as the server loads it (INFERENCE_* variables apply), then its
 engine is stepped by hand: every stream has a prompt of random tokens and decodes to the end
 (end-of-turn tokens are ignored), and only steps where every stream decodes are timed. No HTTP,
-no event loop. Then a few more steps run under torch.profiler, and the self time of the weight
-products (and of attention) is read from its operator table: "the rest" is the unprofiled
-step's median minus the products, i.e. everything a faster matrix kernel would not remove.
+no event loop. After each round of timed steps a few more run under torch.profiler, and the self
+time of the weight products (and of attention) is read from its operator table (our own
+kernels are called through torch's dispatcher, from the compiled step too, so it sees them):
+"the rest" is that round's median unprofiled step minus its products (the median over the
+rounds), i.e. everything a faster matrix kernel would not remove.
 
 Each precision runs twice: the fused forward alone (INFERENCE_COMPILE=off) and with the decode
 step compiled (on; inference/engine/decode_graph.py), whose compile, paid at load, is not
@@ -57,8 +59,10 @@ LARGEST_REST = 4
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", default="1,4,16", help="comma-separated stream counts")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="precisions, one child each")
-    parser.add_argument("--steps", type=int, default=30, help="timed decode steps per count")
-    parser.add_argument("--profiled-steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=20, help="timed decode steps per count and round")
+    parser.add_argument("--profiled-steps", type=int, default=6, help="profiled steps per round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of timed steps then profiled steps, taken in turns")
     parser.add_argument("--prompt-tokens", type=int, default=100)
     parser.add_argument("--compile", default="off,on",
                         help="INFERENCE_COMPILE modes, one child each: the fused forward alone (off) "
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None, compile_mode: str) -> dict:
     command = [sys.executable, "-m", "benchmarks", "step", "--child", "--streams", args.streams,
-               "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps),
+               "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps), "--rounds", str(args.rounds),
                "--prompt-tokens", str(args.prompt_tokens)]
     env = {**os.environ, "INFERENCE_DTYPE": dtype, "INFERENCE_COMPILE": compile_mode}
     if InferenceConfig.from_env().huge_pages:  # the weights in 2 MB pages, as the service has them
@@ -124,7 +128,7 @@ def _measure(args: argparse.Namespace) -> dict:
     for streams in (int(count) for count in args.streams.split(",")):
         # Streams admitted first decode while the others' prompts are fed, at least
         # prefill_chunk_min prompt tokens a step: room for that, then for the measured steps.
-        max_tokens = (3 * args.steps + args.profiled_steps + 8
+        max_tokens = (args.rounds * (args.steps + args.profiled_steps) + 2 * args.steps + 8
                       + streams * args.prompt_tokens // config.prefill_chunk_min)
         if streams * (args.prompt_tokens + max_tokens) > config.max_cached_tokens:
             raise ValueError(f"{streams} streams need more than INFERENCE_MAX_CACHED_TOKENS")
@@ -135,23 +139,30 @@ def _measure(args: argparse.Namespace) -> dict:
         while len(decoding) < streams:
             decoding.update(output.request_id for output in engine.step())
         engine.step()  # one untimed decode step
-        times = []
+        times, cpu_seconds, rounds = [], 0.0, []
         with ForeignLoad() as foreign:
-            cpu_started = time.process_time()
-            for _ in range(args.steps):
-                started = time.perf_counter()
-                engine.step()
-                times.append((time.perf_counter() - started) * 1e3)
-            cpu_ms = (time.process_time() - cpu_started) * 1e3 / args.steps
-        with profile() as profiler:
-            for _ in range(args.profiled_steps):
-                engine.step()
+            # Timed steps, then profiled ones, in turns: each round's products are set against
+            # that round's steps, so that the machine's drift between the two (this project's
+            # machines move by 20-50% within minutes) does not land in "the rest".
+            for _ in range(args.rounds):
+                round_times = []
+                cpu_started = time.process_time()
+                for _ in range(args.steps):
+                    started = time.perf_counter()
+                    engine.step()
+                    round_times.append((time.perf_counter() - started) * 1e3)
+                cpu_seconds += time.process_time() - cpu_started
+                with profile() as profiler:
+                    for _ in range(args.profiled_steps):
+                        engine.step()
+                times += round_times
+                rounds.append({"median_ms": statistics.median(round_times),
+                               **_attributed(profiler.key_averages(), args.profiled_steps)})
         in_turns = _in_turns(engine, args.steps) if engine.runner.graph is not None else None
         result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
                                  "fastest_ms": min(times), "p90_ms": spread(times)["p90"],
-                                 "cpu_ms": cpu_ms,
-                                 "other_cpu": foreign.cores, "in_turns": in_turns,
-                                 **_attributed(profiler.key_averages(), args.profiled_steps)})
+                                 "cpu_ms": cpu_seconds * 1e3 / len(times),
+                                 "other_cpu": foreign.cores, "in_turns": in_turns, **_split(rounds)})
         engine.abort_all()
     return result
 
@@ -181,6 +192,17 @@ def _in_turns(engine, steps: int) -> dict | None:
     return {"graph_ms": medians[StepPath.GRAPH] * 1e3, "fused_ms": medians[StepPath.FUSED] * 1e3}
 
 
+def _split(rounds: list[dict]) -> dict:
+    """The rounds' medians: the rest as each round's median step less its products, so the
+    table's products and rest need not add up to its median step."""
+    def median(key: str) -> float:
+        return statistics.median(entry[key] for entry in rounds)
+
+    return {"products_ms": median("products_ms"), "attention_ms": median("attention_ms"),
+            "rest_ms": statistics.median(entry["median_ms"] - entry["products_ms"] for entry in rounds),
+            "products_calls": rounds[-1]["products_calls"], "rest_largest": rounds[-1]["rest_largest"]}
+
+
 def _attributed(averages, steps: int) -> dict:
     """Self time per step (ms) of the products, of attention, and the rest's largest operators."""
     def total(names) -> float:
@@ -203,9 +225,9 @@ def _split_table(results: list[dict]) -> str:
         for level in result["levels"]:
             largest = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in level["rest_largest"])
             if level["products_calls"]:
-                rest = level["median_ms"] - level["products_ms"]
-                split = (f"| {level['products_ms']:.1f} | {rest:.1f} ({level['attention_ms']:.1f}) "
-                         f"| {level['products_ms'] / level['median_ms']:.0%} ")
+                products, rest = level["products_ms"], level["rest_ms"]
+                split = (f"| {products:.1f} | {rest:.1f} ({level['attention_ms']:.1f}) "
+                         f"| {products / (products + rest):.0%} ")
             else:  # a graph compiled with a C++ wrapper calls its kernels out of the profiler's sight
                 split = "| (in the graph) | - | - "
             lines.append(
