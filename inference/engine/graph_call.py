@@ -62,6 +62,8 @@ def _place(arguments: list, tensor: torch.Tensor) -> int:
 def _dimension(size: torch.SymInt, inputs: list) -> tuple[int, int]:
     """(input, dimension) whose size `size` is, read from the inputs' fake tensors."""
     for index, fake in enumerate(inputs):
+        if not isinstance(fake, torch.Tensor):  # a placeholder without its example value
+            continue
         for dim, extent in enumerate(fake.shape):
             if isinstance(extent, torch.SymInt) and extent.node.expr == size.node.expr:
                 return index, dim
