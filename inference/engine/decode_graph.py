@@ -50,12 +50,12 @@ from torch import nn
 from torch._dynamo.decorators import mark_unbacked
 from torch._inductor.compile_fx import compile_fx
 
-from . import own_kernels
+from . import group_view, matrices, own_kernels
 from .attention import DecodeRows, GroupDecode, StepLayout
 from .fused_llama import rms_norm, rotate
 from .graph_call import GraphCall
 from .kv_cache import BLOCK_TOKENS
-from .matrices import MatrixLayout, PackedMatrix
+from .matrices import MatrixLayout
 from .row_table import row_table
 from .sampler import StepLogits, greedy
 from .step_trial import StepKind
@@ -126,10 +126,10 @@ class _Step(nn.Module):
             for name in ("attention_norm", "mlp_norm"):
                 layer.register_buffer(name, getattr(fused_layer, name))
             for name in fused_layer.MATRICES:
-                layer.register_buffer(name, _weight(getattr(fused_layer, name)))
+                layer.register_buffer(name, matrices.tensor_of(getattr(fused_layer, name)))
             self.layers.append(layer)
         self.register_buffer("norm", fused.norm)
-        self.register_buffer("head", _weight(fused.lm_head))
+        self.register_buffer("head", matrices.tensor_of(fused.lm_head))
         cos, sin = fused.tables
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
@@ -152,7 +152,7 @@ class _Step(nn.Module):
         group = heads // kv_heads
         hidden = F.embedding(token_ids, self.embedding)
         cos, sin = self.cos[positions], self.sin[positions]
-        mask = None if self.own_attention else _mask(positions, cache[0].shape[3], hidden.dtype)
+        mask = None if self.own_attention else group_view.mask(positions, cache[0].shape[3], hidden.dtype)
         new_keys, new_values = [], []
         for index, layer in enumerate(self.layers):
             qkv = self._product(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
@@ -205,18 +205,6 @@ class _Step(nn.Module):
                   + value.to(wide)[:, :, None, :] * own_weight[..., None])
         total = cached_weights.sum(-1) + own_weight
         return (merged / total[..., None]).to(queries.dtype)
-
-
-def _mask(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-    """[B, 1, 1, length]: 0 where a row sees the cached key (before its position), else -inf."""
-    visible = torch.arange(length, device=positions.device)[None, :] < positions[:, None]
-    mask = torch.zeros(visible.shape, dtype=dtype, device=positions.device)
-    return mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
-
-
-def _weight(matrix) -> torch.Tensor:
-    """The tensor a matrix object (matrices.py) multiplies by."""
-    return matrix.packed if isinstance(matrix, PackedMatrix) else matrix.weight
 
 
 class DecodeGraph:
@@ -389,9 +377,9 @@ class DecodeGraph:
         # short of the group's capacity: the new key's place is past the longest row's keys, so
         # capacity - 1 always holds them, and a slice that never reaches the last place is never
         # contiguous, which the graph's guards would tell apart from one that does.
-        length = min(keys.shape[3] - 1, _whole_blocks(longest))
+        length = min(keys.shape[3] - 1, group_view.whole_blocks(longest))
         rows = slice(first_row, first_row + token_ids.shape[0])
-        keys, values = _alias(keys[:, rows, :, :length]), _alias(values[:, rows, :, :length])
+        keys, values = group_view.alias(keys[:, rows, :, :length]), group_view.alias(values[:, rows, :, :length])
         # The rows' count is unbacked: torch.compile would give a count of 1 a graph of its own
         # (a backed symbol is specialised at 0 and 1), so a lone stream's step had been padded to
         # four rows, and every padded row's attention computed over the whole context. Inductor
@@ -409,13 +397,3 @@ def _copy(function: types.FunctionType) -> types.FunctionType:
     """The same function on a code object of its own."""
     return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
                               function.__defaults__, function.__closure__)
-
-
-def _alias(view: torch.Tensor) -> torch.Tensor:
-    """The same memory as a tensor of its own rather than a view: torch.compile guards a view's
-    relation to its base (the group's whole tensor), which would tie the graph to one layout."""
-    return view.new_empty(0).set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
-
-
-def _whole_blocks(tokens: int) -> int:
-    return max(1, -(-tokens // BLOCK_TOKENS)) * BLOCK_TOKENS

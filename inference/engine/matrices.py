@@ -204,3 +204,8 @@ def _pass(matrices: list, inputs: dict[int, torch.Tensor]) -> float:
     for matrix in matrices:
         matrix(inputs[matrix.width])
     return time.perf_counter() - started
+
+
+def tensor_of(matrix) -> torch.Tensor:
+    """The tensor a matrix object (matrices.py) multiplies by."""
+    return matrix.packed if isinstance(matrix, PackedMatrix) else matrix.weight
