@@ -8,7 +8,7 @@ engine is stepped by hand: every stream has a prompt of random tokens and decode
 (end-of-turn tokens are ignored), and only steps where every stream decodes are timed. No HTTP,
 no event loop. After each round of timed steps a few more run under torch.profiler, and the self
 time of the weight products (and of attention) is read from its operator table (our own
-kernels are called through torch's dispatcher, from the compiled step too, so it sees them):
+kernels tell it of each call, through torch's dispatcher or their C entry points alike):
 "the rest" is that round's median unprofiled step minus its products (the median over the
 rounds), i.e. everything a faster matrix kernel would not remove.
 

@@ -249,14 +249,14 @@ class DecodeGraph:
         values = torch.zeros_like(keys)
         # Freezing: the weights become the graph's constants (inductor calls oneDNN's kernels
         # only on constants), by reference. On a CPU the generated code calls its kernels from
-        # C++ rather than from a Python wrapper: a few hundred calls a step, each one Python's
-        # work otherwise (in turns with the fused forward, bf16 steps took 0.72-0.82x its time
-        # with the C++ wrapper, 0.81-0.91x with Python's; BENCHMARKS.md).
+        # C++ rather than from a Python wrapper (bf16 steps took 0.72-0.82x the fused forward's
+        # time with it, 0.81-0.91x with Python's; BENCHMARKS.md), ours by their C entry points.
         cpp_wrapper = self.device.type == "cpu"
         freezing = self.module.layout is MatrixLayout.PACKED
         with (torch.inference_mode(),
-              inductor_config.patch({"freezing": freezing, "cpp_wrapper": cpp_wrapper,
-                                     "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS, **UNCHECKED})):
+              inductor_config.patch({"freezing": freezing, "cpp_wrapper": cpp_wrapper, **UNCHECKED,
+                                     "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS,
+                                     "aot_inductor.custom_ops_to_c_shims": own_kernels.c_shims()})):
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             if self.module.own_attention:

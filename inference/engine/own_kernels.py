@@ -10,9 +10,11 @@ version (the library is kept under the cache directory and loaded from there at 
 a CPU without AVX2 and FMA, or a machine without a compiler, goes without it: the matrices keep
 torch's or oneDNN's product (matrices.py), the compiled step its products-and-sums attention
 (decode_graph.py). torch.compile sees the operators through their shape rules (`_shape`,
-`_attention_shape`), so the compiled decode step calls them like any other.
+`_attention_shape`), so the compiled decode step calls them like any other; its generated code
+calls their C entry points (kernels/shim.h, `C_SHIMS`) rather than torch's dispatcher.
 """
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -33,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 # One library, its operators: `chatapp::dot_rows`, `decode_attention_rows`, `store_rows`.
 SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("dot_rows.cpp", "decode_attention.cpp"))
+# What the sources include of ours: read into the library's key with them.
+HEADERS = (Path(__file__).with_name("kernels") / "shim.h",)
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
 
@@ -58,6 +62,17 @@ ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 ATTENTION_MOST_DIM = 256
 # C++ compilers torch.compile (inductor) may call on a CPU, in its order, unless CXX names one.
 CPU_COMPILERS = ("g++", "c++", "clang++")
+
+# The operators' C entry points (kernels/shim.h) as the compiled step's generated code declares
+# them (inductor's `aot_inductor.custom_ops_to_c_shims`), whereupon it calls them by name rather
+# than through torch's dispatcher.
+C_SHIMS = {
+    "dot_rows": "AOTITorchError aoti_torch_cpu_dot_rows(AtenTensorHandle rows, AtenTensorHandle weight, "
+                "AtenTensorHandle* out)",
+    "decode_attention_rows": "AOTITorchError aoti_torch_cpu_decode_attention_rows(AtenTensorHandle queries, "
+                             "AtenTensorHandle table, int64_t layer, AtenTensorHandle positions, AtenTensorHandle key, "
+                             "AtenTensorHandle value, double scaling, AtenTensorHandle* out)",
+}
 
 _lock = threading.Lock()
 # Empty until the first load; then the instruction set the loaded library was built for, or why
@@ -95,6 +110,22 @@ def attends(device: torch.device, dtype: torch.dtype, head_dim: int, cache_dir: 
             and load(cache_dir) is None)
 
 
+class ShimTable(dict):
+    """inductor's `custom_ops_to_c_shims`: operator -> its C declarations. Read into inductor's
+    cache key by the operators' names: an operator itself does not pickle, and a key that cannot
+    be made bypasses the cache (the step compiled again at every start)."""
+
+    def __reduce_ex__(self, protocol):
+        return dict, ({str(operator): declarations for operator, declarations in self.items()},)
+
+
+def c_shims() -> ShimTable:
+    """Our operators' C entry points for inductor: none until the library has loaded."""
+    if not _outcome or isinstance(_outcome[0], str):
+        return ShimTable()
+    return ShimTable({getattr(torch.ops.chatapp, name).default: [declaration] for name, declaration in C_SHIMS.items()})
+
+
 def instruction_set(flags: frozenset[str]) -> InstructionSet | None:
     return next((each for each in INSTRUCTION_SETS if each.cpu_flags <= flags), None)
 
@@ -114,7 +145,8 @@ def _load(cache_dir: Path | None) -> InstructionSet | str:
         # (/tmp) could be another user's.
         library = _built(compiler, instructions,
                          (cache_dir or Path.home() / ".cache" / "chatapp") / "kernels")
-        torch.ops.load_library(str(library))
+        # Its symbols global: the compiled step's generated code calls the C entry points by name.
+        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
     except subprocess.CalledProcessError as error:
         return f"{compiler} could not build it: {(error.stderr or '').strip()[-500:]}"
     except (OSError, RuntimeError) as error:
@@ -128,7 +160,8 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
     """The kernel's shared library for this source, flags and torch, compiled if not yet there."""
     flags = [*COMPILE_FLAGS, *instructions.compile_flags,
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    key = hashlib.sha256("\0".join([*(source.read_text() for source in SOURCES), torch.__version__, compiler, *flags])
+    key = hashlib.sha256("\0".join([*(source.read_text() for source in (*SOURCES, *HEADERS)), torch.__version__, compiler,
+                                  *flags])
                          .encode()).hexdigest()[:16]
     library = directory / f"chatapp-kernels-{key}.so"
     if library.exists():

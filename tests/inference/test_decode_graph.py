@@ -5,8 +5,10 @@ The graphs are compiled once for the module on the tiny model (inductor keeps th
 second run of the suite reuses them); compiling starts the C++ compiler, hence `process`.
 """
 
+import pickle
 import random
 import threading
+from collections import Counter
 
 import pytest
 import torch
@@ -146,6 +148,38 @@ def test_steps_through_the_table_call_the_compiled_code_directly_and_get_what_to
     assert all(torch.equal(ours, theirs) for ours, theirs in zip(direct, framed))
     assert refused is None  # int32 ids: not what was compiled, left to torch.compile's frame
     engine.abort_all()
+
+
+@needs_our_attention
+def test_the_compiled_step_calls_our_kernels_by_their_c_entry_points_and_the_profiler_still_names_them(
+        compiled_with_our_attention):
+    engine, _ = compiled_with_our_attention
+    graph = engine.runner.graph
+    source = graph.direct.compiled.source_code  # the generated C++ wrapper
+    assert "aoti_torch_cpu_decode_attention_rows(" in source and "aoti_torch_call_dispatcher" not in source
+    engine.add_request("named", [7, 8, 9], SamplingParams(max_tokens=3))
+    while engine.scheduler.num_waiting or any(sequence.is_prefilling for sequence in engine.scheduler.running):
+        engine.step()
+    steps = graph.num_steps
+
+    with torch.profiler.profile() as profiler:
+        engine.step()
+
+    assert graph.num_steps == steps + 1
+    calls = Counter(event.name for event in profiler.events())
+    layers = len(graph.module.layers)
+    assert calls["chatapp::decode_attention_rows"] == layers
+    # Four products a layer and the head's, where the matrices are our kernel's.
+    assert calls["chatapp::dot_rows"] == (4 * layers + 1 if graph.module.layout is MatrixLayout.DOT else 0)
+    engine.abort_all()
+
+
+def test_the_c_entry_points_enter_inductors_cache_key_by_the_operators_names():
+    if own_kernels.load() is not None:
+        pytest.skip(f"our kernels cannot run here: {own_kernels.load()}")
+    # An operator does not pickle: inductor would compile the step again at every start.
+    assert pickle.loads(pickle.dumps(own_kernels.c_shims())) == {
+        f"chatapp.{name}.default": [declaration] for name, declaration in own_kernels.C_SHIMS.items()}
 
 
 @pytest.mark.parametrize("way", ["one group", pytest.param("through the table", marks=needs_our_attention)])
