@@ -18,6 +18,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -63,16 +64,11 @@ ATTENTION_MOST_DIM = 256
 # C++ compilers torch.compile (inductor) may call on a CPU, in its order, unless CXX names one.
 CPU_COMPILERS = ("g++", "c++", "clang++")
 
-# The operators' C entry points (kernels/shim.h) as the compiled step's generated code declares
-# them (inductor's `aot_inductor.custom_ops_to_c_shims`), whereupon it calls them by name rather
-# than through torch's dispatcher.
-C_SHIMS = {
-    "dot_rows": "AOTITorchError aoti_torch_cpu_dot_rows(AtenTensorHandle rows, AtenTensorHandle weight, "
-                "AtenTensorHandle* out)",
-    "decode_attention_rows": "AOTITorchError aoti_torch_cpu_decode_attention_rows(AtenTensorHandle queries, "
-                             "AtenTensorHandle table, int64_t layer, AtenTensorHandle positions, AtenTensorHandle key, "
-                             "AtenTensorHandle value, double scaling, AtenTensorHandle* out)",
-}
+# Each operator's C entry point as kernels/shim.h declares it, one a line (the generated code
+# declares it so, inductor's `aot_inductor.custom_ops_to_c_shims`, and calls it by name rather
+# than through torch's dispatcher): operator -> declaration.
+C_SHIMS = {name: declaration for declaration, name in re.findall(
+    r"^(AOTITorchError aoti_torch_cpu_(\w+)\(.*\));$", HEADERS[0].read_text(), flags=re.MULTILINE)}
 
 _lock = threading.Lock()
 # Empty until the first load; then the instruction set the loaded library was built for, or why

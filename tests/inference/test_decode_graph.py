@@ -177,6 +177,7 @@ def test_the_compiled_step_calls_our_kernels_by_their_c_entry_points_and_the_pro
 def test_the_c_entry_points_enter_inductors_cache_key_by_the_operators_names():
     if own_kernels.load() is not None:
         pytest.skip(f"our kernels cannot run here: {own_kernels.load()}")
+    assert set(own_kernels.C_SHIMS) == {"dot_rows", "decode_attention_rows"}  # as kernels/shim.h declares them
     # An operator does not pickle: inductor would compile the step again at every start.
     assert pickle.loads(pickle.dumps(own_kernels.c_shims())) == {
         f"chatapp.{name}.default": [declaration] for name, declaration in own_kernels.C_SHIMS.items()}

@@ -14,6 +14,12 @@
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
+// The entry points, one a line: own_kernels.py reads these lines to declare them to inductor.
+extern "C" {
+AOTITorchError aoti_torch_cpu_dot_rows(AtenTensorHandle rows, AtenTensorHandle weight, AtenTensorHandle* out);
+AOTITorchError aoti_torch_cpu_decode_attention_rows(AtenTensorHandle queries, AtenTensorHandle table, int64_t layer, AtenTensorHandle positions, AtenTensorHandle key, AtenTensorHandle value, double scaling, AtenTensorHandle* out);
+}
+
 namespace chatapp_shim {
 
 inline const at::Tensor& tensor(AtenTensorHandle handle) {
