@@ -240,10 +240,10 @@ def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_
     fused = models.engine(models.tiny_model("llama").float(), matrices=layout)
 
     graph, forward = compiled.runner.graph.module, compiled.runner.fused
-    matrices = [getattr(layer, name) for layer in forward.layers for name in layer.MATRICES]
+    fused_matrices = [getattr(layer, name) for layer in forward.layers for name in layer.MATRICES]
     weights = [getattr(layer, name) for layer in graph.layers for name in forward.layers[0].MATRICES]
-    assert all(weight is decode_graph.matrices.tensor_of(matrix)  # no second copy of the weights
-               for weight, matrix in zip(weights + [graph.head], matrices + [forward.lm_head], strict=True))
+    assert all(weight is matrices.tensor_of(matrix)  # no second copy of the weights
+               for weight, matrix in zip(weights + [graph.head], fused_matrices + [forward.lm_head], strict=True))
     assert greedy_tokens(compiled, list(range(100, 140)), 12) == greedy_tokens(fused, list(range(100, 140)), 12)
     assert compiled.runner.graph.num_steps == 11 and compiled.runner.graph.num_fallbacks == 0
 

@@ -1,6 +1,6 @@
 // The operators' C entry points, which the compiled decode step's generated code calls by name
-// (inductor's `aot_inductor.custom_ops_to_c_shims`; own_kernels.py lists them, decode_graph.py
-// hands the list to inductor), each one the same kernel the dispatcher would have called.
+// (inductor's `aot_inductor.custom_ops_to_c_shims`: own_kernels.py reads the declarations below,
+// decode_graph.py hands them to inductor), each one the same kernel the dispatcher would call.
 //
 // Why: through torch's dispatcher (`aoti_torch_call_dispatcher`) each of a step's 151 operator
 // calls looks its schema up by name, boxes its arguments into a stack of IValues, takes a new
