@@ -15,6 +15,7 @@ transformers forward is not used).
 
 import logging
 import math
+import statistics
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -31,8 +32,10 @@ logger = logging.getLogger(__name__)
 # the throughput was 130 and 153 tok/s against oneDNN's 132 and 138 (and one stream's token
 # 18.8 against 21.6-23.0 ms): at those levels a step's time is mostly elsewhere (BENCHMARKS.md).
 PROBE_ROWS = (1, 4)
-# Rounds per layout and row count; the fastest counts (the first warms the code paths).
-PROBE_ROUNDS = 3
+# Passes per layout and row count, the layouts in turns; the median counts. The first passes
+# after the weights are copied run slower (22-23 ms against 13-16 settled, F32, one row, an AMD
+# EPYC), and a server's start has seen a layout's passes 10.2 then 15.3 ms a second apart.
+PROBE_ROUNDS = 7
 # Row counts a packed matrix may pad a single row to (PackedMatrix.min_rows).
 PADDED_ROWS = (1, 2, 4)
 # Counts of rows a packed product is given in each doubling of the count above EXACT_ROWS
@@ -137,12 +140,14 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
     """The layout to multiply `weights` ([in, out], in forward order) in on this machine, and
     the matrices in it. A layout this machine cannot multiply in falls back to PLAIN.
 
-    AUTO times one pass through every matrix in each layout at each of PROBE_ROWS rows, the
+    AUTO times passes through every matrix in each layout at each of PROBE_ROWS rows, the
     model's own matrices in their own order, so that the caches are as cold as in a real step,
     and keeps the one whose passes' product is the least: each count of rows weighs alike,
     relative to its own time (a sum let the longer pass decide alone, and our own kernel's lead
-    at one row, 25%, lost to noise in the other). Each layout is built, timed, and
-    dropped unless it is the fastest so far, so at most two copies of the weights exist at once.
+    at one row, 25%, lost to noise in the other). Every layout is built before any is timed, and
+    they are timed in turns (`_probe`): timed one after the other, a layout met the machine in
+    another phase than the next one's. The plain weights are the caller's, so at most three
+    copies exist at once, as when each was dropped unless it was the fastest so far.
     """
     makers = {MatrixLayout.PLAIN: lambda: [PlainMatrix(weight) for weight in weights]}
     if can_pack(weights[0]):
@@ -155,30 +160,35 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
             logger.warning("matrices: %s cannot multiply %s weights here; plain instead", layout,
                            str(weights[0].dtype).removeprefix("torch."))
         return chosen, makers[chosen]()
-    best, best_score, timings = None, float("inf"), []
-    for name, make in makers.items():
-        matrices = make()
-        seconds = _probe(matrices, weights[0].dtype)
-        timings.append(f"{name} " + " / ".join(f"{value * 1e3:.1f}" for value in seconds))
-        score = math.prod(seconds)
-        if score < best_score:
-            best, best_score = (name, matrices), score
-        del matrices
-    chosen, matrices = best
-    logger.info("matrices: a pass at %s rows: %s ms: %s",
-                " / ".join(map(str, PROBE_ROWS)), ", ".join(timings), chosen)
+    layouts = {name: make() for name, make in makers.items()}
+    seconds = _probe(layouts, weights[0].dtype)
+    chosen = min(seconds, key=lambda name: math.prod(seconds[name]))
+    matrices = layouts.pop(chosen)
+    del layouts  # the others' copies of the weights
+    logger.info("matrices: a pass at %s rows (median): %s ms: %s", " / ".join(map(str, PROBE_ROWS)),
+                ", ".join(f"{name} " + " / ".join(f"{value * 1e3:.1f}" for value in values)
+                          for name, values in seconds.items()), chosen)
     if chosen is MatrixLayout.PACKED:
         _pad_single_rows(matrices)
     return chosen, matrices
 
 
-def _probe(matrices: list, dtype: torch.dtype) -> list[float]:
-    """Seconds of the fastest of PROBE_ROUNDS passes through `matrices` at each of PROBE_ROWS."""
-    seconds = []
+def _probe(layouts: dict[MatrixLayout, list], dtype: torch.dtype) -> dict[MatrixLayout, list[float]]:
+    """Each layout's median seconds of PROBE_ROUNDS passes at each of PROBE_ROWS. The layouts
+    take turns, each round in another order, so that a machine whose speed moves meanwhile
+    moves every layout's passes alike."""
+    names = list(layouts)
+    seconds: dict[MatrixLayout, list[float]] = {name: [] for name in names}
     with torch.inference_mode():
         for count in PROBE_ROWS:
-            inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in matrices}
-            seconds.append(min(_pass(matrices, inputs) for _ in range(PROBE_ROUNDS)))
+            inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in layouts[names[0]]}
+            passes: dict[MatrixLayout, list[float]] = {name: [] for name in names}
+            for turn in range(PROBE_ROUNDS):
+                first = turn % len(names)
+                for name in names[first:] + names[:first]:
+                    passes[name].append(_pass(layouts[name], inputs))
+            for name in names:
+                seconds[name].append(statistics.median(passes[name]))
     return seconds
 
 
