@@ -1,10 +1,12 @@
 """The inference server against llama.cpp's server and three in-process references, on one
 request mix, in one run; then several conversations of a few turns each.
 
-Order matters on a small machine: each server runs alone (started as a child process, loaded,
-driven, then stopped): ours, ours again with prefix reuse off (for the conversations only),
-llama.cpp's once per concurrency level (its slots are fixed at start), and only then does this
-process load the model for the in-process references, so no two systems ever share the cores.
+Order matters on a small machine: each server is driven alone (a child process, loaded, warmed
+up): each level by ours, then right after by llama.cpp's, started for that level (its slots are
+fixed at start), ours waiting idle meanwhile, so that both meet the machine in the same phase
+(server_runs.py); then the conversations; ours again with prefix reuse off for them alone; and
+only then does this process load the model for the in-process references, so no two systems
+ever share the cores.
 The same request list is used by every system at a given concurrency.
 """
 
@@ -23,7 +25,7 @@ from .llama_cpp import DEFAULT_ROOT, OUTTYPES, LlamaCpp
 from .machine import inference_notes
 from .machine_load import ForeignLoad
 from .multi_turn import MultiTurnResult
-from .server_runs import ServerRuns
+from .server_runs import Peer, ServerRuns
 from .workload import BenchRequest, Conversation, MixSpec, Workload
 
 logger = logging.getLogger(__name__)
@@ -241,11 +243,9 @@ def run(args: argparse.Namespace) -> int:
     runs = []
     for device, label in devices:
         device_run = DeviceRun(device, label, peer=llama_cpp_system(PEER_OUTTYPE[plan.precision]))
-        if parts.ours:
-            servers.ours(device_run, cache_dir)
-        if llama_cpp and device == "cpu":
-            for outtype, gguf in ggufs.items():
-                servers.llama_cpp(device_run, llama_cpp.server_binary, gguf, outtype)
+        peers = ([Peer(llama_cpp.server_binary, gguf, outtype) for outtype, gguf in ggufs.items()]
+                 if llama_cpp and device == "cpu" else [])
+        servers.run(device_run, cache_dir, peers)
         if parts.references:
             _run_references(device_run, plan, model_dir, tokenizer, lists)
         device_run.targets = targets.evaluate(device_run)

@@ -232,7 +232,8 @@ def render_section(results: Results) -> str:
         f"load average at start {m['load_average']}. Server: `INFERENCE_THREADS={p['threads']}`; "
         f"references: `torch.set_num_threads({p['threads']})`, in this process after the servers "
         "stopped. The load generator shares the machine with the server it drives; no two "
-        "systems ever run at the same time.",
+        "systems ever run at the same time: each level is served by ours, then by llama.cpp's "
+        "right after it (ours waiting idle), so that the machine's drift over the run moves both alike.",
         "",
     ]
     if m.get("llama_cpp"):

@@ -1,15 +1,22 @@
-"""The systems measured over HTTP, one server at a time: ours and llama.cpp's.
+"""The systems measured over HTTP, one at a time: ours and llama.cpp's.
 
-Each server is started alone, warmed up, driven with the same client on the same requests,
-and stopped before the next one starts. Ours runs once for the concurrency levels, the cancel
-check and the conversations, then once more with prefix reuse off for the conversations alone.
-llama.cpp's server fixes its number of slots at start, so it starts once per level, with as
-many slots as streams, and once for the conversations, with a slot per conversation.
+Each server is warmed up and driven with the same client on the same requests. Ours starts once
+for the concurrency levels, the cancel check and the conversations, then once more with prefix
+reuse off for the conversations alone. llama.cpp's server fixes its number of slots at start, so
+it starts once per level, with as many slots as streams, and once for the conversations, with a
+slot per conversation.
+
+A level is served by ours and then, right after, by each peer, ours waiting idle meanwhile (it
+keeps its compiled step: a start costs a minute): this project's machines drift by 20-30% within
+minutes, and with every level of ours first, one stream's ITL set against llama.cpp's a quarter
+of an hour later read 1.20x and 0.86x in two runs of the same code minutes apart. The cancel
+check and the conversations follow the levels.
 """
 
 import asyncio
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.child_process import ChildProcess
@@ -26,14 +33,50 @@ from .sse_client import run_closed_loop
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Peer:
+    """llama.cpp's server built here, on one of its GGUF files."""
+    binary: Path
+    gguf: Path
+    outtype: str
+
+
 class ServerRuns:
     def __init__(self, plan, parts, workload, lists, cancel_list, warm_up, conversations):
         self.plan, self.parts, self.workload = plan, parts, workload
         self.lists, self.cancel_list, self.warm_up = lists, cancel_list, warm_up
         self.conversations = conversations
 
+    def run(self, device_run, cache_dir: Path, peers: list[Peer]) -> None:
+        """Every level by ours then by each peer, then our cancel check, then the conversations."""
+        with self._ours(device_run, cache_dir) as ours:
+            if self.parts.levels:
+                for level in self.plan.levels:
+                    if ours is not None:
+                        self._level(device_run, ours, OURS, level)
+                    for peer in peers:
+                        self._peer_level(device_run, peer, level)
+                if ours is not None:
+                    self._cancel(device_run, ours)
+                    device_run.server_peak_is_per_level = ours.peak_is_per_level
+            if ours is not None and self.conversations:
+                self._multi_turn(device_run, ours, OURS)
+        if self.conversations:
+            for peer in peers:
+                self._peer_conversations(device_run, peer)
+            if self.parts.ours:
+                with self._serving(device_run, ServerProcess(self._env(device_run, cache_dir)
+                                                             | {"INFERENCE_PREFIX_CACHE": "0"})) as server:
+                    self._multi_turn(device_run, server, OURS_NO_REUSE)
+
     # --- ours ---
-    def ours(self, device_run, cache_dir: Path) -> None:
+    def _ours(self, device_run, cache_dir: Path):
+        """Our server, started and warmed up, for as long as the levels and conversations take."""
+        if not self.parts.ours or not (self.parts.levels or self.conversations):
+            return nullcontext(None)
+        return self._serving(device_run, ServerProcess(self._env(device_run, cache_dir)))
+
+    def _env(self, device_run, cache_dir: Path) -> dict[str, str]:
         env = {
             "INFERENCE_DEVICE": device_run.device,
             # float32 unless asked: the references run fp32, as does llama.cpp's F32 peer.
@@ -44,19 +87,7 @@ class ServerRuns:
         }
         if self.plan.compile:
             env["INFERENCE_COMPILE"] = self.plan.compile
-        if self.parts.levels or self.conversations:
-            with self._serving(device_run, ServerProcess(env)) as server:
-                if self.parts.levels:
-                    for level in self.plan.levels:
-                        self._level(device_run, server, OURS, level)
-                    self._cancel(device_run, server)
-                    device_run.server_peak_is_per_level = server.peak_is_per_level
-                if self.conversations:
-                    self._multi_turn(device_run, server, OURS)
-        if self.conversations:
-            with self._serving(device_run, ServerProcess(env | {"INFERENCE_PREFIX_CACHE": "0"})
-                               ) as server:
-                self._multi_turn(device_run, server, OURS_NO_REUSE)
+        return env
 
     def _cancel(self, device_run, server: ServerProcess) -> None:
         logger.info("[%s] cancel: %d streams, half cancelled mid-stream", device_run.label,
@@ -68,22 +99,19 @@ class ServerRuns:
         device_run.cancel["other_cpu_cores"] = load.cores
 
     # --- llama.cpp ---
-    def llama_cpp(self, device_run, binary: Path, gguf: Path, outtype: str) -> None:
-        system = llama_cpp_system(outtype)
+    def _peer_server(self, peer: Peer, slots: int) -> LlamaServerProcess:
+        return LlamaServerProcess(peer.binary, peer.gguf, slots, self.plan.threads, alias=peer.gguf.stem)
 
-        def server(slots: int) -> LlamaServerProcess:
-            return LlamaServerProcess(binary, gguf, slots, self.plan.threads, alias=gguf.stem)
+    def _peer_level(self, device_run, peer: Peer, level: int) -> None:
+        with self._serving(device_run, self._peer_server(peer, level)) as running:
+            result = self._level(device_run, running, llama_cpp_system(peer.outtype), level)
+        self._compare_with_ours(device_run, result)
 
-        if self.parts.levels:
-            for level in self.plan.levels:
-                with self._serving(device_run, server(level)) as running:
-                    result = self._level(device_run, running, system, level)
-                self._compare_with_ours(device_run, result)
-        if self.conversations:
-            with self._serving(device_run, server(len(self.conversations))) as running:
-                result = self._multi_turn(device_run, running, system)
-            records = [r for turn in result.conversations for r in turn if r.ok]
-            result.extra["prompt_tokens_agree"] = _agreement(records)
+    def _peer_conversations(self, device_run, peer: Peer) -> None:
+        with self._serving(device_run, self._peer_server(peer, len(self.conversations))) as running:
+            result = self._multi_turn(device_run, running, llama_cpp_system(peer.outtype))
+        records = [r for turn in result.conversations for r in turn if r.ok]
+        result.extra["prompt_tokens_agree"] = _agreement(records)
 
     def _compare_with_ours(self, device_run, result: LevelResult) -> None:
         """Sanity of the peer: the same prompt token counts (so the same chat template and
