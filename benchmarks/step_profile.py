@@ -24,7 +24,7 @@ work by other processes meanwhile); the fastest step moves less than the median.
 per step counts both threads, OpenMP's spinning at the end of each product included, so it
 grows with contention too.
 
-The memory bandwidth (roofline.py) is measured in each child after each round's timed steps,
+The memory bandwidth (roofline.py) is measured in each child after each one-stream round,
 and again in this process once the children are gone: the weights one token reads divided by
 it is the fastest possible step for one stream, each round's median step set against its own
 round's bandwidth (these machines' bandwidth moves between two levels within minutes).
@@ -158,8 +158,9 @@ def _measure(args: argparse.Namespace) -> dict:
                     for _ in range(args.profiled_steps):
                         engine.step()
                 times += round_times
-                rounds.append({"median_ms": statistics.median(round_times),
-                               "bandwidth": max(roofline.bandwidth(threads=config.threads).values()),
+                # One stream's rounds are set against the roofline (`_roofline_table`).
+                bandwidth = max(roofline.bandwidth(threads=config.threads).values()) if streams == 1 else None
+                rounds.append({"median_ms": statistics.median(round_times), "bandwidth": bandwidth,
                                **_attributed(profiler.key_averages(), args.profiled_steps)})
         in_turns = _in_turns(engine, args.steps) if engine.runner.graph is not None else None
         result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
