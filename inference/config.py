@@ -46,6 +46,13 @@ class InferenceConfig:
     # load; "off" never. On a 2-core AMD EPYC, its kernels called from C++, steps of 1-4 streams
     # with short contexts were 18-23% shorter in fp32 and bf16 alike (BENCHMARKS.md).
     compile: str = "auto"
+    # Where "compile" is not "off", whether a decode step runs as one call of our own C++
+    # (inference/engine/native_step.py: every layer in one parallel region of the threads, ready
+    # at once, no compiler run) where it can: a plain Llama whose matrices are our own kernel's
+    # (INFERENCE_MATRICES chose or named "dot"), float32 or bfloat16, on a CPU. Elsewhere, or
+    # off, the compiled graph. "compile" decides as for the graph: auto timed against the fused
+    # forward for each kind of step, on always used.
+    native_step: bool = True
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
     max_waiting: int = 256
@@ -122,6 +129,7 @@ class InferenceConfig:
                 huge_pages=env.boolean("INFERENCE_HUGE_PAGES", cls.huge_pages),
                 matrices=env.string("INFERENCE_MATRICES", cls.matrices),
                 compile=env.string("INFERENCE_COMPILE", cls.compile),
+                native_step=env.boolean("INFERENCE_NATIVE_STEP", cls.native_step),
                 max_running=env.integer("INFERENCE_MAX_RUNNING", cls.max_running),
                 max_waiting=env.integer("INFERENCE_MAX_WAITING", cls.max_waiting),
                 max_cached_tokens=env.integer("INFERENCE_MAX_CACHED_TOKENS", cls.max_cached_tokens),

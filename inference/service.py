@@ -84,7 +84,7 @@ class InferenceService:
             prefill_chunk_min=c.prefill_chunk_min, reuse_prefixes=c.prefix_cache,
             prefill_stretch=c.prefill_stretch, prefill_stretch_streams=c.prefill_stretch_streams,
             max_kept_tokens=c.prefix_cache_tokens, matrices=MatrixLayout(c.matrices),
-            compile_mode=CompileMode(c.compile), cache_dir=c.cache_dir)
+            compile_mode=CompileMode(c.compile), native_step=c.native_step, cache_dir=c.cache_dir)
 
     @property
     def max_model_len(self) -> int:

@@ -75,6 +75,9 @@ class EngineConfig:
     # Whether decode steps run as one compiled graph (decode_graph.py); and where inductor keeps
     # what it compiled (None: its own default, a temporary directory).
     compile_mode: CompileMode = CompileMode.OFF
+    # Where compile_mode is not OFF, whether our own C++ step (native_step.py) serves the decode
+    # steps where it can run, in the compiled graph's place.
+    native_step: bool = True
     cache_dir: Path | None = None
 
 
@@ -99,7 +102,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.kv_cache, c.max_running, c.prefill_chunk, c.prefill_chunk_idle,
                                    c.prefill_chunk_min, c.reuse_prefixes, self.step_cost,
                                    c.prefill_stretch, c.max_kept_tokens, c.prefill_stretch_streams)
-        self.runner = ModelRunner(model, self.kv_cache, c.matrices, c.compile_mode, c.cache_dir)
+        self.runner = ModelRunner(model, self.kv_cache, c.matrices, c.compile_mode, c.cache_dir, c.native_step)
         longest = [self.kv_cache.max_sequence_tokens, c.max_model_len,
                    getattr(config, "max_position_embeddings", None)]
         self._limits = EngineLimits(max_model_len=min(n for n in longest if n is not None),

@@ -21,6 +21,8 @@ from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .door import GraphState
 from .kv_cache import KVCache
 from .matrices import MatrixLayout
+from .native_step import NativeStep
+from .native_step import why_not as native_why_not
 from .row_table import row_table
 from .sampler import StepLogits
 from .scheduler import ScheduledChunk
@@ -32,7 +34,8 @@ logger = logging.getLogger(__name__)
 
 class ModelRunner:
     def __init__(self, model, kv_cache: KVCache, matrices: MatrixLayout = MatrixLayout.AUTO,
-                 compile_mode: CompileMode = CompileMode.OFF, cache_dir: Path | None = None):
+                 compile_mode: CompileMode = CompileMode.OFF, cache_dir: Path | None = None,
+                 native_step: bool = True):
         self.model = model
         self.kv_cache = kv_cache
         # Decode tokens attend through our own kernel where it takes the cache's heads (a CPU,
@@ -41,14 +44,18 @@ class ModelRunner:
         self.own_attention = own_kernels.attends(shape.device, shape.dtype, shape.head_dim, cache_dir)
         self.device = next(model.parameters()).device
         model.set_attn_implementation(ATTENTION_NAME)
-        compiling = self._can_compile(model, compile_mode)
         self.fused = fused_llama.FusedLlama(model, matrices, cache_dir) if fused_llama.supports(model) else None
-        # Set once the decode graph compiled; until then (or without one) the fused forward
-        # serves every step. Under AUTO the trials then time both ways for each kind of step
-        # (step_trial.py), and each kind goes the way that was faster.
-        self.graph: DecodeGraph | None = None
+        # The decode step: our own C++ step where it runs (native_step.py), else the decode graph
+        # once it compiled; until then (or without either) the fused forward serves every step.
+        # Under AUTO the trials time both ways for each kind of step (step_trial.py), and each
+        # kind goes the way that was faster.
+        self.graph: DecodeGraph | NativeStep | None = self._native_step(compile_mode, native_step)
         self.trials: StepTrials | None = None
         self.compiling: threading.Thread | None = None
+        if self.graph is not None:
+            self.trials = StepTrials() if compile_mode is CompileMode.AUTO else None
+            return
+        compiling = self._can_compile(model, compile_mode)
         if compiling and compile_mode is CompileMode.ON:
             self.graph = self._compiled_graph(compile_mode, cache_dir)
         elif compiling:
@@ -57,6 +64,17 @@ class ModelRunner:
             self.compiling = threading.Thread(target=self._compile_in_background, args=(cache_dir,),
                                               name="decode-graph-compile", daemon=True)
             self.compiling.start()
+
+    def _native_step(self, mode: CompileMode, asked: bool) -> NativeStep | None:
+        """Our own C++ decode step where it is asked for and runs here, else None."""
+        if mode is CompileMode.OFF or not asked:
+            return None
+        why = native_why_not(self.fused, self.own_attention)
+        if why is not None:
+            logger.info("decode steps not native: %s", why)
+            return None
+        logger.info("decode steps run natively (kernels/decode_step.cpp)")
+        return NativeStep(self.fused)
 
     def _compiled_graph(self, mode: CompileMode, cache_dir: Path | None) -> DecodeGraph | None:
         """The decode graph, compiled; under AUTO a compile that fails leaves the fused forward."""

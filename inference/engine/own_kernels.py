@@ -1,7 +1,9 @@
 """Our own CPU kernels, one library of torch operators: `chatapp::dot_rows`, the product of a
 few rows by a weight matrix (kernels/dot_rows.cpp), `chatapp::decode_attention_rows`, a decode
 step's attention over the cache, each row found through a table (row_table.py), and `store_rows`,
-the step's keys and values written through that table (kernels/decode_attention.cpp).
+the step's keys and values written through that table (kernels/decode_attention.cpp), and
+`chatapp.DecodeModel`, a whole decode step of a plain Llama over the same products and attention
+(kernels/decode_step.cpp, native_step.py).
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
 this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
@@ -35,9 +37,10 @@ from .loader import cpu_flags
 logger = logging.getLogger(__name__)
 
 # One library, its operators: `chatapp::dot_rows`, `decode_attention_rows`, `store_rows`.
-SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("dot_rows.cpp", "decode_attention.cpp"))
+SOURCES = tuple(Path(__file__).with_name("kernels") / name
+                for name in ("dot_rows.cpp", "decode_attention.cpp", "decode_step.cpp"))
 # What the sources include of ours: read into the library's key with them.
-HEADERS = (Path(__file__).with_name("kernels") / "shim.h",)
+HEADERS = tuple(Path(__file__).with_name("kernels") / name for name in ("shim.h", "dot_tiles.h", "attention_tasks.h"))
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
 

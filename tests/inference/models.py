@@ -114,3 +114,31 @@ def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
 
     engine.runner.run = run_and_record
     return fed
+
+
+def scores_until_done(engine) -> list:
+    """Every StepLogits the engine's runner hands the sampler until the engine has no work left."""
+    handed = []
+    engine.runner.__dict__.pop("run", None)
+    run = engine.runner.run
+
+    def run_and_keep(chunks):
+        scores = run(chunks)
+        handed.append(scores)
+        return scores
+
+    engine.runner.run = run_and_keep
+    try:
+        while engine.has_work():
+            engine.step()
+    finally:
+        del engine.runner.run
+    return handed
+
+
+def assert_as_alone(fed: list[tuple[list[int], torch.Tensor]], reference: torch.nn.Module, tolerance: float) -> None:
+    """Each recorded row of logits is what the reference computes for its sequence alone."""
+    for tokens, row in fed:
+        with torch.inference_mode():
+            expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
+        torch.testing.assert_close(row, expected.to(row.dtype), rtol=tolerance, atol=tolerance)

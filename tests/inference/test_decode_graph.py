@@ -31,7 +31,7 @@ def compiled():
     """An engine on the tiny Llama whose decode steps of one group run compiled."""
     model = models.tiny_model("llama")
     engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16,
-                           cache_group_size=4, compile_mode=CompileMode.ON)
+                           cache_group_size=4, compile_mode=CompileMode.ON, native_step=False)
     return engine, models.copy_of(model)
 
 
@@ -65,22 +65,7 @@ def test_the_greedy_tokens_a_compiled_step_hands_the_sampler_are_its_logits_argm
     for number in range(streams):
         engine.add_request(f"greedy-{streams}-{number}", [rng.randrange(3, 49152) for _ in range(5 + 20 * number)],
                            SamplingParams(max_tokens=6))
-    run = engine.runner.run
-    handed = []
-
-    def run_and_keep(chunks):
-        scores = run(chunks)
-        handed.append(scores)
-        return scores
-
-    engine.runner.run = run_and_keep
-    try:
-        while engine.has_work():
-            engine.step()
-    finally:
-        del engine.runner.run
-
-    compiled_steps = [scores for scores in handed if scores.greedy is not None]
+    compiled_steps = [scores for scores in models.scores_until_done(engine) if scores.greedy is not None]
     assert compiled_steps
     for scores in compiled_steps:
         assert torch.equal(scores.greedy, scores.logits.argmax(dim=-1))
@@ -96,7 +81,7 @@ def compiled_with_our_attention():
     streams of any cache groups (two rows a group)."""
     model = models.tiny_model("llama").float()
     engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16, cache_group_size=2,
-                           compile_mode=CompileMode.ON)
+                           compile_mode=CompileMode.ON, native_step=False)
     return engine, models.copy_of(model)
 
 
@@ -211,14 +196,14 @@ def test_without_a_compiler_auto_serves_through_the_fused_forward_and_on_refuses
     model = models.tiny_model("llama")
     kv_cache = models.engine(model).kv_cache
 
-    assert ModelRunner(model, kv_cache, compile_mode=CompileMode.AUTO).graph is None
+    assert ModelRunner(model, kv_cache, compile_mode=CompileMode.AUTO, native_step=False).graph is None
     with pytest.raises(RuntimeError, match=r"no C\+\+ compiler"):
-        ModelRunner(models.tiny_model("llama"), kv_cache, compile_mode=CompileMode.ON)
+        ModelRunner(models.tiny_model("llama"), kv_cache, compile_mode=CompileMode.ON, native_step=False)
 
 
 def test_a_model_other_than_a_plain_llama_is_not_compiled_under_auto():
     model = models.tiny_model("qwen2")
-    runner = models.engine(model, compile_mode=CompileMode.AUTO).runner
+    runner = models.engine(model, compile_mode=CompileMode.AUTO, native_step=False).runner
     assert runner.graph is None and runner.fused is None
 
 
@@ -236,7 +221,8 @@ def greedy_tokens(engine, prompt: list[int], max_tokens: int) -> list[int]:
     pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1)),
                                                             reason="our own kernel cannot run here"))])
 def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does(layout):
-    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON, matrices=layout)
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON,
+                              native_step=False, matrices=layout)
     fused = models.engine(models.tiny_model("llama").float(), matrices=layout)
 
     graph, forward = compiled.runner.graph.module, compiled.runner.fused
@@ -255,7 +241,7 @@ def test_the_graphs_attention_either_way_answers_as_the_fused_forward_does(monke
     if not own_attention:  # as on a machine without our kernels, or a head or dtype they do not take
         monkeypatch.setattr(own_kernels, "ATTENTION_DTYPES", ())
 
-    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON, native_step=False)
     fused = models.engine(models.tiny_model("llama").float())
 
     assert compiled.runner.graph.module.own_attention is own_attention
@@ -272,7 +258,7 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_w
         return warm(graph)
 
     monkeypatch.setattr(decode_graph.DecodeGraph, "warm", warm_when_allowed)
-    compiling = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.AUTO)
+    compiling = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.AUTO, native_step=False)
     fused = models.engine(models.tiny_model("llama").float())
     runner = compiling.runner
     tokens = {engine: [] for engine in (compiling, fused)}
@@ -298,7 +284,7 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_w
 
 
 def test_a_kind_of_step_timed_slower_compiled_goes_to_the_fused_forward_and_the_answer_goes_on_unchanged():
-    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON)
+    compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON, native_step=False)
     fused = models.engine(models.tiny_model("llama").float())
     runner = compiled.runner
     runner.trials = StepTrials(samples=1)
@@ -347,7 +333,8 @@ def test_two_compiled_models_in_one_process_each_run_their_own_graph():
     prompt = list(range(300, 330))
     models_and_layouts = ((1.0, MatrixLayout.PLAIN), (-1.5, MatrixLayout.DOT))
 
-    answers = [greedy_tokens(models.engine(model(sign), compile_mode=CompileMode.ON, matrices=layout), prompt, 8)
+    answers = [greedy_tokens(models.engine(model(sign), compile_mode=CompileMode.ON,
+                                           native_step=False, matrices=layout), prompt, 8)
                for sign, layout in models_and_layouts]
 
     assert answers == [greedy_tokens(models.engine(model(sign), matrices=layout), prompt, 8)

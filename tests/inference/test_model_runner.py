@@ -31,10 +31,7 @@ def test_every_logit_of_packed_prompt_chunks_and_decodes_equals_transformers_for
     while engine.has_work():
         engine.step()
 
-    for tokens, row in fed:
-        with torch.inference_mode():
-            expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
-        torch.testing.assert_close(row, expected, rtol=1e-9, atol=1e-9)
+    models.assert_as_alone(fed, reference, 1e-9)
     # Prompt chunks of b and d shared steps with the others' decodes; every answer ran to the end.
     assert len(fed) == 4 * 6
 

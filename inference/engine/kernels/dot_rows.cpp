@@ -28,153 +28,12 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <immintrin.h>
 
-#include <algorithm>
+#include "dot_tiles.h"
 
 namespace {
 
-// More rows than this go to at::linear: compute decides there, not reading the weight, and
-// whose arithmetic is faster depends on the precision. float32 with AVX-512: ours took 0.34-0.62x
-// torch's time (oneMKL's) for a pass over the default model at 16-512 rows (a prompt chunk is at
-// most 512 by default); with AVX2 the two were equal at 64 and 128 rows. bfloat16: torch's
-// (oneDNN's) is as fast at 64 rows and 1.11-1.35x faster from 100 to 512 (an AVX-512 BF16 AMD
-// EPYC, both measured in turns in one process; BENCHMARKS.md).
-#if defined(__AVX512F__)
-constexpr int64_t kMostFloatRows = 512;
-#else
-constexpr int64_t kMostFloatRows = 128;
-#endif
-constexpr int64_t kMostBFloat16Rows = 64;
-// Bytes of rows kept in L2 at once.
-constexpr int64_t kRowBlockBytes = 196608;
-// Tiles of rows x outputs: as many sums as the vector registers hold beside a tile's rows and a
-// weight vector. One or two rows (a lone stream) take 8 outputs a tile, which keeps more of the
-// weight streaming at once; more rows take more rows a tile, which reads each weight vector for
-// more of them. With AVX-512's 32 registers, a pass over the default model in bfloat16 took
-// 7.7 / 8.0 / 9.8 / 16.4 ms at 1 / 4 / 8 / 16 rows, against 7.9 / 9.8 / 12.8 / 22.3 with
-// AVX2's 3 x 4 (16 registers) on the same AVX-512 BF16 AMD EPYC.
-struct TileShape {
-  int rows, outputs;
-};
-constexpr int64_t kFewRows = 2;
-#if defined(__AVX512F__)
-constexpr TileShape kFew{2, 8}, kMany{6, 4};
-#else
-constexpr TileShape kFew{3, 4}, kMany{3, 4};
-#endif
-constexpr int64_t kLine = 64;
-
-// One element type's vector arithmetic: `step` elements of a row and of a weight row are
-// multiplied and added into float32 sums per `mul_add`.
-template <typename T>
-struct Vectors;
-
-#if defined(__AVX512F__)
-using Sums = __m512;
-inline Sums no_sums() { return _mm512_setzero_ps(); }
-inline float total(Sums v) { return _mm512_reduce_add_ps(v); }
-
-template <>
-struct Vectors<float> {
-  using Operand = __m512;
-  static constexpr int64_t step = 16;
-  static Operand load(const float* at) { return _mm512_loadu_ps(at); }
-  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm512_fmadd_ps(a, b, sums); }
-};
-#else
-using Sums = __m256;
-inline Sums no_sums() { return _mm256_setzero_ps(); }
-inline float total(Sums v) {
-  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  sum = _mm_hadd_ps(sum, sum);
-  sum = _mm_hadd_ps(sum, sum);
-  return _mm_cvtss_f32(sum);
-}
-
-template <>
-struct Vectors<float> {
-  using Operand = __m256;
-  static constexpr int64_t step = 8;
-  static Operand load(const float* at) { return _mm256_loadu_ps(at); }
-  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm256_fmadd_ps(a, b, sums); }
-};
-#endif
-
-#if defined(__AVX512BF16__)
-constexpr bool kBFloat16 = true;
-template <>
-struct Vectors<c10::BFloat16> {
-  using Operand = __m512bh;
-  static constexpr int64_t step = 32;
-  static Operand load(const c10::BFloat16* at) { return (__m512bh)_mm512_loadu_si512(at); }
-  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm512_dpbf16_ps(sums, a, b); }
-};
-#else
-constexpr bool kBFloat16 = false;
-#endif
-
-// Rows [first, first + R) x outputs [column, column + B) of the product; with FetchNext, the
-// next_bytes bytes at `next` are fetched into L2 meanwhile, as fast as the tile reads its own.
-template <typename T, int R, int B, bool FetchNext>
-inline void tile(const T* rows, int64_t width, const T* weight, T* product, int64_t outputs,
-                 int64_t first, int64_t column, const char* next, int64_t next_bytes) {
-  using V = Vectors<T>;
-  constexpr int64_t kLinesPerStep = (V::step * int64_t(sizeof(T)) * B + kLine - 1) / kLine;
-  Sums sums[R][B];
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) sums[r][b] = no_sums();
-  const T* row = rows + first * width;
-  const T* weights = weight + column * width;
-  int64_t i = 0;
-  for (; i + V::step <= width; i += V::step) {
-    if (FetchNext) {
-      const int64_t at = i * int64_t(sizeof(T)) * B;
-      for (int64_t line = 0; line < kLinesPerStep; ++line)
-        if (at + line * kLine < next_bytes) _mm_prefetch(next + at + line * kLine, _MM_HINT_T1);
-    }
-    typename V::Operand values[R];
-    for (int r = 0; r < R; ++r) values[r] = V::load(row + r * width + i);
-    for (int b = 0; b < B; ++b) {
-      const typename V::Operand w = V::load(weights + b * width + i);
-      for (int r = 0; r < R; ++r) sums[r][b] = V::mul_add(sums[r][b], values[r], w);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < B; ++b) {
-      float sum = total(sums[r][b]);
-      for (int64_t j = i; j < width; ++j)
-        sum += static_cast<float>(row[r * width + j]) * static_cast<float>(weights[b * width + j]);
-      product[(first + r) * outputs + column + b] = static_cast<T>(sum);
-    }
-  }
-}
-
-// One tile of up to R of the rows from `first` on; returns how many it took.
-template <typename T, int R, int B, bool FetchNext>
-inline int64_t next_tile(const T* rows, int64_t first, int64_t last, int64_t width, const T* weight,
-                         T* product, int64_t outputs, int64_t column, const char* next, int64_t next_bytes) {
-  if constexpr (R > 1) {
-    if (last - first < R)
-      return next_tile<T, R - 1, B, FetchNext>(rows, first, last, width, weight, product, outputs, column, next, next_bytes);
-  }
-  tile<T, R, B, FetchNext>(rows, width, weight, product, outputs, first, column, next, next_bytes);
-  return R;
-}
-
-template <typename T, int R, int B>
-void columns(const T* rows, int64_t first, int64_t last, int64_t width, const T* weight,
-             T* product, int64_t outputs, int64_t column, int64_t end_column) {
-  // The next tile's weights follow this one's in memory: fetched while this one computes.
-  const char* next = reinterpret_cast<const char*>(weight + (column + B) * width);
-  const int64_t next_bytes =
-      std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width * int64_t(sizeof(T));
-  // Only the first tile fetches: the later ones read this tile's weights from L1 again.
-  int64_t r = first;
-  if (r < last) r += next_tile<T, R, B, true>(rows, r, last, width, weight, product, outputs, column, next, next_bytes);
-  while (r < last) r += next_tile<T, R, B, false>(rows, r, last, width, weight, product, outputs, column, next, 0);
-}
+using namespace chatapp_dot;
 
 template <typename T, int R, int B>
 void multiply(const at::Tensor& rows, const at::Tensor& weight, at::Tensor& product) {
@@ -182,18 +41,10 @@ void multiply(const at::Tensor& rows, const at::Tensor& weight, at::Tensor& prod
   const T* x = rows.const_data_ptr<T>();
   const T* w = weight.const_data_ptr<T>();
   T* y = product.mutable_data_ptr<T>();
-  const int64_t tiles = outputs / B;
-  const int64_t row_bytes = std::max<int64_t>(width, 1) * int64_t(sizeof(T));
-  const int64_t block = std::max<int64_t>(R, kRowBlockBytes / row_bytes / R * R);
-  at::parallel_for(0, tiles, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t first = 0; first < count; first += block) {
-      const int64_t last = std::min(count, first + block);
-      for (int64_t t = begin; t < end; ++t)
-        columns<T, R, B>(x, first, last, width, w, y, outputs, t * B, end * B);
-    }
+  at::parallel_for(0, outputs / B, 16, [&](int64_t begin, int64_t end) {
+    tiles<T, R, B>(x, count, width, w, y, outputs, begin, end);
   });
-  for (int64_t column = tiles * B; column < outputs; ++column)
-    columns<T, R, 1>(x, 0, count, width, w, y, outputs, column, column + 1);
+  last_columns<T>(x, count, width, w, y, outputs, outputs / B * B);
 }
 
 template <typename T>

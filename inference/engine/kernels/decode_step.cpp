@@ -1,0 +1,351 @@
+// A whole decode step of a plain Llama model, every layer, in one OpenMP parallel region.
+//
+// The compiled step (decode_graph.py) calls our products and attention from inductor's code,
+// one call after another: each call forks and joins the threads, allocates its output, and
+// between them come inductor's own kernels for the norms, rotary and activations, each a
+// parallel region of its own, and the C++ wrapper's bookkeeping. At one stream on a 2-core AMD
+// EPYC, 2.2 ms of a 12.1 ms F32 step were not the products, and no weight was read meanwhile
+// (BENCHMARKS.md). Here the threads enter once a step: each product is shared as `dot_rows`
+// shares it (dot_tiles.h), attention as `decode_attention_rows` does (attention_tasks.h), and
+// between them the threads wait for each other at a barrier; the small operations are computed
+// by every thread for itself where that saves a barrier (a norm of a few rows costs less than
+// one), or by its share. Buffers are the model's own, kept from step to step.
+//
+// The arithmetic is the compiled step's: products summed in float32 and rounded to the model's
+// dtype, the norm and rotary and activation computed in float32 from the dtype's values and
+// rounded once, residuals added in float32 and rounded. Each row's greedy token is the first of
+// equal maxima of its rounded logits, as the sampler's `greedy`.
+#include <torch/custom_class.h>
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
+
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "attention_tasks.h"
+#include "dot_tiles.h"
+
+namespace {
+
+using chatapp_attention::Attention;
+using chatapp_attention::kTableColumns;
+
+struct Layer {
+  at::Tensor attention_norm, qkv, output, mlp_norm, gate_up, down;
+};
+
+// Each row's largest logit among a thread's columns, and its column.
+struct Best {
+  float value;
+  int64_t column;
+  // Whether `other`, from columns after this one's, is the greater: NaN counts as the largest,
+  // as in argmax.
+  bool beaten_by(const Best& other) const {
+    if (std::isnan(value)) return false;
+    return std::isnan(other.value) || other.value > value;
+  }
+};
+
+class DecodeModel : public torch::CustomClassHolder {
+ public:
+  // tensors: the embedding [vocab, hidden], the final norm [hidden], the output matrix
+  // [vocab, hidden], the rotary tables cos and sin [positions, 1, dim] (sin signed as
+  // fused_llama.py's `_angles`), then each layer's attention norm, query-key-value matrix
+  // [(heads + 2 kv_heads) dim, hidden], output matrix [hidden, heads dim], MLP norm, gate-up
+  // matrix [2 intermediate, hidden] and down matrix [hidden, intermediate]; one dtype, contiguous.
+  DecodeModel(std::vector<at::Tensor> tensors, int64_t heads, int64_t kv_heads, double eps, double scaling)
+      : heads_(heads), kv_heads_(kv_heads), eps_(static_cast<float>(eps)), scaling_(static_cast<float>(scaling)) {
+    TORCH_CHECK(tensors.size() >= 5 && (tensors.size() - 5) % 6 == 0, "DecodeModel: 5 tensors, then 6 a layer");
+    TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "DecodeModel: heads a multiple of kv_heads");
+    dtype_ = tensors[0].scalar_type();
+    TORCH_CHECK(dtype_ == at::kFloat || (chatapp_dot::kBFloat16 && dtype_ == at::kBFloat16),
+                "DecodeModel: float32", chatapp_dot::kBFloat16 ? " or bfloat16" : "", " tensors");
+    for (const at::Tensor& tensor : tensors)
+      TORCH_CHECK(tensor.device().is_cpu() && tensor.scalar_type() == dtype_ && tensor.is_contiguous(),
+                  "DecodeModel: every tensor on the CPU, contiguous, of one dtype");
+    embedding_ = tensors[0], norm_ = tensors[1], head_ = tensors[2], cos_ = tensors[3], sin_ = tensors[4];
+    vocab_ = embedding_.size(0), hidden_ = embedding_.size(1);
+    dim_ = cos_.size(-1);
+    TORCH_CHECK(dim_ <= chatapp_attention::kMostDim && dim_ % 2 == 0, "DecodeModel: an even head of at most ",
+                chatapp_attention::kMostDim, " dims");
+    TORCH_CHECK(sin_.sizes() == cos_.sizes() && head_.size(0) == vocab_ && head_.size(1) == hidden_ &&
+                    norm_.numel() == hidden_,
+                "DecodeModel: the embedding, output matrix, norm and rotary tables disagree");
+    for (size_t at = 5; at < tensors.size(); at += 6)
+      layers_.push_back({tensors[at], tensors[at + 1], tensors[at + 2], tensors[at + 3], tensors[at + 4],
+                         tensors[at + 5]});
+    intermediate_ = layers_.empty() ? 0 : layers_[0].down.size(1);
+    for (const Layer& layer : layers_)
+      TORCH_CHECK(layer.attention_norm.numel() == hidden_ && layer.mlp_norm.numel() == hidden_ &&
+                      layer.qkv.size(0) == (heads + 2 * kv_heads) * dim_ && layer.qkv.size(1) == hidden_ &&
+                      layer.output.size(0) == hidden_ && layer.output.size(1) == heads * dim_ &&
+                      layer.gate_up.size(0) == 2 * intermediate_ && layer.gate_up.size(1) == hidden_ &&
+                      layer.down.size(0) == hidden_ && layer.down.size(1) == intermediate_,
+                  "DecodeModel: a layer's matrices do not fit the model's sizes");
+  }
+
+  // token_ids, positions [B] int64 (a row's position: the keys it has cached); table [B, 6]:
+  // where each row's keys and values lie (decode_attention_rows' table). Writes each layer's
+  // new key and value at the row's position; returns the logits [B, vocab] and each row's
+  // greedy token [B]. One step at a time: the buffers are the model's.
+  std::tuple<at::Tensor, at::Tensor> step(const at::Tensor& token_ids_in, const at::Tensor& positions_in,
+                                          const at::Tensor& table) {
+    TORCH_CHECK(token_ids_in.dim() == 1 && token_ids_in.scalar_type() == at::kLong && positions_in.dim() == 1 &&
+                    positions_in.scalar_type() == at::kLong && positions_in.size(0) == token_ids_in.size(0) &&
+                    token_ids_in.size(0) > 0,
+                "DecodeModel.step: token ids and positions, int64 [B] each");
+    const at::Tensor token_ids = token_ids_in.contiguous(), positions = positions_in.contiguous();
+    const int64_t rows = token_ids.size(0);
+    chatapp_attention::check_table("DecodeModel.step", table, rows, 0, static_cast<int64_t>(layers_.size()));
+    const int64_t* ids = token_ids.const_data_ptr<int64_t>();
+    const int64_t* at = positions.const_data_ptr<int64_t>();
+    chatapp_attention::check_positions("DecodeModel.step", table.const_data_ptr<int64_t>(), at, rows);
+    for (int64_t b = 0; b < rows; ++b) {
+      TORCH_CHECK(ids[b] >= 0 && ids[b] < vocab_, "DecodeModel.step: token id ", ids[b], " outside the vocabulary");
+      TORCH_CHECK(at[b] < cos_.size(0), "DecodeModel.step: position ", at[b], " beyond the rotary tables");
+    }
+    at::Tensor logits = at::detail::empty_cpu({rows, vocab_}, dtype_);
+    at::Tensor greedy = at::detail::empty_cpu({rows}, at::kLong);
+    if (dtype_ == at::kFloat) dispatch<float>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
+#if defined(__AVX512BF16__)
+    else dispatch<c10::BFloat16>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
+#endif
+    return {logits, greedy};
+  }
+
+ private:
+  template <typename T>
+  void dispatch(const int64_t* ids, const int64_t* at, const int64_t* table, int64_t rows, at::Tensor& logits,
+                at::Tensor& greedy) {
+    switch (dim_) {
+      case 64: return run<T, 64>(ids, at, table, rows, logits, greedy);
+      case 128: return run<T, 128>(ids, at, table, rows, logits, greedy);
+      default: return run<T, 0>(ids, at, table, rows, logits, greedy);
+    }
+  }
+
+  // The step's buffers, in floats' room (a bfloat16 buffer uses half of its own).
+  struct Buffers {
+    std::vector<float> hidden, qkv, queries, keys, attended, out, gate_up;
+    std::vector<std::vector<float>> own;  // a thread's norm output or activations
+    std::vector<Best> best;  // [threads, rows]
+  };
+
+  template <typename T>
+  static T* room(std::vector<float>& buffer, int64_t elements) {
+    buffer.resize(elements);  // a float holds a T at least
+    return reinterpret_cast<T*>(buffer.data());
+  }
+
+  template <typename T, int64_t Dim>
+  void run(const int64_t* ids, const int64_t* at, const int64_t* table, int64_t rows, at::Tensor& logits_out,
+           at::Tensor& greedy_out) {
+    const int64_t hidden = hidden_, dim = dim_, heads = heads_, kv_heads = kv_heads_, group = heads / kv_heads;
+    const int64_t width = (heads + 2 * kv_heads) * dim, inner = intermediate_;
+    T* h = room<T>(buffers_.hidden, rows * hidden);
+    T* qkv = room<T>(buffers_.qkv, rows * width);
+    T* queries = room<T>(buffers_.queries, rows * heads * dim);
+    T* keys = room<T>(buffers_.keys, rows * kv_heads * dim);
+    T* attended = room<T>(buffers_.attended, rows * heads * dim);
+    T* out = room<T>(buffers_.out, rows * hidden);
+    T* gate_up = room<T>(buffers_.gate_up, rows * 2 * inner);
+    T* logits = logits_out.mutable_data_ptr<T>();
+    const T* embedding = embedding_.const_data_ptr<T>();
+    for (int64_t b = 0; b < rows; ++b) std::copy_n(embedding + ids[b] * hidden, hidden, h + b * hidden);
+
+    Attention<Dim, T> attention;
+    attention.rows = rows, attention.kv_heads = kv_heads, attention.group = group, attention.dim = dim;
+    attention.queries = queries, attention.own_keys = keys, attention.key_row = kv_heads * dim,
+    attention.key_head = dim;
+    attention.own_values = qkv + (heads + kv_heads) * dim, attention.value_row = width, attention.value_head = dim;
+    attention.scaling = scaling_;
+    attention.caches.resize(rows);
+    attention.counts.resize(rows);
+    for (int64_t b = 0; b < rows; ++b)
+      attention.counts[b] = std::clamp<int64_t>(at[b], 0, table[b * kTableColumns + chatapp_attention::kCapacity]);
+
+    const int threads = std::max(1, at::get_num_threads());
+    attention.plan(threads);
+    buffers_.own.resize(threads);
+    for (auto& own : buffers_.own) room<T>(own, rows * std::max(hidden, inner));
+    buffers_.best.resize(threads * rows);
+    const T* cos = cos_.const_data_ptr<T>();
+    const T* sin = sin_.const_data_ptr<T>();
+
+#pragma omp parallel num_threads(threads)
+    {
+      const int thread = omp_get_thread_num(), count = omp_get_num_threads();
+      T* x = reinterpret_cast<T*>(buffers_.own[thread].data());
+      for (size_t index = 0; index < layers_.size(); ++index) {
+        const Layer& layer = layers_[index];
+        normalize(h, layer.attention_norm.const_data_ptr<T>(), rows, x);
+        chatapp_dot::share<T>(x, rows, hidden, layer.qkv.const_data_ptr<T>(), qkv, width, thread, count);
+#pragma omp barrier
+        // Rotary for a share of the rows' query and key heads; a key head's key and value also
+        // go into the row's cache.
+        const int64_t vectors = rows * (heads + kv_heads);
+        const auto [first, last] = range(vectors, thread, count);
+        for (int64_t vector = first; vector < last; ++vector) {
+          const int64_t b = vector / (heads + kv_heads), head = vector % (heads + kv_heads);
+          const T* from = qkv + b * width + head * dim;
+          T* to = head < heads ? queries + (b * heads + head) * dim : keys + (b * kv_heads + head - heads) * dim;
+          rotate(from, cos + at[b] * dim, sin + at[b] * dim, dim, to);
+          if (head >= heads) store(table, index, b, head - heads, at[b], to, from + kv_heads * dim);
+        }
+        if (thread == 0) {
+          const chatapp_attention::TableRows<T> cached{table, static_cast<int64_t>(index)};
+          for (int64_t b = 0; b < rows; ++b) attention.caches[b] = cached(b);
+        }
+#pragma omp barrier
+        {
+          const auto [begin, end] = range(attention.tasks(), thread, count);
+          attention.run(begin, end);
+        }
+#pragma omp barrier
+        {
+          const auto [begin, end] = range(attention.query_count(), thread, count);
+          attention.merge(begin, end, attended);
+        }
+#pragma omp barrier
+        add_product(attended, rows, heads * dim, layer.output.const_data_ptr<T>(), out, h, thread, count);
+#pragma omp barrier
+        normalize(h, layer.mlp_norm.const_data_ptr<T>(), rows, x);
+        chatapp_dot::share<T>(x, rows, hidden, layer.gate_up.const_data_ptr<T>(), gate_up, 2 * inner, thread, count);
+#pragma omp barrier
+        activate(gate_up, rows, inner, x);
+        add_product(x, rows, inner, layer.down.const_data_ptr<T>(), out, h, thread, count);
+#pragma omp barrier
+      }
+      normalize(h, norm_.const_data_ptr<T>(), rows, x);
+      const auto [first, end] =
+          chatapp_dot::share<T>(x, rows, hidden, head_.const_data_ptr<T>(), logits, vocab_, thread, count);
+      for (int64_t b = 0; b < rows; ++b) buffers_.best[thread * rows + b] = largest(logits + b * vocab_, first, end);
+#pragma omp barrier
+#pragma omp single
+      {
+        int64_t* greedy = greedy_out.mutable_data_ptr<int64_t>();
+        for (int64_t b = 0; b < rows; ++b) {
+          Best best = buffers_.best[b];
+          for (int other = 1; other < count; ++other)
+            if (best.beaten_by(buffers_.best[other * rows + b])) best = buffers_.best[other * rows + b];
+          greedy[b] = best.column;
+        }
+      }
+    }
+  }
+
+  // [first, last) of `total` for a thread: contiguous shares, the first threads' full.
+  static std::pair<int64_t, int64_t> range(int64_t total, int thread, int count) {
+    const int64_t each = (total + count - 1) / count;
+    const int64_t first = std::min(total, thread * each);
+    return {first, std::min(total, first + each)};
+  }
+
+  // Llama's RMSNorm of each row of h into x: normalised in float32, rounded to T, scaled by the
+  // weight and rounded again (fused_llama.py's `rms_norm`; for float32 the roundings do nothing).
+  template <typename T>
+  void normalize(const T* h, const T* weight, int64_t rows, T* x) const {
+    for (int64_t b = 0; b < rows; ++b) {
+      const T* row = h + b * hidden_;
+      float squares = 0;
+#pragma omp simd reduction(+ : squares)
+      for (int64_t i = 0; i < hidden_; ++i) squares += static_cast<float>(row[i]) * static_cast<float>(row[i]);
+      const float scale = 1.0f / std::sqrt(squares / static_cast<float>(hidden_) + eps_);
+      T* to = x + b * hidden_;
+      for (int64_t i = 0; i < hidden_; ++i)
+        to[i] = static_cast<T>(static_cast<float>(weight[i]) *
+                               static_cast<float>(static_cast<T>(static_cast<float>(row[i]) * scale)));
+    }
+  }
+
+  // One head's rotary embedding: x * cos + x with its halves swapped * sin (sin signed so).
+  template <typename T>
+  static void rotate(const T* x, const T* cos, const T* sin, int64_t dim, T* to) {
+    const int64_t half = dim / 2;
+    for (int64_t i = 0; i < dim; ++i) {
+      const float swapped = static_cast<float>(x[i < half ? i + half : i - half]);
+      to[i] = static_cast<T>(static_cast<float>(x[i]) * static_cast<float>(cos[i]) +
+                             swapped * static_cast<float>(sin[i]));
+    }
+  }
+
+  // A row's new key and value of one key head into its cache at `position` (store_rows' way).
+  template <typename T>
+  void store(const int64_t* table, size_t layer, int64_t b, int64_t head, int64_t position, const T* key,
+             const T* value) const {
+    const int64_t* row = table + b * kTableColumns;
+    const int64_t at = static_cast<int64_t>(layer) * row[2] + head * row[3] + position * dim_;
+    std::copy_n(key, dim_, reinterpret_cast<T*>(static_cast<uintptr_t>(row[0])) + at);
+    std::copy_n(value, dim_, reinterpret_cast<T*>(static_cast<uintptr_t>(row[1])) + at);
+  }
+
+  // SiLU(gate) * up of each row into x [rows, inner]: e^-|g| by attention's exponential, which
+  // vectorises (std::exp does not).
+  template <typename T>
+  static void activate(const T* gate_up, int64_t rows, int64_t inner, T* x) {
+    for (int64_t b = 0; b < rows; ++b) {
+      const T* gate = gate_up + b * 2 * inner;
+      const T* up = gate + inner;
+      T* to = x + b * inner;
+#pragma omp simd
+      for (int64_t i = 0; i < inner; ++i) {
+        const float g = static_cast<float>(gate[i]);
+        const float e = chatapp_attention::exp_nonpositive(-std::fabs(g));
+        const float sigmoid = g >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        to[i] = static_cast<T>(g * sigmoid * static_cast<float>(up[i]));
+      }
+    }
+  }
+
+  // h += rows x weight, the thread's share of the outputs (each added by the thread that
+  // computed it: no barrier between).
+  template <typename T>
+  void add_product(const T* x, int64_t rows, int64_t width, const T* weight, T* out, T* h, int thread,
+                   int count) const {
+    const auto [first, end] = chatapp_dot::share<T>(x, rows, width, weight, out, hidden_, thread, count);
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t i = first; i < end; ++i)
+        h[b * hidden_ + i] =
+            static_cast<T>(static_cast<float>(h[b * hidden_ + i]) + static_cast<float>(out[b * hidden_ + i]));
+  }
+
+  // The first of the largest logits in [first, end): a NaN if there is one (as argmax), else the
+  // maximum found by a pass that vectorises, then its first column.
+  template <typename T>
+  static Best largest(const T* logits, int64_t first, int64_t end) {
+    if (first >= end) return {-INFINITY, first};
+    bool any_nan = false;
+    float top = -INFINITY;
+#pragma omp simd reduction(| : any_nan) reduction(max : top)
+    for (int64_t i = first; i < end; ++i) {
+      const float value = static_cast<float>(logits[i]);
+      any_nan |= value != value;
+      top = std::max(top, value);
+    }
+    for (int64_t i = first; i < end; ++i) {
+      const float value = static_cast<float>(logits[i]);
+      if (any_nan ? value != value : value == top) return {value, i};
+    }
+    return {top, first};  // every logit -inf
+  }
+
+  int64_t heads_, kv_heads_;
+  float eps_, scaling_;
+  at::ScalarType dtype_;
+  at::Tensor embedding_, norm_, head_, cos_, sin_;
+  std::vector<Layer> layers_;
+  int64_t vocab_ = 0, hidden_ = 0, dim_ = 0, intermediate_ = 0;
+  Buffers buffers_;
+};
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(chatapp, m) {
+  m.class_<DecodeModel>("DecodeModel")
+      .def(torch::init<std::vector<at::Tensor>, int64_t, int64_t, double, double>())
+      .def("step", &DecodeModel::step);
+}

@@ -1,0 +1,78 @@
+"""A decode step as one call of our own C++ (kernels/decode_step.cpp): every layer in one parallel
+region of the threads, no Python, dispatcher or allocation between the operations.
+
+The compiled step (decode_graph.py) took the per-operation work out of Python's hands, but its
+generated code still calls our products and attention one after another, each forking and
+joining the threads, with inductor's small kernels and the wrapper's bookkeeping between them:
+at one stream on a 2-core AMD EPYC, 2.2 ms of a 12.1 ms F32 step read no weights. Here the
+threads enter once a step and wait for each other at barriers, and a step needs no compiler
+and no warm-up: the library our kernels are built in (own_kernels.py) holds it.
+
+It runs where our products and attention both do: a plain Llama with static rotary tables, its
+matrices in our layout (`MatrixLayout.DOT`), float32 or bfloat16, on a CPU. It takes the steps
+the compiled graph would (decode tokens only, every one sampled) and has the same calls, so the
+runner treats either as its decode step.
+"""
+
+import torch
+
+from .attention import GroupDecode, StepLayout
+from .kv_cache import BLOCK_TOKENS
+from .matrices import MatrixLayout, tensor_of
+from .sampler import StepLogits
+from .step_trial import StepKind
+
+# What the C++ multiplies (decode_step.cpp, as dot_rows.cpp).
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def why_not(fused, own_attention: bool) -> str | None:
+    """Why the native step cannot run this model here, or None when it can."""
+    if fused is None:
+        return "the model is not a plain Llama"
+    if fused.layout is not MatrixLayout.DOT:
+        return f"its matrices are {fused.layout.value}, not our own kernel's"
+    if not own_attention:
+        return "our attention kernel does not run here"
+    if fused.tables is None:
+        return "its rotary embedding depends on the sequence's length"
+    if fused.norm.dtype not in DTYPES:
+        return f"{fused.norm.dtype} is not float32 or bfloat16"
+    return None
+
+
+class NativeStep:
+    """Runs a decode step through kernels/decode_step.cpp's `DecodeModel`."""
+
+    def __init__(self, fused):
+        cos, sin = fused.tables
+        tensors = [fused.embedding, fused.norm, tensor_of(fused.lm_head), cos, sin]
+        for layer in fused.layers:
+            tensors += [layer.attention_norm, tensor_of(layer.qkv), tensor_of(layer.output), layer.mlp_norm,
+                        tensor_of(layer.gate_up), tensor_of(layer.down)]
+        # The model holds the tensors themselves (no copies): the weights exist once.
+        self.model = torch.classes.chatapp.DecodeModel(tensors, fused.heads, fused.kv_heads, fused.eps,
+                                                       fused.scaling)
+        self.num_steps = 0
+        self.num_fallbacks = 0  # always 0: every step it takes, it runs (DecodeGraph's counter)
+
+    def takes(self, step: StepLayout, num_sampled: int) -> list[GroupDecode] | None:
+        """The step's decodes when it can run it: no prompt, every token sampled."""
+        if step.prompts or not step.decodes or num_sampled != step.num_tokens or step.rows is None:
+            return None
+        return step.decodes
+
+    @staticmethod
+    def kind(decodes: list[GroupDecode]) -> StepKind:
+        """The kind of step, as the trials tell steps apart (step_trial.py)."""
+        rows = sum(decode.count for decode in decodes)
+        length = max(decode.length for decode in decodes)
+        return StepKind(rows, rows, max(BLOCK_TOKENS, 1 << (length - 1).bit_length()))
+
+    def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits:
+        """The step's logits [tokens, vocab] and greedy tokens, each layer's keys and values
+        written into the cache."""
+        rows = step.rows
+        logits, greedy = self.model.step(token_ids, rows.positions, rows.table)
+        self.num_steps += 1
+        return StepLogits(logits, greedy)
