@@ -12,10 +12,15 @@ kernels tell it of each call, through torch's dispatcher or their C entry points
 "the rest" is that round's median unprofiled step minus its products (the median over the
 rounds), i.e. everything a faster matrix kernel would not remove.
 
-Each precision runs twice: the fused forward alone (INFERENCE_COMPILE=off) and with the decode
-step compiled (on; inference/engine/decode_graph.py), whose compile, paid at load, is not
-timed; that child also takes steps in turns through the graph and the fused forward, so that
-the two are compared within one process, as INFERENCE_COMPILE=auto's trial compares them. With
+Each precision runs three times: the fused forward alone (INFERENCE_COMPILE=off), with the
+decode step compiled (on, INFERENCE_NATIVE_STEP=false; inference/engine/decode_graph.py), whose
+compile, paid at load, is not timed, and as one call of our own C++ (native;
+inference/engine/native_step.py), whose products and attention the profiler cannot see inside
+that call: its own clock splits its steps instead (kernels/decode_step.cpp, `PhaseClock`: the
+first thread's time in products, attention and the rest of its parallel region; the rest
+outside the region is the step less those). The two latter also take steps in turns with the
+fused forward, so that each is compared with it within one process, as
+INFERENCE_COMPILE=auto's trial compares them. With
 `--baseline TREE` each precision also runs another checkout's engine just before this tree's,
 so that a change is compared within one run (TREE's own copy of this benchmark runs there: copy
 this file and roofline.py in when TREE is older than them).
@@ -56,6 +61,10 @@ ATTENTION = frozenset({"chatapp::decode_attention", "chatapp::decode_attention_r
                        "aten::_scaled_dot_product_flash_attention"})
 # Operators of the rest shown by name: the largest few by self time.
 LARGEST_REST = 4
+# The native step's phases after its products and attention (kernels/decode_step.cpp, `Phase`).
+NATIVE_REST = ("norms", "activations", "greedy")
+# Each child's decode step: its INFERENCE_COMPILE and INFERENCE_NATIVE_STEP.
+STEP_MODES = {"off": ("off", "false"), "on": ("on", "false"), "native": ("on", "true")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,9 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of timed steps then profiled steps, taken in turns")
     parser.add_argument("--prompt-tokens", type=int, default=100)
-    parser.add_argument("--compile", default="off,on",
-                        help="INFERENCE_COMPILE modes, one child each: the fused forward alone (off) "
-                             "and the compiled decode step (on)")
+    parser.add_argument("--compile", default=",".join(STEP_MODES),
+                        help="decode steps, one child each: the fused forward alone (off), the "
+                             "compiled graph (on) and our own C++ step (native)")
     parser.add_argument("--baseline", metavar="TREE",
                         help="also step another checkout's engine (e.g. `git archive` of the base "
                              "commit unpacked), each precision right before this tree's")
@@ -95,7 +104,9 @@ def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None, co
     command = [sys.executable, "-m", "benchmarks", "step", "--child", "--streams", args.streams,
                "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps), "--rounds", str(args.rounds),
                "--prompt-tokens", str(args.prompt_tokens)]
-    env = {**os.environ, "INFERENCE_DTYPE": dtype, "INFERENCE_COMPILE": compile_mode}
+    compile_setting, native = STEP_MODES[compile_mode]
+    env = {**os.environ, "INFERENCE_DTYPE": dtype, "INFERENCE_COMPILE": compile_setting,
+           "INFERENCE_NATIVE_STEP": native}
     if InferenceConfig.from_env().huge_pages:  # the weights in 2 MB pages, as the service has them
         env = huge_pages.environment(env) or env
     if tree:
@@ -111,6 +122,7 @@ def _measure(args: argparse.Namespace) -> dict:
     from torch.profiler import profile
 
     from inference.engine import SamplingParams
+    from inference.engine.native_step import NativeStep
     from inference.service import InferenceService
 
     config = InferenceConfig.from_env(threads=InferenceConfig.from_env().threads or 2)
@@ -126,6 +138,7 @@ def _measure(args: argparse.Namespace) -> dict:
               "matrices": str(getattr(engine.runner.fused, "layout", "-")),
               "weight_bytes": roofline.weight_bytes(engine.runner.model.config, dtype.itemsize),
               "levels": []}
+    native = engine.runner.graph if isinstance(engine.runner.graph, NativeStep) else None
     rng = random.Random(0)
     for streams in (int(count) for count in args.streams.split(",")):
         # Streams admitted first decode while the others' prompts are fed, at least
@@ -154,14 +167,17 @@ def _measure(args: argparse.Namespace) -> dict:
                     engine.step()
                     round_times.append((time.perf_counter() - started) * 1e3)
                 cpu_seconds += time.process_time() - cpu_started
-                with profile() as profiler:
-                    for _ in range(args.profiled_steps):
-                        engine.step()
+                if native is not None:
+                    split = _natively_split(engine, native, args.profiled_steps)
+                else:
+                    with profile() as profiler:
+                        for _ in range(args.profiled_steps):
+                            engine.step()
+                    split = _attributed(profiler.key_averages(), args.profiled_steps)
                 times += round_times
                 # One stream's rounds are set against the roofline (`_roofline_table`).
                 bandwidth = max(roofline.bandwidth(threads=config.threads).values()) if streams == 1 else None
-                rounds.append({"median_ms": statistics.median(round_times), "bandwidth": bandwidth,
-                               **_attributed(profiler.key_averages(), args.profiled_steps)})
+                rounds.append({"median_ms": statistics.median(round_times), "bandwidth": bandwidth, **split})
         in_turns = _in_turns(engine, args.steps) if engine.runner.graph is not None else None
         result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
                                  "fastest_ms": min(times), "p90_ms": spread(times)["p90"],
@@ -172,7 +188,7 @@ def _measure(args: argparse.Namespace) -> dict:
 
 
 def _in_turns(engine, steps: int) -> dict | None:
-    """Median steps through the compiled graph and through the fused forward, taken in turns in
+    """Median steps through the decode step (compiled or native) and the fused forward, taken in turns in
     this process as INFERENCE_COMPILE=auto's trial takes them (step_trial.py): a machine whose
     speed drifts between processes (this project's do, by 10-40%) moves both alike. None where
     the graph ran none of them (steps over several groups)."""
@@ -208,6 +224,23 @@ def _split(rounds: list[dict]) -> dict:
             "products_calls": rounds[-1]["products_calls"], "rest_largest": rounds[-1]["rest_largest"]}
 
 
+def _natively_split(engine, native, steps: int) -> dict:
+    """Per step (ms), as `_attributed`: the native step's products and attention by its own
+    clock; of the rest, what its parallel region spent on the norms, activations and greedy
+    tokens (the rest's remainder is outside the region: Python, the sampler)."""
+    native.model.set_timing(True)
+    try:
+        for _ in range(steps):
+            engine.step()
+        products, attention, *rest = (seconds / steps * 1e3 for seconds in native.model.phase_seconds())
+    finally:
+        native.model.set_timing(False)
+    fused = engine.runner.fused
+    return {"products_ms": products, "attention_ms": attention,
+            "products_calls": len(fused.layers) * len(fused.layers[0].MATRICES) + 1,
+            "rest_largest": list(zip(NATIVE_REST, rest, strict=True))}
+
+
 def _attributed(averages, steps: int) -> dict:
     """Self time per step (ms) of the products, of attention, and the rest's largest operators."""
     def total(names) -> float:
@@ -224,7 +257,7 @@ def _attributed(averages, steps: int) -> dict:
 def _split_table(results: list[dict]) -> str:
     lines = ["| code | precision (matrices) | streams | step ms median (fastest) | CPU ms per step "
              "| products ms | the rest ms (attention) | products share "
-             "| largest of the rest, ms per step | compiled / fused, steps in turns | other CPU |",
+             "| largest of the rest, ms per step | decode step / fused, steps in turns | other CPU |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for level in result["levels"]:
