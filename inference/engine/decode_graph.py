@@ -1,4 +1,5 @@
-"""A decode step as one compiled graph: the host's per-operation work gone.
+"""A decode step as one compiled graph: the host's per-operation work gone (native_step.py's C++
+step serves instead where it runs: our own matrices, float32 or bfloat16, a CPU).
 
 A decode step at one stream runs about 1,400 small torch operations around its 121 weight
 products (norms, rotary, slices, residuals, attention's bookkeeping); on a CPU each costs
