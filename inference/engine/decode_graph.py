@@ -296,11 +296,10 @@ class DecodeGraph:
     def kind(self, decodes: list[GroupDecode]) -> StepKind:
         """The kind of step, as the trials tell steps apart (step_trial.py)."""
         rows = sum(decode.count for decode in decodes)
-        length = max(decode.length for decode in decodes)
-        context = max(BLOCK_TOKENS, 1 << (length - 1).bit_length())
         # With our attention the graph computes the decoding rows alone; else every row of the
         # group from its first decoding one to its last.
-        return StepKind(rows, rows if self.module.own_attention else decodes[0].span, context)
+        return StepKind.of(rows, rows if self.module.own_attention else decodes[0].span,
+                           max(decode.length for decode in decodes))
 
     def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits | None:
         """The step's logits [tokens, vocab] with the cache written, or None (nothing done) when

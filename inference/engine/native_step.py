@@ -17,7 +17,6 @@ runner treats either as its decode step.
 import torch
 
 from .attention import GroupDecode, StepLayout
-from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout, tensor_of
 from .sampler import StepLogits
 from .step_trial import StepKind
@@ -54,7 +53,6 @@ class NativeStep:
         self.model = torch.classes.chatapp.DecodeModel(tensors, fused.heads, fused.kv_heads, fused.eps,
                                                        fused.scaling)
         self.num_steps = 0
-        self.num_fallbacks = 0  # always 0: every step it takes, it runs (DecodeGraph's counter)
 
     def takes(self, step: StepLayout, num_sampled: int) -> list[GroupDecode] | None:
         """The step's decodes when it can run it: no prompt, every token sampled."""
@@ -64,10 +62,10 @@ class NativeStep:
 
     @staticmethod
     def kind(decodes: list[GroupDecode]) -> StepKind:
-        """The kind of step, as the trials tell steps apart (step_trial.py)."""
+        """The kind of step, as the trials tell steps apart (step_trial.py): it computes the
+        decoding rows alone."""
         rows = sum(decode.count for decode in decodes)
-        length = max(decode.length for decode in decodes)
-        return StepKind(rows, rows, max(BLOCK_TOKENS, 1 << (length - 1).bit_length()))
+        return StepKind.of(rows, rows, max(decode.length for decode in decodes))
 
     def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits:
         """The step's logits [tokens, vocab] and greedy tokens, each layer's keys and values

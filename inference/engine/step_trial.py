@@ -18,6 +18,8 @@ import statistics
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .kv_cache import BLOCK_TOKENS
+
 # Steps timed each way: enough for a median that one slow step (a page fault, another process)
 # does not move, few enough that the trial is over within a second or two of serving.
 SAMPLES = 16
@@ -65,6 +67,11 @@ class StepKind:
     rows: int
     graph_rows: int
     context: int
+
+    @classmethod
+    def of(cls, rows: int, graph_rows: int, longest: int) -> "StepKind":
+        """The kind of a step whose longest row holds `longest` keys."""
+        return cls(rows, graph_rows, max(BLOCK_TOKENS, 1 << (longest - 1).bit_length()))
 
 
 class StepTrials:

@@ -140,3 +140,18 @@ def test_the_runner_steps_natively_only_where_asked_and_our_kernels_run():
     assert why_not(float64.fused, float64.own_attention) is not None
     qwen = models.engine(models.tiny_model("qwen2")).runner
     assert why_not(qwen.fused, qwen.own_attention) == "the model is not a plain Llama"
+
+
+def test_a_model_whose_output_matrix_is_not_its_embedding_runs_natively_and_answers_as_transformers():
+    model = models.tiny_model("llama").float()
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach() * 0.5)
+    model.config.tie_word_embeddings = False
+    reference = models.copy_of(model)
+    engine = native_engine(model)
+    assert isinstance(engine.runner.graph, NativeStep)
+    engine.add_request("untied", list(range(500, 520)), SamplingParams(max_tokens=5))
+    fed = models.record_logits(engine)
+    while engine.has_work():
+        engine.step()
+    models.assert_as_alone(fed, reference, 1e-4)
+    assert engine.runner.graph.num_steps == 4

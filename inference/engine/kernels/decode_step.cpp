@@ -142,9 +142,12 @@ class DecodeModel : public torch::CustomClassHolder {
     dtype_ = tensors[0].scalar_type();
     TORCH_CHECK(dtype_ == at::kFloat || (chatapp_dot::kBFloat16 && dtype_ == at::kBFloat16),
                 "DecodeModel: float32", chatapp_dot::kBFloat16 ? " or bfloat16" : "", " tensors");
+    // The embedding only has its rows read: an untied one may be a transposed view (fused_llama.py).
     for (const at::Tensor& tensor : tensors)
-      TORCH_CHECK(tensor.device().is_cpu() && tensor.scalar_type() == dtype_ && tensor.is_contiguous(),
-                  "DecodeModel: every tensor on the CPU, contiguous, of one dtype");
+      TORCH_CHECK(tensor.device().is_cpu() && tensor.scalar_type() == dtype_ && tensor.dim() >= 1 &&
+                      (tensor.is_contiguous() || &tensor == &tensors[0]),
+                  "DecodeModel: every tensor on the CPU, of one dtype, contiguous (but the embedding)");
+    TORCH_CHECK(tensors[0].dim() == 2, "DecodeModel: the embedding [vocab, hidden]");
     embedding_ = tensors[0], norm_ = tensors[1], head_ = tensors[2], cos_ = tensors[3], sin_ = tensors[4];
     vocab_ = embedding_.size(0), hidden_ = embedding_.size(1);
     dim_ = cos_.size(-1);
@@ -243,7 +246,9 @@ class DecodeModel : public torch::CustomClassHolder {
     T* gate_up = room<T>(buffers_.gate_up, rows * 2 * inner);
     T* logits = logits_out.mutable_data_ptr<T>();
     const T* embedding = embedding_.const_data_ptr<T>();
-    for (int64_t b = 0; b < rows; ++b) std::copy_n(embedding + ids[b] * hidden, hidden, h + b * hidden);
+    const int64_t token_stride = embedding_.stride(0), element_stride = embedding_.stride(1);
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t i = 0; i < hidden; ++i) h[b * hidden + i] = embedding[ids[b] * token_stride + i * element_stride];
 
     Attention<Dim, T> attention;
     attention.rows = rows, attention.kv_heads = kv_heads, attention.group = group, attention.dim = dim;
