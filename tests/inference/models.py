@@ -3,6 +3,7 @@
 import copy
 import functools
 import os
+import random
 from pathlib import Path
 
 import torch
@@ -10,7 +11,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
                           Qwen2Config, Qwen2ForCausalLM)
 
 from inference.config import InferenceConfig
-from inference.engine import EngineConfig, LLMEngine, loader
+from inference.engine import EngineConfig, LLMEngine, SamplingParams, loader
 from inference.engine.matrices import MatrixLayout
 
 # Where the engine's tests put their models: "cuda" when `make gpu-check` runs them on a lent GPU
@@ -142,3 +143,13 @@ def assert_as_alone(fed: list[tuple[list[int], torch.Tensor]], reference: torch.
         with torch.inference_mode():
             expected = reference(torch.tensor([tokens], device=row.device)).logits[0, -1]
         torch.testing.assert_close(row, expected.to(row.dtype), rtol=tolerance, atol=tolerance)
+
+
+def steps_with_greedy_tokens(engine, streams: int) -> list:
+    """Runs `streams` requests of different lengths to their end; returns the steps whose
+    StepLogits came with greedy tokens (the decode step's, not the fused forward's)."""
+    rng = random.Random(streams)
+    for number in range(streams):
+        engine.add_request(f"greedy-{streams}-{number}", [rng.randrange(3, 49152) for _ in range(5 + 20 * number)],
+                           SamplingParams(max_tokens=6))
+    return [scores for scores in scores_until_done(engine) if scores.greedy is not None]

@@ -61,11 +61,7 @@ def test_every_logit_of_a_compiled_decode_step_equals_transformers_forward_alone
 @pytest.mark.parametrize("streams", [1, 3])
 def test_the_greedy_tokens_a_compiled_step_hands_the_sampler_are_its_logits_argmax(compiled, streams):
     engine, _ = compiled
-    rng = random.Random(streams)
-    for number in range(streams):
-        engine.add_request(f"greedy-{streams}-{number}", [rng.randrange(3, 49152) for _ in range(5 + 20 * number)],
-                           SamplingParams(max_tokens=6))
-    compiled_steps = [scores for scores in models.scores_until_done(engine) if scores.greedy is not None]
+    compiled_steps = models.steps_with_greedy_tokens(engine, streams)
     assert compiled_steps
     for scores in compiled_steps:
         assert torch.equal(scores.greedy, scores.logits.argmax(dim=-1))

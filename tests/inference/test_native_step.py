@@ -56,11 +56,7 @@ def test_every_logit_of_a_native_step_over_several_cache_groups_equals_transform
 @pytest.mark.parametrize("streams", [1, 3])
 def test_the_greedy_tokens_a_native_step_hands_the_sampler_are_its_logits_argmax(native, streams):
     engine, _ = native
-    rng = random.Random(streams)
-    for number in range(streams):
-        engine.add_request(f"greedy-{streams}-{number}", [rng.randrange(3, 49152) for _ in range(5 + 20 * number)],
-                           SamplingParams(max_tokens=6))
-    native_steps = [scores for scores in models.scores_until_done(engine) if scores.greedy is not None]
+    native_steps = models.steps_with_greedy_tokens(engine, streams)
     assert native_steps
     for scores in native_steps:
         assert torch.equal(scores.greedy, scores.logits.argmax(dim=-1))
