@@ -40,7 +40,8 @@ logger = logging.getLogger(__name__)
 SOURCES = tuple(Path(__file__).with_name("kernels") / name
                 for name in ("dot_rows.cpp", "decode_attention.cpp", "decode_step.cpp"))
 # What the sources include of ours: read into the library's key with them.
-HEADERS = tuple(Path(__file__).with_name("kernels") / name for name in ("shim.h", "dot_tiles.h", "attention_tasks.h"))
+HEADERS = tuple(Path(__file__).with_name("kernels") / name
+                for name in ("shim.h", "dot_tiles.h", "attention_tasks.h", "step_threads.h"))
 COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 
 

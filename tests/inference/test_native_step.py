@@ -151,3 +151,20 @@ def test_a_model_whose_output_matrix_is_not_its_embedding_runs_natively_and_answ
         engine.step()
     models.assert_as_alone(fed, reference, 1e-4)
     assert engine.runner.graph.num_steps == 4
+
+
+@pytest.mark.parametrize(("nan_columns", "greedy"), [((), 0), ((30000, 45000), 30000), ((45000, 10000), 10000)])
+def test_the_greedy_token_is_the_first_of_equal_largest_logits_or_the_first_nan_whichever_thread_computed_it(
+        nan_columns, greedy):
+    # An output matrix of zeros: every logit 0, or NaN in the columns whose row is. The step's
+    # threads take its chunks in no fixed order; argmax's answer must not depend on it.
+    model = models.tiny_model("llama").float()
+    head = torch.zeros_like(model.lm_head.weight)
+    head[list(nan_columns)] = float("nan")
+    model.lm_head.weight = torch.nn.Parameter(head)
+    model.config.tie_word_embeddings = False
+    engine = native_engine(model)
+    engine.add_request("ties", list(range(500, 520)), SamplingParams(max_tokens=4))
+    native_steps = [scores for scores in models.scores_until_done(engine) if scores.greedy is not None]
+    assert len(native_steps) == 3
+    assert all(scores.greedy.tolist() == [greedy] for scores in native_steps)

@@ -7,7 +7,9 @@
 // EPYC, 2.2 ms of a 12.1 ms F32 step were not the products, and no weight was read meanwhile
 // (BENCHMARKS.md). Here the threads enter once a step: each product is shared as `dot_rows`
 // shares it (dot_tiles.h), attention as `decode_attention_rows` does (attention_tasks.h), and
-// between them the threads wait for each other at a barrier; the small operations are computed
+// between them the threads wait for each other at a barrier (step_threads.h: a thread done with its
+// own share of a product takes from the others', and one that waits fetches its next weights
+// meanwhile); the small operations are computed
 // by every thread for itself where that saves a barrier (a norm of a few rows costs less than
 // one), or by its share. Buffers are the model's own, kept from step to step.
 //
@@ -30,6 +32,7 @@
 
 #include "attention_tasks.h"
 #include "dot_tiles.h"
+#include "step_threads.h"
 
 namespace {
 
@@ -87,15 +90,17 @@ inline __m512 exp_nonpositive(__m512 x) {
 }
 #endif
 
-// Each row's largest logit among a thread's columns, and its column.
+// Each row's largest logit among some columns, and its column.
 struct Best {
   float value;
   int64_t column;
-  // Whether `other`, from columns after this one's, is the greater: NaN counts as the largest,
-  // as in argmax.
-  bool beaten_by(const Best& other) const {
-    if (std::isnan(value)) return false;
-    return std::isnan(other.value) || other.value > value;
+  // The first of the largest of the two, from columns in whichever order: NaN counts as the
+  // largest, as in argmax.
+  Best or_(const Best& other) const {
+    const bool nan = std::isnan(value), other_nan = std::isnan(other.value);
+    if (nan != other_nan) return nan ? *this : other;
+    if (!nan && value != other.value) return value > other.value ? *this : other;
+    return column <= other.column ? *this : other;
   }
 };
 
@@ -103,7 +108,8 @@ struct Best {
 // benchmark's split of a step into products and the rest): a product's phase lasts from its
 // first tile to the barrier after it (the wait for the other threads included, as a product's
 // wall time is), attention's from the rotary to the merge's barrier; then the norms, the
-// activations, and the greedy tokens' (with the barrier after them).
+// activations, and the greedy tokens' (the barrier before their last comparison: each chunk's
+// largest logit is found as the output product computes it, in the products' time).
 enum Phase { kProducts, kAttention, kNorms, kActivations, kGreedy, kPhases };
 
 class PhaseClock {
@@ -266,6 +272,12 @@ class DecodeModel : public torch::CustomClassHolder {
     buffers_.own.resize(threads);
     for (auto& own : buffers_.own) room<T>(own, rows * std::max(hidden, inner));
     buffers_.best.resize(threads * rows);
+    const int64_t tile = rows <= chatapp_dot::kFewRows ? chatapp_dot::kFew.outputs : chatapp_dot::kMany.outputs;
+    product_tiles_.clear();
+    for (size_t index = 0; index < layers_.size(); ++index)
+      for (const int64_t outputs : {width, hidden, 2 * inner, hidden}) product_tiles_.push_back(outputs / tile);
+    product_tiles_.push_back(vocab_ / tile);
+    shares_.reset(product_tiles_, threads);
     const T* cos = cos_.const_data_ptr<T>();
     const T* sin = sin_.const_data_ptr<T>();
 
@@ -274,13 +286,31 @@ class DecodeModel : public torch::CustomClassHolder {
       const int thread = omp_get_thread_num(), count = omp_get_num_threads();
       PhaseClock clock(timing_ && thread == 0);
       T* x = reinterpret_cast<T*>(buffers_.own[thread].data());
+      chatapp_step::Fetch fetch;
+      // Waits for the other threads, fetching the thread's share of product `next` meanwhile.
+      const auto meet = [&](size_t next, const at::Tensor& weight) {
+        const auto [first, end] = shares_.own(next, thread);
+        const int64_t tile_bytes = tile * weight.size(1) * int64_t(sizeof(T));
+        fetch.aim(weight.const_data_ptr<T>() + first * tile * weight.size(1), (end - first) * tile_bytes);
+        barrier_.wait(count, &fetch);
+      };
+      // h += the product's outputs [first, end), added by the thread that computed them.
+      const auto add_to_h = [&](int64_t first, int64_t end) {
+        for (int64_t b = 0; b < rows; ++b)
+          for (int64_t i = first; i < end; ++i)
+            h[b * hidden + i] =
+                static_cast<T>(static_cast<float>(h[b * hidden + i]) + static_cast<float>(out[b * hidden + i]));
+      };
+      const auto nothing = [](int64_t, int64_t) {};
       for (size_t index = 0; index < layers_.size(); ++index) {
         const Layer& layer = layers_[index];
+        const size_t product = 4 * index;  // its query-key-value, output, gate-up and down products
+        const at::Tensor& next_qkv = index + 1 < layers_.size() ? layers_[index + 1].qkv : head_;
         clock.enter(kNorms);
         normalize(h, layer.attention_norm.const_data_ptr<T>(), rows, x);
         clock.enter(kProducts);
-        chatapp_dot::share<T>(x, rows, hidden, layer.qkv.const_data_ptr<T>(), qkv, width, thread, count);
-#pragma omp barrier
+        multiply(product, x, rows, hidden, layer.qkv, qkv, thread, count, nothing);
+        meet(product + 1, layer.output);
         clock.enter(kAttention);
         // Rotary for a share of the rows' query and key heads; a key head's key and value also
         // go into the row's cache.
@@ -297,38 +327,40 @@ class DecodeModel : public torch::CustomClassHolder {
           const chatapp_attention::TableRows<T> cached{table, static_cast<int64_t>(index)};
           for (int64_t b = 0; b < rows; ++b) attention.caches[b] = cached(b);
         }
-#pragma omp barrier
+        meet(product + 1, layer.output);
         {
           const auto [begin, end] = range(attention.tasks(), thread, count);
           attention.run(begin, end);
         }
-#pragma omp barrier
+        meet(product + 1, layer.output);
         {
           const auto [begin, end] = range(attention.query_count(), thread, count);
           attention.merge(begin, end, attended);
         }
-#pragma omp barrier
+        meet(product + 1, layer.output);
         clock.enter(kProducts);
-        add_product(attended, rows, heads * dim, layer.output.const_data_ptr<T>(), out, h, thread, count);
-#pragma omp barrier
+        multiply(product + 1, attended, rows, heads * dim, layer.output, out, thread, count, add_to_h);
+        meet(product + 2, layer.gate_up);
         clock.enter(kNorms);
         normalize(h, layer.mlp_norm.const_data_ptr<T>(), rows, x);
         clock.enter(kProducts);
-        chatapp_dot::share<T>(x, rows, hidden, layer.gate_up.const_data_ptr<T>(), gate_up, 2 * inner, thread, count);
-#pragma omp barrier
+        multiply(product + 2, x, rows, hidden, layer.gate_up, gate_up, thread, count, nothing);
+        meet(product + 3, layer.down);
         clock.enter(kActivations);
         activate(gate_up, rows, inner, x);
         clock.enter(kProducts);
-        add_product(x, rows, inner, layer.down.const_data_ptr<T>(), out, h, thread, count);
-#pragma omp barrier
+        multiply(product + 3, x, rows, inner, layer.down, out, thread, count, add_to_h);
+        meet(product + 4, next_qkv);
       }
       clock.enter(kNorms);
       normalize(h, norm_.const_data_ptr<T>(), rows, x);
       clock.enter(kProducts);
-      const auto [first, end] =
-          chatapp_dot::share<T>(x, rows, hidden, head_.const_data_ptr<T>(), logits, vocab_, thread, count);
+      Best* best = buffers_.best.data() + thread * rows;
+      std::fill(best, best + rows, Best{-INFINITY, vocab_});
+      multiply(4 * layers_.size(), x, rows, hidden, head_, logits, thread, count, [&](int64_t first, int64_t end) {
+        for (int64_t b = 0; b < rows; ++b) best[b] = best[b].or_(largest(logits + b * vocab_, first, end));
+      });
       clock.enter(kGreedy);
-      for (int64_t b = 0; b < rows; ++b) buffers_.best[thread * rows + b] = largest(logits + b * vocab_, first, end);
 #pragma omp barrier
       if (thread == 0) clock.stop(phase_seconds_);
 #pragma omp single
@@ -336,8 +368,7 @@ class DecodeModel : public torch::CustomClassHolder {
         int64_t* greedy = greedy_out.mutable_data_ptr<int64_t>();
         for (int64_t b = 0; b < rows; ++b) {
           Best best = buffers_.best[b];
-          for (int other = 1; other < count; ++other)
-            if (best.beaten_by(buffers_.best[other * rows + b])) best = buffers_.best[other * rows + b];
+          for (int other = 1; other < count; ++other) best = best.or_(buffers_.best[other * rows + b]);
           greedy[b] = best.column;
         }
       }
@@ -432,16 +463,43 @@ class DecodeModel : public torch::CustomClassHolder {
     }
   }
 
-  // h += rows x weight, the thread's share of the outputs (each added by the thread that
-  // computed it: no barrier between).
-  template <typename T>
-  void add_product(const T* x, int64_t rows, int64_t width, const T* weight, T* out, T* h, int thread,
-                   int count) const {
-    const auto [first, end] = chatapp_dot::share<T>(x, rows, width, weight, out, hidden_, thread, count);
-    for (int64_t b = 0; b < rows; ++b)
-      for (int64_t i = first; i < end; ++i)
-        h[b * hidden_ + i] =
-            static_cast<T>(static_cast<float>(h[b * hidden_ + i]) + static_cast<float>(out[b * hidden_ + i]));
+  // The thread's chunks of product `product` (shares_): rows [R, width] x weight [outputs, width]
+  // into y [R, outputs] as dot_tiles.h multiplies a share, each chunk's outputs [first, end)
+  // handed to `done` as soon as they are computed.
+  template <typename T, typename Done>
+  void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, T* y,
+                int thread, int count, Done&& done) {
+    if (rows <= chatapp_dot::kFewRows)
+      multiply<T, chatapp_dot::kFew.rows, chatapp_dot::kFew.outputs>(product, x, rows, width, weight, y, thread,
+                                                                       count, done);
+    else
+      multiply<T, chatapp_dot::kMany.rows, chatapp_dot::kMany.outputs>(product, x, rows, width, weight, y, thread,
+                                                                         count, done);
+  }
+
+  // Chunks of about this many bytes of weights: taking one is a compare-and-swap (tens of ns)
+  // against the microseconds of reading it, and the threads end a product within about one
+  // chunk's read of each other.
+  static constexpr int64_t kChunkBytes = 65536;
+
+  template <typename T, int R, int B, typename Done>
+  void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, T* y,
+                int thread, int count, Done& done) {
+    const T* w = weight.const_data_ptr<T>();
+    const int64_t outputs = weight.size(0), whole = outputs / B;
+    const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (B * width * int64_t(sizeof(T))));
+    const auto [own_first, own_end] = shares_.own(product, thread);
+    int64_t first = 0, end = 0;
+    while (shares_.take(product, thread, chunk, first, end)) {
+      // The thread's own chunks follow each other: each fetches the next one's first tile.
+      const bool own = first >= own_first && end <= own_end;
+      chatapp_dot::tiles<T, R, B>(x, rows, width, w, y, outputs, first, end, own ? own_end : end);
+      done(first * B, end * B);
+    }
+    if (thread == count - 1 && whole * B < outputs) {
+      chatapp_dot::last_columns<T>(x, rows, width, w, y, outputs, whole * B);
+      done(whole * B, outputs);
+    }
   }
 
   // The first of the largest logits in [first, end): a NaN if there is one (as argmax), else the
@@ -471,6 +529,9 @@ class DecodeModel : public torch::CustomClassHolder {
   std::vector<Layer> layers_;
   int64_t vocab_ = 0, hidden_ = 0, dim_ = 0, intermediate_ = 0;
   Buffers buffers_;
+  std::vector<int64_t> product_tiles_;  // each product's whole tiles, in the step's order
+  chatapp_step::Shares shares_;
+  chatapp_step::Barrier barrier_;
   bool timing_ = false;
   std::array<double, kPhases> phase_seconds_{};
 };

@@ -155,16 +155,19 @@ void columns(const T* rows, int64_t first, int64_t last, int64_t width, const T*
 }
 
 
-// Outputs [tile_begin * B, tile_end * B) of the product, rows taken in blocks that fit L2.
+// Outputs [tile_begin * B, tile_end * B) of the product, rows taken in blocks that fit L2. Each
+// tile fetches the next one's weights, up to tile fetch_end (tile_end unless a later call takes
+// the tiles after these).
 template <typename T, int R, int B>
 void tiles(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t outputs, int64_t tile_begin,
-           int64_t tile_end) {
+           int64_t tile_end, int64_t fetch_end = 0) {
+  fetch_end = std::max(fetch_end, tile_end);
   const int64_t row_bytes = std::max<int64_t>(width, 1) * int64_t(sizeof(T));
   const int64_t block = std::max<int64_t>(R, kRowBlockBytes / row_bytes / R * R);
   for (int64_t first = 0; first < count; first += block) {
     const int64_t last = std::min(count, first + block);
     for (int64_t t = tile_begin; t < tile_end; ++t)
-      columns<T, R, B>(x, first, last, width, w, y, outputs, t * B, tile_end * B);
+      columns<T, R, B>(x, first, last, width, w, y, outputs, t * B, fetch_end * B);
   }
 }
 
