@@ -5,13 +5,13 @@
 // between them come inductor's own kernels for the norms, rotary and activations, each a
 // parallel region of its own, and the C++ wrapper's bookkeeping. At one stream on a 2-core AMD
 // EPYC, 2.2 ms of a 12.1 ms F32 step were not the products, and no weight was read meanwhile
-// (BENCHMARKS.md). Here the threads enter once a step: each product is shared as `dot_rows`
-// shares it (dot_tiles.h), attention as `decode_attention_rows` does (attention_tasks.h), and
-// between them the threads wait for each other at a barrier (step_threads.h: a thread done with its
-// own share of a product takes from the others', and one that waits fetches its next weights
-// meanwhile); the small operations are computed
-// by every thread for itself where that saves a barrier (a norm of a few rows costs less than
-// one), or by its share. Buffers are the model's own, kept from step to step.
+// (BENCHMARKS.md). Here the threads enter once a step: each product is `dot_rows`' tiles
+// (dot_tiles.h) handed out in chunks, a thread done with its own share taking from the others'
+// (step_threads.h), attention is shared as `decode_attention_rows` shares it (attention_tasks.h),
+// and between them the threads wait for each other at a barrier, fetching their next weights
+// while they wait (step_threads.h); the small operations are computed by every thread for itself
+// where that saves a barrier (a norm of a few rows costs less than one), or by its share. Buffers
+// are the model's own, kept from step to step.
 //
 // The arithmetic is the compiled step's: products summed in float32 and rounded to the model's
 // dtype, the norm and rotary and activation computed in float32 from the dtype's values and
@@ -96,7 +96,7 @@ struct Best {
   int64_t column;
   // The first of the largest of the two, from columns in whichever order: NaN counts as the
   // largest, as in argmax.
-  Best or_(const Best& other) const {
+  Best larger(const Best& other) const {
     const bool nan = std::isnan(value), other_nan = std::isnan(other.value);
     if (nan != other_nan) return nan ? *this : other;
     if (!nan && value != other.value) return value > other.value ? *this : other;
@@ -358,7 +358,7 @@ class DecodeModel : public torch::CustomClassHolder {
       Best* best = buffers_.best.data() + thread * rows;
       std::fill(best, best + rows, Best{-INFINITY, vocab_});
       multiply(4 * layers_.size(), x, rows, hidden, head_, logits, thread, count, [&](int64_t first, int64_t end) {
-        for (int64_t b = 0; b < rows; ++b) best[b] = best[b].or_(largest(logits + b * vocab_, first, end));
+        for (int64_t b = 0; b < rows; ++b) best[b] = best[b].larger(largest(logits + b * vocab_, first, end));
       });
       clock.enter(kGreedy);
 #pragma omp barrier
@@ -368,7 +368,7 @@ class DecodeModel : public torch::CustomClassHolder {
         int64_t* greedy = greedy_out.mutable_data_ptr<int64_t>();
         for (int64_t b = 0; b < rows; ++b) {
           Best best = buffers_.best[b];
-          for (int other = 1; other < count; ++other) best = best.or_(buffers_.best[other * rows + b]);
+          for (int other = 1; other < count; ++other) best = best.larger(buffers_.best[other * rows + b]);
           greedy[b] = best.column;
         }
       }
