@@ -1,7 +1,7 @@
 // The tiles of our product kernel (dot_rows.cpp): rows [R, in] x weight [out, in], each output a
 // dot product of a row with one contiguous row of the weight. Shared by the `dot_rows` operator
-// and the native decode step (decode_step.cpp), which call them on a thread's share of the
-// outputs; dot_rows.cpp says why they are shaped so.
+// and the native decode step (decode_step.cpp), which call them on a range of the outputs;
+// dot_rows.cpp says why they are shaped so.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -176,27 +176,6 @@ template <typename T>
 void last_columns(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t outputs, int64_t from) {
   for (int64_t column = from; column < outputs; ++column)
     columns<T, kMany.rows, 1>(x, 0, count, width, w, y, outputs, column, column + 1);
-}
-
-// One thread's share of the product: as at::parallel_for shares tiles (contiguous ranges, the
-// first threads' full), the last thread taking the outputs past the whole tiles too. Returns the
-// outputs it wrote, [first, end).
-template <typename T, int R, int B>
-std::pair<int64_t, int64_t> share(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t outputs,
-                                  int thread, int threads) {
-  const int64_t whole = outputs / B, each = (whole + threads - 1) / threads;
-  const int64_t begin = std::min(whole, thread * each), end = std::min(whole, begin + each);
-  tiles<T, R, B>(x, count, width, w, y, outputs, begin, end);
-  if (thread != threads - 1) return {begin * B, end * B};
-  last_columns<T>(x, count, width, w, y, outputs, whole * B);
-  return {begin * B, outputs};
-}
-
-template <typename T>
-std::pair<int64_t, int64_t> share(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t outputs,
-                                  int thread, int threads) {
-  if (count <= kFewRows) return share<T, kFew.rows, kFew.outputs>(x, count, width, w, y, outputs, thread, threads);
-  return share<T, kMany.rows, kMany.outputs>(x, count, width, w, y, outputs, thread, threads);
 }
 
 }  // namespace chatapp_dot

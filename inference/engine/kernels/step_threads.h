@@ -82,8 +82,9 @@ class Barrier {
 };
 
 // Each product's tiles, shared out before the threads start: a thread's own range [first, end)
-// as dot_tiles.h's `share` draws it, taken from its front a chunk at a time by its thread and
-// from its back by any other thread done with its own.
+// (contiguous ranges, the first threads' full, as at::parallel_for shares `dot_rows`' tiles),
+// taken from its front a chunk at a time by its thread and from its back by any other thread
+// done with its own.
 class Shares {
  public:
   // Before the parallel region: products whose whole tiles are `tiles[p]`, among `threads`.
