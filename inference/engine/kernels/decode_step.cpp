@@ -464,8 +464,8 @@ class DecodeModel : public torch::CustomClassHolder {
   }
 
   // The thread's chunks of product `product` (shares_): rows [R, width] x weight [outputs, width]
-  // into y [R, outputs] as dot_tiles.h multiplies a share, each chunk's outputs [first, end)
-  // handed to `done` as soon as they are computed.
+  // into y [R, outputs] by dot_tiles.h's tiles, each chunk's outputs [first, end) handed to
+  // `done` as soon as they are computed.
   template <typename T, typename Done>
   void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, T* y,
                 int thread, int count, Done&& done) {
