@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of timed steps then profiled steps, taken in turns")
     parser.add_argument("--prompt-tokens", type=int, default=100)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="each stream's sampling temperature (0: greedy, as the inference benchmark)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="each stream's nucleus")
     parser.add_argument("--compile", default=",".join(STEP_MODES),
                         help="decode steps, one child each: the fused forward alone (off), the "
                              "compiled graph (on) and our own C++ step (native)")
@@ -103,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
 def _child(args: argparse.Namespace, dtype: str, code: str, tree: str | None, compile_mode: str) -> dict:
     command = [sys.executable, "-m", "benchmarks", "step", "--child", "--streams", args.streams,
                "--steps", str(args.steps), "--profiled-steps", str(args.profiled_steps), "--rounds", str(args.rounds),
-               "--prompt-tokens", str(args.prompt_tokens)]
+               "--prompt-tokens", str(args.prompt_tokens), "--temperature", str(args.temperature),
+               "--top-p", str(args.top_p)]
     compile_setting, native = STEP_MODES[compile_mode]
     env = {**os.environ, "INFERENCE_DTYPE": dtype, "INFERENCE_COMPILE": compile_setting,
            "INFERENCE_NATIVE_STEP": native}
@@ -149,7 +153,8 @@ def _measure(args: argparse.Namespace) -> dict:
             raise ValueError(f"{streams} streams need more than INFERENCE_MAX_CACHED_TOKENS")
         for index in range(streams):
             prompt = [rng.randrange(100, 30000) for _ in range(args.prompt_tokens)]
-            engine.add_request(f"{streams}-{index}", prompt, SamplingParams(max_tokens=max_tokens))
+            engine.add_request(f"{streams}-{index}", prompt, SamplingParams(
+                max_tokens=max_tokens, temperature=args.temperature, top_p=args.top_p, seed=index))
         decoding: set[str] = set()  # a stream's first output ends its prompt
         while len(decoding) < streams:
             decoding.update(output.request_id for output in engine.step())

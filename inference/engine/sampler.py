@@ -37,14 +37,17 @@ def sample(logits: torch.Tensor, sequences: list[Sequence],
            greedy_ids: torch.Tensor | None = None) -> list[int]:
     """logits: [len(sequences), vocab]; returns one token id per sequence. `greedy_ids`: each
     row's argmax where it is known already."""
-    chosen = (greedy(logits) if greedy_ids is None else greedy_ids).tolist()
     drawing = [index for index, sequence in enumerate(sequences) if not sequence.params.greedy]
+    if greedy_ids is not None:
+        chosen = greedy_ids.tolist()
+    elif len(drawing) < len(sequences):
+        chosen = greedy(logits).tolist()
+    else:
+        chosen = [0] * len(sequences)  # every row draws
     if drawing:
-        wide = logits[drawing].float().cpu()
-        for row, index in enumerate(drawing):
-            params = sequences[index].params
-            probabilities = torch.softmax(wide[row] / params.temperature, dim=-1)
-            chosen[index] = _draw(probabilities, params.top_p, sequences[index].generator)
+        drawn = draw(_rows(logits, drawing), [sequences[index] for index in drawing])
+        for index, token_id in zip(drawing, drawn, strict=True):
+            chosen[index] = token_id
     return chosen
 
 
@@ -63,23 +66,79 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return best * ARGMAX_BLOCK + within
 
 
-def _draw(probabilities: torch.Tensor, top_p: float, generator: torch.Generator) -> int:
-    if top_p >= 1.0:
-        return int(torch.multinomial(probabilities, 1, generator=generator))
-    top, ids = _most_likely(probabilities, top_p)
-    cumulative = torch.cumsum(top, dim=0)
-    # Keep every token up to and including the one that brings the mass to top_p.
-    keep = int(torch.searchsorted(cumulative, torch.tensor([top_p])).item()) + 1
-    nucleus = top[:keep]
-    picked = torch.multinomial(nucleus / nucleus.sum(), 1, generator=generator)
-    return int(ids[picked])
+def draw(logits: torch.Tensor, sequences: list[Sequence]) -> list[int]:
+    """One token per row, drawn from softmax(row / temperature) within the row's top_p nucleus.
+
+    Each sequence's generator gives one uniform number, which picks the token where it falls on
+    the candidates' cumulative probabilities. torch.multinomial draws one exponential number per
+    token of the vocabulary instead: 0.5-0.8 ms a row for 49,152 tokens on a 2-core AMD EPYC,
+    a tenth of a one-stream step. Every operation on a row's numbers is the same whatever rows
+    share the batch, so a seeded request draws the same tokens alone or beside others.
+    """
+    device = logits.device
+    temperatures = torch.tensor([[sequence.params.temperature] for sequence in sequences], device=device)
+    probabilities = torch.softmax(logits.float() / temperatures, dim=-1)
+    points = torch.tensor([[float(torch.rand((), generator=sequence.generator, dtype=torch.float64))]
+                           for sequence in sequences], dtype=torch.float64, device=device)
+    chosen = [0] * len(sequences)
+    whole = [row for row, sequence in enumerate(sequences) if sequence.params.top_p >= 1.0]
+    if whole:
+        cumulative = torch.cumsum(_rows(probabilities, whole), dim=-1, dtype=torch.float64)
+        for row, token_id in zip(whole, _pick(cumulative, _rows(points, whole)).tolist(), strict=True):
+            chosen[row] = token_id
+    nucleus = [row for row, sequence in enumerate(sequences) if sequence.params.top_p < 1.0]
+    if nucleus:
+        top_p = torch.tensor([[sequences[row].params.top_p] for row in nucleus], dtype=torch.float64,
+                             device=device)
+        drawn = _draw_nucleus(_rows(probabilities, nucleus), _rows(points, nucleus), top_p)
+        for row, token_id in zip(nucleus, drawn, strict=True):
+            chosen[row] = token_id
+    return chosen
 
 
-def _most_likely(probabilities: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The likeliest tokens in order, at least as many as the nucleus holds."""
-    for shortlist in NUCLEUS_SHORTLISTS:
-        if shortlist < probabilities.numel():
-            top, ids = torch.topk(probabilities, shortlist)
-            if float(top.sum()) >= top_p:
-                return top, ids
-    return torch.sort(probabilities, descending=True)
+def _draw_nucleus(probabilities: torch.Tensor, points: torch.Tensor, top_p: torch.Tensor) -> list[int]:
+    """Each row's draw among its likeliest tokens, every one up to and including the one that
+    brings their mass to the row's top_p, found in the row's shortest shortlist that holds them."""
+    chosen = [0] * len(probabilities)
+    rows = list(range(len(probabilities)))
+    for shortlist in (*NUCLEUS_SHORTLISTS, None):
+        if not rows:
+            break
+        if shortlist is None or shortlist >= probabilities.shape[-1]:
+            top, ids = torch.sort(_rows(probabilities, rows), dim=-1, descending=True)
+            fits = [True] * len(rows)
+        else:
+            top, ids = torch.topk(_rows(probabilities, rows), shortlist, dim=-1)
+            # How wide a row looks depends on its own numbers only, never on its neighbours'.
+            fits = (top.sum(dim=-1, dtype=torch.float64) >= top_p[rows].squeeze(1)).tolist()
+        taken = [index for index, fit in enumerate(fits) if fit]
+        if taken:
+            cumulative = torch.cumsum(top[taken], dim=-1, dtype=torch.float64)
+            counts = torch.searchsorted(cumulative, top_p[[rows[index] for index in taken]]) + 1
+            picked = _pick(cumulative, points[[rows[index] for index in taken]], counts)
+            for index, token_id in zip(taken, ids[taken].gather(1, picked.unsqueeze(1)).squeeze(1).tolist(),
+                                       strict=True):
+                chosen[rows[index]] = token_id
+        rows = [row for row, fit in zip(rows, fits, strict=True) if not fit]
+    return chosen
+
+
+def _rows(tensor: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """`tensor[rows]`, without copying a whole vocabulary's row where the rows are all of them."""
+    return tensor if rows == list(range(len(tensor))) else tensor[rows]
+
+
+def _pick(cumulative: torch.Tensor, points: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row, the index of the candidate (among its first `counts`, or all) on whose share of
+    the cumulative weights `points` (uniform in [0, 1), scaled to their total) falls: each
+    candidate with the chance of its weight."""
+    if counts is None:
+        counts = torch.full_like(points, cumulative.shape[-1], dtype=torch.long)
+    totals = cumulative.gather(1, counts.clamp(max=cumulative.shape[-1]) - 1)
+    if not bool(((totals > 0) & torch.isfinite(totals)).all()):
+        raise ValueError("a token's probability to draw from is not a finite number "
+                         "(a NaN or infinite logit, or a NaN temperature)")
+    picked = torch.searchsorted(cumulative, points * totals, right=True)
+    # The last candidate with any weight, where rounding put a point on the total itself.
+    last = torch.searchsorted(cumulative, totals)
+    return torch.minimum(picked, last).squeeze(1)

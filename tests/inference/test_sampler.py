@@ -1,5 +1,6 @@
 """Sampling: greedy picks the top token; a seed makes a request repeatable; top-p trims the tail."""
 
+import pytest
 import torch
 
 from inference.engine.detokenizer import IncrementalDetokenizer
@@ -56,3 +57,47 @@ def test_greedy_picks_the_first_of_equal_maxima_anywhere_in_a_large_vocabulary()
 
     assert greedy(logits).tolist() == logits.argmax(dim=-1).tolist()
     assert greedy(logits).tolist()[1:4] == [7, ARGMAX_BLOCK + 3, 4 * ARGMAX_BLOCK - 1]
+
+
+def test_draws_follow_the_tempered_probabilities():
+    # Probabilities 0.5, 0.3, 0.15, 0.05 at temperature 1; at temperature 0.5 they are squared.
+    probabilities = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = torch.log(probabilities).expand(4000, 4)
+    for temperature, expected in ((1.0, probabilities), (0.5, probabilities**2 / (probabilities**2).sum())):
+        seeded = [sequence(temperature=temperature, seed=s) for s in range(4000)]
+
+        counts = torch.bincount(torch.tensor(sample(logits, seeded)), minlength=4)
+
+        # 4000 draws: each share within 4 standard deviations (at most 0.032) of its probability.
+        assert torch.allclose(counts / 4000, expected, atol=0.032), (temperature, counts)
+
+
+def test_a_token_without_probability_is_never_drawn_even_at_the_vocabulary_ends():
+    logits = torch.full((1, 1000), float("-inf"))
+    logits[0, 1:3] = 0.0  # two equal tokens; the first and the last have none
+    for top_p in (1.0, 0.99, 0.5):
+        draws = {sample(logits, [sequence(temperature=1.0, top_p=top_p, seed=s)])[0] for s in range(300)}
+
+        assert draws <= {1, 2} and (top_p == 0.5 or draws == {1, 2}), (top_p, draws)
+
+
+def test_a_row_draws_the_same_beside_rows_that_need_a_wider_shortlist_or_none():
+    torch.manual_seed(3)
+    peaked = torch.randn(1, 5000) * 8  # its nucleus fits the first shortlist
+    flat = torch.zeros(1, 5000)  # its nucleus needs every token
+    seeded = dict(temperature=0.8, top_p=0.9, seed=7)
+    alone = [sample(peaked, [sequence(**seeded)])[0] for _ in range(3)]
+
+    batch = torch.cat([flat, peaked, flat])
+    beside = [sample(batch, [sequence(temperature=1.0, top_p=0.95), sequence(**seeded),
+                             sequence(temperature=1.0)])[1] for _ in range(3)]
+
+    assert beside == alone
+
+
+def test_a_draw_from_probabilities_that_are_not_numbers_fails_and_says_so():
+    logits = torch.zeros(2, 100)
+    logits[1, 5] = float("nan")
+
+    with pytest.raises(ValueError, match="probabilit"):
+        sample(logits, [sequence(temperature=1.0), sequence(temperature=1.0)])
