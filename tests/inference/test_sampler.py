@@ -85,14 +85,17 @@ def test_a_row_draws_the_same_beside_rows_that_need_a_wider_shortlist_or_none():
     torch.manual_seed(3)
     peaked = torch.randn(1, 5000) * 8  # its nucleus fits the first shortlist
     flat = torch.zeros(1, 5000)  # its nucleus needs every token
-    seeded = dict(temperature=0.8, top_p=0.9, seed=7)
-    alone = [sample(peaked, [sequence(**seeded)])[0] for _ in range(3)]
+    seeded = dict(temperature=2.0, top_p=0.9, seed=7)
+    lone = sequence(**seeded)
+    alone = [sample(peaked, [lone])[0] for _ in range(5)]
 
     batch = torch.cat([flat, peaked, flat])
-    beside = [sample(batch, [sequence(temperature=1.0, top_p=0.95), sequence(**seeded),
-                             sequence(temperature=1.0)])[1] for _ in range(3)]
+    batched = sequence(**seeded)
+    beside = [sample(batch, [sequence(temperature=1.0, top_p=0.95), batched, sequence(temperature=1.0)])[1]
+              for _ in range(5)]
 
     assert beside == alone
+    assert len(set(alone)) > 1  # it did draw from several tokens
 
 
 def test_a_draw_from_probabilities_that_are_not_numbers_fails_and_says_so():
