@@ -267,45 +267,62 @@ inline void weigh(float* scores, int64_t group, int64_t n, int64_t dim, Partial*
   }
 }
 
+// Whether a head of Dim dims is taken in whole vectors (`score_rows`, `add_value_rows`): its
+// size known when compiled and a multiple of the vectors' width.
+template <int64_t Dim>
+constexpr bool kWholeVectors = Dim > 0 && Dim % kWidth == 0;
+
+// A block's rows as float32 for the whole-vector path (`float_rows`); nothing elsewhere.
+template <int64_t Dim>
+struct BlockRows {
+  alignas(64) float scratch[kWholeVectors<Dim> ? kBlock * Dim : 1];
+  const float* rows[kBlock];
+};
+
+// Each query's scores over keys [from, to) of the stretch, at scores[g * n + j - first].
+template <int64_t Dim, typename T>
+inline void score_block(const float* queries, int64_t group, int64_t dim, const Stretch<T>& at, int64_t from,
+                        int64_t to, float* scores, int64_t n, BlockRows<Dim>& block) {
+  float* at_from = scores + (from - at.first);
+  if constexpr (kWholeVectors<Dim>) {
+    float_rows<Dim>(at, true, from, to, block.scratch, block.rows);
+    for (int64_t g = 0; g < group; ++g) score_rows<Dim>(queries + g * Dim, block.rows, to - from, at_from + g * n);
+  } else {
+    for (int64_t g = 0; g < group; ++g) score<Dim>(queries + g * dim, at, from, to, dim, at_from + g * n);
+  }
+}
+
+// Each query's values over keys [from, to), weighted by its weights there, into its partial.
+template <int64_t Dim, typename T>
+inline void add_block(const float* weights, int64_t group, int64_t dim, const Stretch<T>& at, int64_t from,
+                      int64_t to, int64_t n, Partial* partials, BlockRows<Dim>& block) {
+  const float* at_from = weights + (from - at.first);
+  if constexpr (kWholeVectors<Dim>) {
+    float_rows<Dim>(at, false, from, to, block.scratch, block.rows);
+    for (int64_t g = 0; g < group; ++g) add_value_rows<Dim>(partials[g].sums, at_from + g * n, block.rows, to - from);
+  } else {
+    for (int64_t g = 0; g < group; ++g) add_values<Dim>(partials[g].sums, at_from + g * n, at, from, to, dim);
+  }
+}
+
 // The group's queries [group, dim] (float32, scaled) over one stretch; `scores`: scratch for
-// [group, last - first]. Where the head's size is known and whole vectors, each block's keys
-// and values are read (and converted) once for every query of the group; otherwise key by key.
+// [group, last - first]. Where the head is whole vectors, each block's keys and values are read
+// (and converted) once for every query of the group; otherwise key by key.
 template <int64_t Dim, typename T>
 void attend_stretch(const float* queries, int64_t group, int64_t dim, const Stretch<T>& at, float* scores,
                     Partial* partials) {
   if constexpr (Dim > 0) dim = Dim;
   const int64_t n = at.last - at.first;
+  BlockRows<Dim> block;
   fetch_block(at, at.first, dim);
-  if constexpr (Dim > 0 && Dim % kWidth == 0) {
-    alignas(64) float scratch[kBlock * Dim];
-    const float* rows[kBlock];
-    for (int64_t from = at.first; from < at.last; from += kBlock) {
-      const int64_t to = std::min(at.last, from + kBlock);
-      fetch_block(at, to, dim);
-      float_rows<Dim>(at, true, from, to, scratch, rows);
-      for (int64_t g = 0; g < group; ++g)
-        score_rows<Dim>(queries + g * Dim, rows, to - from, scores + g * n + (from - at.first));
-    }
-    weigh(scores, group, n, dim, partials);
-    for (int64_t from = at.first; from < at.last; from += kBlock) {
-      const int64_t to = std::min(at.last, from + kBlock);
-      float_rows<Dim>(at, false, from, to, scratch, rows);
-      for (int64_t g = 0; g < group; ++g)
-        add_value_rows<Dim>(partials[g].sums, scores + g * n + (from - at.first), rows, to - from);
-    }
-  } else {
-    for (int64_t from = at.first; from < at.last; from += kBlock) {
-      const int64_t to = std::min(at.last, from + kBlock);
-      fetch_block(at, to, dim);
-      for (int64_t g = 0; g < group; ++g) score<Dim>(queries + g * dim, at, from, to, dim, scores + g * n + (from - at.first));
-    }
-    weigh(scores, group, n, dim, partials);
-    for (int64_t from = at.first; from < at.last; from += kBlock) {
-      const int64_t to = std::min(at.last, from + kBlock);
-      for (int64_t g = 0; g < group; ++g)
-        add_values<Dim>(partials[g].sums, scores + g * n + (from - at.first), at, from, to, dim);
-    }
+  for (int64_t from = at.first; from < at.last; from += kBlock) {
+    const int64_t to = std::min(at.last, from + kBlock);
+    fetch_block(at, to, dim);
+    score_block<Dim>(queries, group, dim, at, from, to, scores, n, block);
   }
+  weigh(scores, group, n, dim, partials);
+  for (int64_t from = at.first; from < at.last; from += kBlock)
+    add_block<Dim>(scores, group, dim, at, from, std::min(at.last, from + kBlock), n, partials, block);
 }
 
 // A row's query head from its stretches' partials: the softmax over all of them.
