@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx2
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from harness.child_process import ChildProcess
 from harness.ports import free_port
 

@@ -13,6 +13,8 @@ import time
 
 import httpx2
 
+from common.sse import SSEParser
+
 from .machine_load import ForeignLoad, process_ticks
 from .relay_client import Connection
 from .relay_stack import PASSWORD, USERNAME
@@ -74,8 +76,6 @@ class Target:
 
     async def stream(self, connection: Connection, tokens: int, conversation: int | None,
                      go: asyncio.Event, delay_s: float) -> Stream:
-        from chatapp.upstream.sse import SSEParser  # late: importing chatapp loads its Celery app
-
         stream, parser = Stream(), SSEParser()
         if self.path == DIRECT:
             request = ("/v1/chat/completions", _direct_body(tokens), {})

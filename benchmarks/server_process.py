@@ -5,7 +5,7 @@ from pathlib import Path
 
 import httpx2
 
-from chatapp.upstream.inference_replicas import metric_values
+from common.metrics import metric_values
 from harness import waiting
 from harness.child_process import ChildProcess
 from harness.ports import free_port

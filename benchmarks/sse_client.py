@@ -11,7 +11,7 @@ from collections import deque
 
 import httpx2
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 
 from .latency import LevelResult, RequestRecord
 from .workload import BenchRequest

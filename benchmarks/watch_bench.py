@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx2
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 
 from . import report
 from .counted_queries import QueryCounts

@@ -12,7 +12,7 @@ from enum import Enum
 
 import httpx2
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 
 
 class Ending(str, Enum):

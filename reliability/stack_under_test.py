@@ -16,7 +16,7 @@ import httpx2
 import psutil
 
 from benchmarks.relay_stack import fresh_database
-from chatapp.upstream.inference_replicas import metric_values
+from common.metrics import metric_values
 from harness.child_process import ChildProcess
 from harness.ports import free_port
 from harness.waiting import healthy, wait_until

@@ -15,7 +15,7 @@ import httpx2
 import psutil
 import pytest
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from harness import child_process, ports, waiting
 from stack import commands
 from tests import servers

@@ -21,7 +21,7 @@ from common.vocabulary import FinishReason
 from . import inference_replicas
 from .http_client import client
 from .inference_replicas import Replica
-from .sse import SSEParser
+from common.sse import SSEParser
 
 # Peers name the same ends differently; TGI says stop_sequence and eos_token.
 _FINISH_REASONS = {

@@ -23,7 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from django.conf import settings
-from prometheus_client.parser import text_string_to_metric_families
+
+from common.metrics import metric_values
 
 from . import models as upstream_models
 from .http_client import client
@@ -151,15 +152,6 @@ async def _read_metrics(client: httpx2.AsyncClient, replica: Replica) -> None:
         replica.num_reported, replica.num_open_at_report = load_in(response.text), replica.num_open
         replica.reported_at = time.monotonic()
         # Avoidance is left to run out: a replica that says it is busy still serves its metrics.
-
-
-def metric_values(exposition: str) -> dict[str, float]:
-    """Each sample's value by name, summed over its labels (prometheus_client reads the text)."""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return values
 
 
 def load_in(exposition: str) -> float | None:

@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 
 import httpx2
 
-from .inference_replicas import RUNNING_METRICS, WAITING_METRICS, current_urls, metric_values
+from common.metrics import metric_values
+
+from .inference_replicas import RUNNING_METRICS, WAITING_METRICS, current_urls
 
 # Each figure's gauge as our inference service (inference/metrics.py), vLLM and llama.cpp's
 # server name it (running and waiting: chatapp/upstream/inference_replicas.py); the first one a replica

@@ -3,7 +3,7 @@
 import asyncio
 import json
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 
 
 async def read_events(response, gate=None) -> list[tuple[str, dict | None]]:

@@ -12,7 +12,7 @@ from django.db import OperationalError, connection
 
 from chatapp.models import Conversation
 from chatapp.runtime.database_threads import close_broken_connections, on_database_thread
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from tests import factories, servers
 from tests.fakes.upstream import Script
 

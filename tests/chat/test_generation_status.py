@@ -10,7 +10,7 @@ from django.db import connection
 
 from chatapp import services
 from chatapp.models import Generation
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from chatapp.tasks import fail_interrupted_streams
 from common.vocabulary import GenerationStatus
 from tests import factories

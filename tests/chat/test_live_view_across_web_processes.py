@@ -11,7 +11,7 @@ import time
 import pytest
 
 from chatapp.models import Generation
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from tests import factories
 from tests.chat.streams import shown
 from tests.chat.test_stop_across_web_processes import CHUNKS, events_of, two_web_processes  # noqa: F401

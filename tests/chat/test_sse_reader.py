@@ -6,7 +6,7 @@ Its twin in the browser, frontend/stream.js, is held to the same at every byte o
 
 import random
 
-from chatapp.upstream.sse import ServerSentEvent, SSEParser
+from common.sse import ServerSentEvent, SSEParser
 
 # An upstream answer as an OpenAI-compatible server sends it, plus what proxies and other
 # servers may do to it: CRLF and CR line ends, comments, an id field, an event without data,

@@ -11,7 +11,7 @@ from django.conf import settings as django_settings
 from django.test import AsyncClient
 
 from chatapp.models import Generation
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from harness import child_process, ports
 from stack import commands
 from tests import factories, servers

@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from chatapp.models import Generation
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from harness import child_process, ports, waiting
 from stack import commands, nginx
 from tests import factories, servers

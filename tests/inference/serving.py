@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
-from chatapp.upstream.sse import SSEParser
+from common.sse import SSEParser
 from harness import waiting
 from inference.config import InferenceConfig
 from inference.engine import LLMEngine
