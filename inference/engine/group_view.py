@@ -15,9 +15,13 @@ def mask(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tens
 
 
 def alias(view: torch.Tensor) -> torch.Tensor:
-    """The same memory as a tensor of its own rather than a view: torch.compile guards a view's
-    relation to its base (the group's whole tensor), which would tie the graph to one layout."""
-    return view.new_empty(0).set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+    """The same memory as a tensor of its own, starting where the view starts: torch.compile
+    guards a view's relation to its base (the group's whole tensor), which would tie the graph
+    to one layout, and, under torch 2.11, an input's storage offset: compiled for rows from the
+    group's second on (offset > 1), a step from its first row (offset 0) was refused, and on the
+    lent GPU nearly every step ran through the fused forward (BENCHMARKS.md, the GPU section).
+    DLPack hands over the view's first element as the start of a storage of its own."""
+    return torch.from_dlpack(view)
 
 
 def whole_blocks(tokens: int) -> int:

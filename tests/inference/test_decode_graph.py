@@ -67,7 +67,7 @@ def test_the_greedy_tokens_a_compiled_step_hands_the_sampler_are_its_logits_argm
         assert torch.equal(scores.greedy, scores.logits.argmax(dim=-1))
 
 
-needs_our_attention = pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
+needs_our_attention = pytest.mark.skipif(not own_kernels.attends(models.DEVICE, torch.float32, 16),
                                          reason=f"our decode attention cannot run here: {own_kernels.load()}")
 
 
@@ -186,6 +186,7 @@ def test_a_step_whose_shapes_were_not_compiled_writes_nothing_and_is_left_to_the
     engine.abort_all()
 
 
+@pytest.mark.skipif(models.DEVICE.type != "cpu", reason="inductor needs a C++ compiler on a CPU alone")
 def test_without_a_compiler_auto_serves_through_the_fused_forward_and_on_refuses_to_load(monkeypatch):
     monkeypatch.setattr(own_kernels.shutil, "which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
@@ -214,7 +215,7 @@ def greedy_tokens(engine, prompt: list[int], max_tokens: int) -> list[int]:
 
 @pytest.mark.parametrize("layout", [
     MatrixLayout.PLAIN,
-    pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1)),
+    pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)),
                                                             reason="our own kernel cannot run here"))])
 def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_as_it_does(layout):
     compiled = models.engine(models.tiny_model("llama").float(), compile_mode=CompileMode.ON,
@@ -232,8 +233,8 @@ def test_in_float32_the_graph_reads_the_fused_forwards_own_matrices_and_answers_
 
 @pytest.mark.parametrize("own_attention", [True, False], ids=["our attention kernel", "products and sums"])
 def test_the_graphs_attention_either_way_answers_as_the_fused_forward_does(monkeypatch, own_attention):
-    if own_attention and own_kernels.load() is not None:
-        pytest.skip(f"our kernels cannot run here: {own_kernels.load()}")
+    if own_attention and not own_kernels.attends(models.DEVICE, torch.float32, 16):
+        pytest.skip(f"our decode attention cannot run here: {own_kernels.load() or models.DEVICE}")
     if not own_attention:  # as on a machine without our kernels, or a head or dtype they do not take
         monkeypatch.setattr(own_kernels, "ATTENTION_DTYPES", ())
 
@@ -315,7 +316,7 @@ def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_po
     assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, graph_rows=4, context=1024)
 
 
-@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here")
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="our own kernel cannot run here")
 def test_two_compiled_models_in_one_process_each_run_their_own_graph():
     """Graphs are kept on the code torch.compile traced; the second model's (its matrices in
     another layout, other weights) must not run the first's."""

@@ -36,7 +36,7 @@ def test_every_logit_of_packed_prompt_chunks_and_decodes_equals_transformers_for
     assert len(fed) == 4 * 6
 
 
-@pytest.mark.skipif(not own_kernels.attends(torch.device("cpu"), torch.float32, 16),
+@pytest.mark.skipif(not own_kernels.attends(models.DEVICE, torch.float32, 16),
                     reason=f"our decode attention cannot run here: {own_kernels.load()}")
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
 def test_in_float32_decode_tokens_of_several_groups_attend_through_our_kernel_as_transformers_does(architecture):
@@ -96,7 +96,7 @@ def _a_prompts_last_logits(layout: MatrixLayout, dtype: torch.dtype = torch.floa
     return model, engine, fed[0].logits[0], expected[-1]
 
 
-@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
     model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.PACKED)
 
@@ -109,7 +109,7 @@ def test_packed_matrices_give_the_plain_logits_and_replace_the_plain_weights():
         models.engine(model)  # a second engine on the same model would read nothing
 
 
-@pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernel cannot run here (own_kernels.py)")
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="our own kernel cannot run here (own_kernels.py)")
 def test_our_own_products_give_the_plain_logits_and_the_tied_embedding_reads_the_output_matrix():
     model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.DOT)
 
@@ -123,7 +123,7 @@ def test_our_own_products_give_the_plain_logits_and_the_tied_embedding_reads_the
     assert model.lm_head.weight.is_meta
 
 
-@pytest.mark.skipif(torch.bfloat16 not in own_kernels.dtypes(),
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1, dtype=torch.bfloat16, device=models.DEVICE)),
                     reason="our own kernel multiplies bfloat16 only with AVX-512 BF16 (own_kernels.py)")
 def test_in_bfloat16_our_own_products_give_the_float32_logits_within_bfloat16s_rounding():
     model, engine, logits, expected = _a_prompts_last_logits(MatrixLayout.DOT, torch.bfloat16)
@@ -137,10 +137,10 @@ KINDS = {MatrixLayout.PLAIN: matrices.PlainMatrix, MatrixLayout.PACKED: matrices
          MatrixLayout.DOT: matrices.DotMatrix}
 
 
-@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 @pytest.mark.parametrize("faster", [
     MatrixLayout.PLAIN, MatrixLayout.PACKED,
-    pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1)),
+    pytest.param(MatrixLayout.DOT, marks=pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)),
                                                             reason="our own kernel cannot run here"))])
 def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, faster):
     def timed_pass(built, inputs):  # this machine's speeds, as the test sets them
@@ -154,7 +154,7 @@ def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, fa
     assert len(built) == 2 and all(isinstance(matrix, KINDS[faster]) for matrix in built)
 
 
-@pytest.mark.skipif(not (matrices.can_pack(torch.ones(1)) and matrices.can_dot(torch.ones(1))),
+@pytest.mark.skipif(not (matrices.can_pack(torch.ones(1, device=models.DEVICE)) and matrices.can_dot(torch.ones(1, device=models.DEVICE))),
                     reason="needs oneDNN's packed matrices and our own kernel")
 def test_a_layout_far_faster_at_one_row_is_kept_over_one_a_little_faster_at_many(monkeypatch):
     # Summed, packed's passes would be the shorter (90 against 92 ms): the pass of more rows,
@@ -173,7 +173,7 @@ def test_a_layout_far_faster_at_one_row_is_kept_over_one_a_little_faster_at_many
     assert chosen is MatrixLayout.DOT
 
 
-@pytest.mark.skipif(not (matrices.can_pack(torch.ones(1)) and matrices.can_dot(torch.ones(1))),
+@pytest.mark.skipif(not (matrices.can_pack(torch.ones(1, device=models.DEVICE)) and matrices.can_dot(torch.ones(1, device=models.DEVICE))),
                     reason="needs oneDNN's packed matrices and our own kernel")
 def test_a_machine_that_slows_down_while_the_layouts_are_timed_still_keeps_the_faster(monkeypatch):
     # Our own kernel reads 10% faster than oneDNN's, but the machine halves its speed two thirds
@@ -197,7 +197,7 @@ def test_a_machine_that_slows_down_while_the_layouts_are_timed_still_keeps_the_f
     assert len(timed) == passes
 
 
-@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_logits(monkeypatch):
     def timed_pass(built, inputs):  # packed wins, and reads four rows faster than one
         if not isinstance(built[0], matrices.PackedMatrix):
@@ -247,7 +247,7 @@ def test_a_step_of_more_than_eight_rows_is_padded_by_less_than_an_eighth_to_one_
         assert len({counts[count] for count in range(low + 1, 2 * low + 1)}) == 8
 
 
-@pytest.mark.skipif(not matrices.can_pack(torch.ones(1)), reason="oneDNN's packed matrices need a CPU build with it")
+@pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_steps_of_every_size_give_packed_matrices_few_different_counts_of_rows():
     # oneDNN keeps a kernel, with its memory, for every count of rows a packed matrix is given:
     # serving 64 streams (prompt chunks of every size beside the decodes) grew the heap in use by

@@ -16,7 +16,7 @@ from inference.engine.row_table import row_table
 from inference.engine.step_trial import StepTrials
 from tests.inference import models
 
-pytestmark = pytest.mark.skipif(not matrices.can_dot(torch.ones(1)), reason="our own kernels cannot run here")
+pytestmark = pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="our own kernels cannot run here")
 
 
 def native_engine(model, **changes):
