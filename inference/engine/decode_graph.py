@@ -19,13 +19,14 @@ Attention, two ways (`_Step._attend`). Where our own kernel runs (own_kernels.py
 or bfloat16), the graph is given a table of where each decoding row's keys and values are
 (row_table.py), so one step may take streams of any cache groups: from five streams on, every
 step spans several (the cache's groups hold four rows), and at four most did. Elsewhere (a GPU,
-float64) attention is written out as products and sums, which inductor fuses into loops over one
-group's cache: the graph takes steps of one group alone, its rows from the first decoding one to
-the last (rows between them that do not decode are padded, their results dropped), the cached
-length rounded up to whole cache blocks and masked.
+float64) attention is written out as products and sums, which inductor fuses into loops over a
+batch: the decoding rows' cached keys and values copied out of their groups, whichever they are
+(group_view.gather), the cached length rounded up to whole cache blocks and masked. The copy is
+the price of one graph for every step: on the lent GPU, steps of several groups (which the graph
+once refused) and of a group's first row (refused at a guard on a view's offset) ran the fused
+forward, a kernel launch at a time (BENCHMARKS.md, the GPU section).
 
-Shapes: the rows (and the cached length and the group's size where the graph reads one group)
-are symbols, so the graph compiles once, at load, and not again while serving: a step shaped
+Shapes: the rows (and the cached length where the graph reads a copied batch) are symbols, so the graph compiles once, at load, and not again while serving: a step shaped
 otherwise runs through the fused forward instead (set_stance("fail_on_recompile")), as do steps
 that feed a prompt. A compile costs a minute or two of both cores on a small CPU, at every
 start where the matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN
@@ -59,7 +60,6 @@ from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout
 from .row_table import row_table
 from .sampler import StepLogits, greedy
-from .step_trial import StepKind
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ logger = logging.getLogger(__name__)
 # thread; the products and attention keep theirs. In turns against the fused forward (fp32, an
 # AVX2 AMD EPYC, two runs each): one stream 0.93x and 1.00x its time against 1.05x twice with the
 # default; four streams 0.81x twice against 0.84x and 0.83x. Since the rows' count became
-# unbacked (`_call_rows`, `_call_group`), inductor sizes these loops by its hint (8,192 rows), far
+# unbacked (`_call_rows`, `_call_gathered`), inductor sizes these loops by its hint (8,192 rows), far
 # above this, so each kernel opens a parallel region again; running them all on one thread
 # (`cpp.threads=1`) measured 0.99x / 0.98x / 1.02x / 1.03x the step's time at 1 / 4 / 16 / 64
 # streams, in turns in one process (BENCHMARKS.md): not worth it, so this stays as it was.
@@ -237,10 +237,10 @@ class DecodeGraph:
     def warm(self) -> float:
         """Compiles the graph on a scratch group shaped as the cache's; returns the seconds it took.
 
-        The call goes the way a served step goes (`_call_rows`, `_call_group`), so the graph's
-        guards (dtypes, strides, inference mode) hold for the steps to come: more rows and capacity
-        than it reads, past the first row, so that no size or stride of the scratch group equals
-        another by chance.
+        The call goes the way a served step goes (`_call_rows`, `_call_gathered`), so the graph's
+        guards (dtypes, strides, inference mode) hold for the steps to come: through the table,
+        more rows and capacity than it reads, past the first row, so that no size or stride of the
+        scratch group equals another by chance; as a gathered batch, contiguous.
         """
         started = time.perf_counter()
         shape = self.kv_cache.shape
@@ -267,8 +267,8 @@ class DecodeGraph:
                     self._call_rows(token_ids, positions, table)
                 finally:
                     self._compiling_for = None
-            else:
-                self._call_group(token_ids, positions, keys, values, 1, BLOCK_TOKENS + 1)
+            else:  # as `group_view.gather` hands a step's rows over: a batch of their own
+                self._call_gathered(token_ids, positions, keys[:, :count].contiguous(), values[:, :count].contiguous())
         return time.perf_counter() - started
 
     def _compile(self, graph_module: torch.fx.GraphModule, example_inputs: list):
@@ -285,28 +285,17 @@ class DecodeGraph:
         return compiled
 
     def takes(self, step: StepLayout, num_sampled: int) -> list[GroupDecode] | None:
-        """The step's decodes when the graph can run it: no prompt, every token sampled, and the
-        tokens of one cache group unless our attention reads each row where it is."""
+        """The step's decodes when the graph can run it: no prompt, every token sampled."""
         if step.prompts or not step.decodes or num_sampled != step.num_tokens:
             return None
-        if len(step.decodes) > 1 and not self.module.own_attention:
-            return None
         return step.decodes
-
-    def kind(self, decodes: list[GroupDecode]) -> StepKind:
-        """The kind of step, as the trials tell steps apart (step_trial.py)."""
-        rows = sum(decode.count for decode in decodes)
-        # With our attention the graph computes the decoding rows alone; else every row of the
-        # group from its first decoding one to its last.
-        return StepKind.of(rows, rows if self.module.own_attention else decodes[0].span,
-                           max(decode.length for decode in decodes))
 
     def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits | None:
         """The step's logits [tokens, vocab] with the cache written, or None (nothing done) when
         this step's shapes were not compiled."""
         if self.module.own_attention:
             return self._run_rows(token_ids, step.rows)
-        return self._run_group(token_ids, step.decodes[0])
+        return self._run_gathered(token_ids, step.decodes)
 
     def _run_rows(self, token_ids: torch.Tensor, rows: DecodeRows) -> StepLogits | None:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
@@ -320,25 +309,21 @@ class DecodeGraph:
         self.num_steps += 1
         return StepLogits(logits, greedy)
 
-    def _run_group(self, token_ids: torch.Tensor, decode: GroupDecode) -> StepLogits | None:
-        """Products and sums' way: one group's rows, from its first decoding one to its last."""
-        keys, values = self.kv_cache.tensors(decode.group)
-        span, first_row = decode.span, decode.first_row
-        places = decode.rows - first_row  # each token's row among them
-        padded = span != decode.count
-        if padded:  # rows between decode token 3 at position 1, and their results are dropped
-            token_ids = token_ids.new_full((span,), 3).index_copy_(0, places, token_ids)
-            positions = decode.positions.new_ones(span).index_copy_(0, places, decode.positions)
-        else:
-            positions = decode.positions
-        outcome = self._guarded(self._call_group, token_ids, positions, keys, values, first_row, decode.length - 1)
+    def _run_gathered(self, token_ids: torch.Tensor, decodes: list[GroupDecode]) -> StepLogits | None:
+        """Products and sums' way: the decoding rows' cached keys and values copied into a batch
+        of their own, whichever cache groups hold them (group_view.gather), the step's own
+        stored into each group after the call."""
+        keys, values = group_view.gather(self.kv_cache, decodes)
+        positions = decodes[0].positions if len(decodes) == 1 else torch.cat([d.positions for d in decodes])
+        outcome = self._guarded(self._call_gathered, token_ids, positions, keys, values)
         if outcome is None:
             return None
         logits, greedy, new_keys, new_values = outcome
-        if padded:
-            logits, greedy = logits.index_select(0, places), greedy.index_select(0, places)
-            new_keys, new_values = new_keys.index_select(1, places), new_values.index_select(1, places)
-        self._store(decode, new_keys, new_values)
+        first = 0
+        for decode in decodes:
+            tokens = slice(first, first + decode.count)
+            self._store(decode, new_keys[:, tokens], new_values[:, tokens])
+            first += decode.count
         self.num_steps += 1
         return StepLogits(logits, greedy)
 
@@ -370,16 +355,9 @@ class DecodeGraph:
             mark_unbacked(tensor, 0, shape_id="rows")
         return self.compiled(token_ids, positions, (table,))
 
-    def _call_group(self, token_ids, positions, keys, values, first_row: int, longest: int):
-        """The graph over rows first_row.. of a group's keys and values; `longest`: the most keys
-        any of those rows holds before this step."""
-        # Cached keys up to the longest row's, in whole blocks (the shapes change once a block),
-        # short of the group's capacity: the new key's place is past the longest row's keys, so
-        # capacity - 1 always holds them, and a slice that never reaches the last place is never
-        # contiguous, which the graph's guards would tell apart from one that does.
-        length = min(keys.shape[3] - 1, group_view.whole_blocks(longest))
-        rows = slice(first_row, first_row + token_ids.shape[0])
-        keys, values = group_view.alias(keys[:, rows, :, :length]), group_view.alias(values[:, rows, :, :length])
+    def _call_gathered(self, token_ids, positions, keys, values):
+        """The graph over a batch of rows' cached keys and values, [layers, rows, kv_heads,
+        length, dim] each, contiguous (group_view.gather)."""
         # The rows' count is unbacked: torch.compile would give a count of 1 a graph of its own
         # (a backed symbol is specialised at 0 and 1), so a lone stream's step had been padded to
         # four rows, and every padded row's attention computed over the whole context. Inductor

@@ -153,7 +153,7 @@ class ModelRunner:
         decodes = None if graph is None else graph.takes(layout, num_sampled)
         if decodes is None:
             return self._uncompiled(inputs, at, keep, layout)
-        kind = graph.kind(decodes) if trials is not None else None
+        kind = StepKind.of(decodes) if trials is not None else None
         trial = trials.of(kind) if kind is not None else None
         path = trial.next_path() if trial is not None else StepPath.GRAPH
         timing = trial is not None and trial.winner is None
@@ -184,9 +184,9 @@ class ModelRunner:
         if not trial.record(path, seconds):
             return
         medians = trial.medians()
-        logger.info("decode steps of %d streams (%d rows compiled), context up to %d tokens, timed "
+        logger.info("decode steps of %d streams, context up to %d tokens, timed "
                     "%d times each way: compiled %.1f ms, fused forward %.1f ms (medians): the %s "
-                    "serves them", kind.rows, kind.graph_rows, kind.context, trial.samples,
+                    "serves them", kind.rows, kind.context, trial.samples,
                     medians[StepPath.GRAPH] * 1e3, medians[StepPath.FUSED] * 1e3,
                     "compiled step" if trial.winner is StepPath.GRAPH else "fused forward")
 

@@ -19,7 +19,6 @@ import torch
 from .attention import GroupDecode, StepLayout
 from .matrices import MatrixLayout, tensor_of
 from .sampler import StepLogits
-from .step_trial import StepKind
 
 # What the C++ multiplies (decode_step.cpp, as dot_rows.cpp).
 DTYPES = (torch.float32, torch.bfloat16)
@@ -59,13 +58,6 @@ class NativeStep:
         if step.prompts or not step.decodes or num_sampled != step.num_tokens or step.rows is None:
             return None
         return step.decodes
-
-    @staticmethod
-    def kind(decodes: list[GroupDecode]) -> StepKind:
-        """The kind of step, as the trials tell steps apart (step_trial.py): it computes the
-        decoding rows alone."""
-        rows = sum(decode.count for decode in decodes)
-        return StepKind.of(rows, rows, max(decode.length for decode in decodes))
 
     def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits:
         """The step's logits [tokens, vocab] and greedy tokens, each layer's keys and values

@@ -60,18 +60,18 @@ class StepTrial:
 
 @dataclass(frozen=True)
 class StepKind:
-    """What sets a decode step's cost apart for the two ways: the rows that decode, the rows the
-    graph computes for them (rows between them included), and the context, rounded up to a power
-    of two of tokens."""
+    """What sets a decode step's cost apart for the two ways: the rows that decode (the rows
+    either way computes) and the context, rounded up to a power of two of tokens."""
 
     rows: int
-    graph_rows: int
     context: int
 
     @classmethod
-    def of(cls, rows: int, graph_rows: int, longest: int) -> "StepKind":
-        """The kind of a step whose longest row holds `longest` keys."""
-        return cls(rows, graph_rows, max(BLOCK_TOKENS, 1 << (longest - 1).bit_length()))
+    def of(cls, decodes) -> "StepKind":
+        """The kind of a step of these decodes (attention.GroupDecode: each group's count of
+        rows and its longest row's keys)."""
+        longest = max(decode.length for decode in decodes)
+        return cls(sum(decode.count for decode in decodes), max(BLOCK_TOKENS, 1 << (longest - 1).bit_length()))
 
 
 class StepTrials:

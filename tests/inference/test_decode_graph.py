@@ -81,12 +81,23 @@ def compiled_with_our_attention():
     return engine, models.copy_of(model)
 
 
-@needs_our_attention
-def test_with_our_attention_a_step_over_several_cache_groups_runs_compiled_and_answers_as_transformers(
-        compiled_with_our_attention):
-    engine, reference = compiled_with_our_attention
+@pytest.fixture(scope="module")
+def compiled_over_small_groups():
+    """An engine on the tiny Llama in float64, attention as products and sums (as on a GPU), two
+    rows a cache group."""
+    model = models.tiny_model("llama")
+    engine = models.engine(model, max_running=4, prefill_chunk=16, prefill_chunk_idle=16, cache_group_size=2,
+                           compile_mode=CompileMode.ON, native_step=False)
+    return engine, models.copy_of(model)
+
+
+@pytest.mark.parametrize("way", [pytest.param("through the table", marks=needs_our_attention),
+                                 "gathered, products and sums"])
+def test_a_step_over_several_cache_groups_runs_compiled_and_answers_as_transformers(request, way):
+    engine, reference = request.getfixturevalue(
+        "compiled_with_our_attention" if way == "through the table" else "compiled_over_small_groups")
     graph = engine.runner.graph
-    assert graph.module.own_attention
+    assert graph.module.own_attention == (way == "through the table")
     fallbacks = graph.num_fallbacks
     rng = random.Random(6)
     for request_id, length in [("a", 9), ("b", 50), ("c", 3), ("d", 30)]:
@@ -275,7 +286,7 @@ def test_under_auto_the_engine_serves_while_the_graph_compiles_then_times_both_w
     assert tokens[compiling] == tokens[fused] and len(tokens[fused]) == 12
     # The six steps after it, all of one kind (one stream, 46-51 tokens): every other one through
     # the graph, each timed.
-    trial = runner.trials.of(StepKind(rows=1, graph_rows=1, context=64))
+    trial = runner.trials.of(StepKind(rows=1, context=64))
     assert len(trial.seconds[StepPath.GRAPH]) == len(trial.seconds[StepPath.FUSED]) == 3
     assert runner.graph.num_steps == 3 and runner.trials.winners() == {}
 
@@ -285,7 +296,7 @@ def test_a_kind_of_step_timed_slower_compiled_goes_to_the_fused_forward_and_the_
     fused = models.engine(models.tiny_model("llama").float())
     runner = compiled.runner
     runner.trials = StepTrials(samples=1)
-    lone_stream = StepKind(rows=1, graph_rows=1, context=64)
+    lone_stream = StepKind(rows=1, context=64)
     runner.trials.of(lone_stream).seconds[StepPath.FUSED].append(0.0)  # as if the fused forward took no time
     tokens = {engine: [] for engine in (compiled, fused)}
     for engine in (compiled, fused):
@@ -298,22 +309,19 @@ def test_a_kind_of_step_timed_slower_compiled_goes_to_the_fused_forward_and_the_
     assert tokens[compiled] == tokens[fused] and len(tokens[fused]) == 8
 
 
-def test_steps_are_told_apart_by_rows_decoding_rows_computed_and_context_to_a_power_of_two(compiled):
-    engine, _ = compiled
-    graph = engine.runner.graph
-
+def test_steps_are_told_apart_by_their_decoding_rows_and_context_to_a_power_of_two():
     def kind(rows: list[int], length: int) -> StepKind:
         span = rows[-1] - rows[0] + 1
-        return graph.kind([GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
+        return StepKind.of([GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
                                        span, None, length, None)])
 
-    # A lone stream's step computes its own row alone; rows between decoding ones are computed too.
-    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, graph_rows=1, context=128)
-    assert kind([0], 1024) == StepKind(rows=1, graph_rows=1, context=1024)
-    assert kind([0], 1025) == StepKind(rows=1, graph_rows=1, context=2048)
-    assert kind([0], 3) == StepKind(rows=1, graph_rows=1, context=64)  # at least one cache block
-    assert kind([0, 2], 100) == StepKind(rows=2, graph_rows=3, context=128)
-    assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, graph_rows=4, context=1024)
+    # Either way computes the decoding rows alone, whichever rows of the cache they are.
+    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, context=128)
+    assert kind([0], 1024) == StepKind(rows=1, context=1024)
+    assert kind([0], 1025) == StepKind(rows=1, context=2048)
+    assert kind([0], 3) == StepKind(rows=1, context=64)  # at least one cache block
+    assert kind([0, 2], 100) == StepKind(rows=2, context=128)
+    assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, context=1024)
 
 
 @pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="our own kernel cannot run here")

@@ -44,7 +44,7 @@ def test_the_decision_is_made_once_and_later_times_change_nothing():
 def test_each_kind_of_step_is_decided_by_its_own_trial():
     # A lone stream's step with a short context and with a long one: the graph computes four
     # rows' attention for one, which a long context can make the slower way.
-    short, long = StepKind(rows=1, graph_rows=4, context=256), StepKind(rows=1, graph_rows=4, context=2048)
+    short, long = StepKind(rows=1, context=256), StepKind(rows=1, context=2048)
     trials = StepTrials(samples=2)
 
     timed(trials.of(short), graph=[0.020, 0.021], fused=[0.026, 0.025])
