@@ -26,12 +26,13 @@ the price of one graph for every step: on the lent GPU, steps of several groups 
 once refused) and of a group's first row (refused at a guard on a view's offset) ran the fused
 forward, a kernel launch at a time (BENCHMARKS.md, the GPU section).
 
-Shapes: the rows (and the cached length where the graph reads a copied batch) are symbols, so the graph compiles once, at load, and not again while serving: a step shaped
-otherwise runs through the fused forward instead (set_stance("fail_on_recompile")), as do steps
-that feed a prompt. A compile costs a minute or two of both cores on a small CPU, at every
-start where the matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN
-tensors; with plain matrices it keeps what it compiled under the cache directory). Without a C++
-compiler (inductor's, on a CPU), the fused forward serves every step and the log says why.
+Shapes: the rows (and the cached length where the graph reads a copied batch) are symbols, so
+the graph compiles once, at load, and not again while serving: a step shaped otherwise runs
+through the fused forward instead (set_stance("fail_on_recompile")), as do steps that feed a
+prompt. A compile costs a minute or two of both cores on a small CPU, at every start where the
+matrices are oneDNN's (inductor cannot cache a graph whose constants are oneDNN tensors; with
+plain matrices it keeps what it compiled under the cache directory). Without a C++ compiler
+(inductor's, on a CPU), the fused forward serves every step and the log says why.
 
 Memory: the graph reads the fused forward's tensors, so the weights exist once (an earlier
 version let inductor pack its own copy: 430 MB more for the default model in bf16); what the
