@@ -51,7 +51,7 @@ frontend/node_modules: frontend/package-lock.json
 bench: install
 	$(PYTHON) -m benchmarks
 
-# The engine's tests on CUDA and the server in bf16 at 1-256 streams (benchmarks/gpu_check.py).
+# The server in bf16 at 1-256 streams, then the engine's tests on CUDA (benchmarks/gpu_check.py).
 # No `install`: a lent GPU machine has no network; there, `make gpu-check PYTHON=python3`.
 gpu-check:
 	$(PYTHON) -m benchmarks.gpu_check run

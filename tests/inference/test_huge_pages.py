@@ -58,8 +58,9 @@ def anon_huge_page_bytes(pid: int) -> int:
 def test_the_served_default_model_has_its_weights_in_huge_pages():
     port = ports.free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {"INFERENCE_HOST": "127.0.0.1", "INFERENCE_PORT": str(port), "INFERENCE_DTYPE": "float32",
-           "INFERENCE_THREADS": "1", "INFERENCE_COMPILE": "off", "INFERENCE_MAX_CACHED_TOKENS": "4096"}
+    # On the CPU where a GPU is present too: the weights in question are the host's.
+    env = {"INFERENCE_HOST": "127.0.0.1", "INFERENCE_PORT": str(port), "INFERENCE_DEVICE": "cpu",
+           "INFERENCE_DTYPE": "float32", "INFERENCE_THREADS": "1", "INFERENCE_COMPILE": "off", "INFERENCE_MAX_CACHED_TOKENS": "4096"}
     with child_process.running(commands.inference(), env=env, ready_url=f"{url}/health",
                                timeout_s=180) as server:
         waiting.wait_until(lambda: httpx2.get(f"{url}/health").status_code == 200, 180,
