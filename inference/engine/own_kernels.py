@@ -3,7 +3,8 @@ few rows by a weight matrix (kernels/dot_rows.cpp), `chatapp::decode_attention_r
 step's attention over the cache, each row found through a table (row_table.py), and `store_rows`,
 the step's keys and values written through that table (kernels/decode_attention.cpp), and
 `chatapp.DecodeModel`, a whole decode step of a plain Llama over the same products and attention
-(kernels/decode_step.cpp, native_step.py).
+(kernels/decode_step.cpp, native_step.py), and `draw_tokens`, the sampler's draw of a sampled
+token (kernels/token_draw.cpp, sampler.py).
 
 It is built where the model loads, with the C++ compiler torch.compile uses on a CPU, against
 this torch's headers, for the widest instructions this CPU has (`INSTRUCTION_SETS`: float32 with
@@ -36,13 +37,16 @@ from .loader import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-# One library, its operators: `chatapp::dot_rows`, `decode_attention_rows`, `store_rows`.
+# One library, its operators: `chatapp::dot_rows`, `decode_attention_rows`, `store_rows`,
+# `draw_tokens`, and the class `DecodeModel`.
 SOURCES = tuple(Path(__file__).with_name("kernels") / name
-                for name in ("dot_rows.cpp", "decode_attention.cpp", "decode_step.cpp"))
+                for name in ("dot_rows.cpp", "decode_attention.cpp", "decode_step.cpp", "token_draw.cpp"))
 # What the sources include of ours: read into the library's key with them.
 HEADERS = tuple(Path(__file__).with_name("kernels") / name
                 for name in ("shim.h", "dot_tiles.h", "attention_tasks.h", "step_threads.h"))
-COMPILE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# -fno-trapping-math: nothing here reads floating-point exceptions, and a comparison that might
+# trap keeps the compiler from vectorising a loop with a branchless clamp (kernels/token_draw.cpp).
+COMPILE_FLAGS = ("-O3", "-fopenmp", "-fno-trapping-math", "-shared", "-fPIC", "-std=c++17")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ INSTRUCTION_SETS = (
 # (float64 in tests, float16) go to torch's attention or products and sums.
 ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 ATTENTION_MOST_DIM = 256
+# What draw_tokens draws from (kernels/token_draw.cpp); other logits go to the sampler's torch draw.
+DRAW_DTYPES = (torch.float32, torch.bfloat16)
 # C++ compilers torch.compile (inductor) may call on a CPU, in its order, unless CXX names one.
 CPU_COMPILERS = ("g++", "c++", "clang++")
 
@@ -108,6 +114,13 @@ def attends(device: torch.device, dtype: torch.dtype, head_dim: int, cache_dir: 
     the first time)."""
     return (device.type == "cpu" and dtype in ATTENTION_DTYPES and head_dim <= ATTENTION_MOST_DIM
             and load(cache_dir) is None)
+
+
+def draws(logits: torch.Tensor) -> bool:
+    """Whether draw_tokens draws from these logits here: on a CPU, float32 or bfloat16, once the
+    library has loaded (the sampler never builds it: the model runner loads it at start)."""
+    return (logits.device.type == "cpu" and logits.dtype in DRAW_DTYPES
+            and bool(_outcome) and not isinstance(_outcome[0], str))
 
 
 class ShimTable(dict):

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import own_kernels
 from .sequence import Sequence
 
 # Most nucleus sets fit in the top few dozen tokens: look there, then wider, before sorting
@@ -74,23 +75,34 @@ def draw(logits: torch.Tensor, sequences: list[Sequence]) -> list[int]:
     token of the vocabulary instead: 0.5-0.8 ms a row for 49,152 tokens on a 2-core AMD EPYC,
     a tenth of a one-stream step. Every operation on a row's numbers is the same whatever rows
     share the batch, so a seeded request draws the same tokens alone or beside others.
+
+    On a CPU our own kernel draws (own_kernels.draws: kernels/token_draw.cpp, the same draw in
+    one call), elsewhere torch's operations (`_draw_with_torch`).
     """
     device = logits.device
-    temperatures = torch.tensor([[sequence.params.temperature] for sequence in sequences], device=device)
-    probabilities = torch.softmax(logits.float() / temperatures, dim=-1)
-    points = torch.tensor([[float(torch.rand((), generator=sequence.generator, dtype=torch.float64))]
+    temperatures = torch.tensor([sequence.params.temperature for sequence in sequences], device=device)
+    top_p = torch.tensor([sequence.params.top_p for sequence in sequences], dtype=torch.float64, device=device)
+    points = torch.tensor([float(torch.rand((), generator=sequence.generator, dtype=torch.float64))
                            for sequence in sequences], dtype=torch.float64, device=device)
-    chosen = [0] * len(sequences)
-    whole = [row for row, sequence in enumerate(sequences) if sequence.params.top_p >= 1.0]
+    if own_kernels.draws(logits):
+        return torch.ops.chatapp.draw_tokens(logits, temperatures, top_p, points).tolist()
+    return _draw_with_torch(logits, temperatures, top_p, points)
+
+
+def _draw_with_torch(logits: torch.Tensor, temperatures: torch.Tensor, top_p: torch.Tensor,
+                     points: torch.Tensor) -> list[int]:
+    """`draw` in torch's operations: temperatures, top_p and points [rows]."""
+    probabilities = torch.softmax(logits.float() / temperatures[:, None], dim=-1)
+    points = points[:, None]
+    chosen = [0] * len(logits)
+    whole = (top_p >= 1.0).nonzero().squeeze(1).tolist()
     if whole:
         cumulative = torch.cumsum(_rows(probabilities, whole), dim=-1, dtype=torch.float64)
         for row, token_id in zip(whole, _pick(cumulative, _rows(points, whole)).tolist(), strict=True):
             chosen[row] = token_id
-    nucleus = [row for row, sequence in enumerate(sequences) if sequence.params.top_p < 1.0]
+    nucleus = (top_p < 1.0).nonzero().squeeze(1).tolist()
     if nucleus:
-        top_p = torch.tensor([[sequences[row].params.top_p] for row in nucleus], dtype=torch.float64,
-                             device=device)
-        drawn = _draw_nucleus(_rows(probabilities, nucleus), _rows(points, nucleus), top_p)
+        drawn = _draw_nucleus(_rows(probabilities, nucleus), _rows(points, nucleus), top_p[nucleus, None])
         for row, token_id in zip(nucleus, drawn, strict=True):
             chosen[row] = token_id
     return chosen
