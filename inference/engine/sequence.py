@@ -18,17 +18,22 @@ class SequenceStatus(Enum):
     FINISHED = auto()
 
 
+# Temperatures below this are greedy: a logit divided by 1e-40 overflows float32 (the draw would
+# fail the request), and long before that the likeliest token takes every draw (vLLM's epsilon).
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int
-    temperature: float = 0.0  # 0 means greedy
+    temperature: float = 0.0  # 0 (or below GREEDY_BELOW) means greedy
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 class Sequence:

@@ -144,3 +144,10 @@ def test_our_kernel_draws_what_torchs_operations_draw_from_a_models_vocabulary(d
         assert logits[0, ours].tolist() == logits[0, torchs].tolist(), (temperature, top_p)
         assert dtype is torch.bfloat16 or ours == torchs, (temperature, top_p)
         assert len(set(ours)) > 3, (temperature, top_p)  # it did draw from several tokens
+
+
+def test_a_temperature_too_small_to_divide_by_picks_the_likeliest_token(drawing):
+    # 20 / 1e-40 overflows float32: such a temperature is the greedy answer, not a failed request.
+    logits = torch.tensor([[0.5, 20.0, 3.0], [1.0, -2.0, 7.5]])
+
+    assert sample(logits, [sequence(temperature=1e-40), sequence(temperature=1e-6, top_p=0.5)]) == [1, 2]
