@@ -139,11 +139,31 @@ def test_our_kernel_draws_what_torchs_operations_draw_from_a_models_vocabulary(d
         ours = [torch.ops.chatapp.draw_tokens(logits, temperatures, nucleus, point).item() for point in points]
         torchs = [sampler._draw_with_torch(logits, temperatures, nucleus, point)[0] for point in points]
 
-        # The same token, or one of equal logit (bfloat16's logits tie often, and torch's top-k
-        # orders equal values its own way): the same draw either way.
-        assert logits[0, ours].tolist() == logits[0, torchs].tolist(), (temperature, top_p)
-        assert dtype is torch.bfloat16 or ours == torchs, (temperature, top_p)
+        # The same token; or one of equal logit (bfloat16's logits tie often, and torch's top-k
+        # orders equal values its own way); or, where rounding moved the point across a boundary
+        # (the two sum a vocabulary's weights in different orders: a few draws in 300 from this
+        # long tail), the next candidate: no probability between the two.
+        cumulative, probabilities = _walked(logits[0], temperature, top_p)
+        moved = 0
+        for mine, theirs in zip(ours, torchs, strict=True):
+            if mine == theirs or logits[0, mine] == logits[0, theirs]:
+                continue
+            first, later = sorted((mine, theirs), key=lambda token: cumulative[token])
+            between = cumulative[later] - probabilities[later] - cumulative[first]
+            assert abs(between) < 1e-9, (temperature, top_p, mine, theirs)
+            moved += 1
+        assert moved <= 3, (temperature, top_p)
         assert len(set(ours)) > 3, (temperature, top_p)  # it did draw from several tokens
+
+
+def _walked(row: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's probability, and its cumulative probability up to and including it in the
+    order a draw walks the candidates: the vocabulary's (top_p 1), else the likeliest first."""
+    probabilities = torch.softmax(row.double() / temperature, dim=-1)
+    order = torch.arange(len(row)) if top_p >= 1.0 else torch.argsort(probabilities, descending=True, stable=True)
+    cumulative = torch.empty_like(probabilities)
+    cumulative[order] = probabilities[order].cumsum(0)
+    return cumulative, probabilities
 
 
 def test_a_temperature_too_small_to_divide_by_picks_the_likeliest_token(drawing):
