@@ -228,8 +228,8 @@ class DecodeGraph:
         self.module.forward = types.MethodType(_copy(_Step.forward), self.module)
         self.compiled = torch.compile(self.module, backend=self._compile, dynamic=True, fullgraph=True,
                                       options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
-        # With our attention, the compiled code called without torch.compile's frame once it
-        # compiled (graph_call.py); `_compiling_for` holds the compiling call's own tensors.
+        # The compiled code called without torch.compile's frame once it compiled (graph_call.py),
+        # either way of attention; `_compiling_for` holds the compiling call's own tensors.
         self.direct: GraphCall | None = None
         self._compiling_for: tuple[torch.Tensor, ...] | None = None
         self.num_steps = 0  # steps the graph ran
@@ -269,7 +269,12 @@ class DecodeGraph:
                 finally:
                     self._compiling_for = None
             else:  # as `group_view.gather` hands a step's rows over: a batch of their own
-                self._call_gathered(token_ids, positions, keys[:, :count].contiguous(), values[:, :count].contiguous())
+                batch = (keys[:, :count].contiguous(), values[:, :count].contiguous())
+                self._compiling_for = (token_ids, positions, *batch)
+                try:
+                    self._call_gathered(token_ids, positions, *batch)
+                finally:
+                    self._compiling_for = None
         return time.perf_counter() - started
 
     def _compile(self, graph_module: torch.fx.GraphModule, example_inputs: list):
@@ -316,7 +321,9 @@ class DecodeGraph:
         stored into each group after the call."""
         keys, values = group_view.gather(self.kv_cache, decodes)
         positions = decodes[0].positions if len(decodes) == 1 else torch.cat([d.positions for d in decodes])
-        outcome = self._guarded(self._call_gathered, token_ids, positions, keys, values)
+        outcome = None if self.direct is None else self.direct(token_ids, positions, keys, values)
+        if outcome is None:
+            outcome = self._guarded(self._call_gathered, token_ids, positions, keys, values)
         if outcome is None:
             return None
         logits, greedy, new_keys, new_values = outcome

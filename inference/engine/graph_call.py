@@ -6,12 +6,14 @@ again, the config patched on the way in and out. Timed in turns with the same st
 stream, an AMD EPYC with AVX-512): 10.2 ms a step through the frame, 9.6 called directly, the
 same logits bit for bit. So once the graph has compiled, the runner calls the compiled code the
 frame would have called, with the arguments the frame would have built: the weights as they
-were, the step's own three tensors in their places, and the sizes the graph reads as symbols
-(its rows, the table's width) taken from those tensors.
+were, the step's own tensors in their places (its ids, positions and table; or its ids, positions
+and gathered keys and values), and the sizes the graph reads as symbols (its rows, the table's
+width, the gathered context's length) taken from those tensors.
 
 What the frame's guards checked is checked here the cheap way: each of the step's tensors must
-have the dtype and number of dimensions the graph was compiled for; anything else goes through
-torch.compile, as before, which refuses a recompile (decode_graph.py).
+have the dtype and number of dimensions the graph was compiled for, and be contiguous where the
+compiling call's was; anything else goes through torch.compile, as before, which refuses a
+recompile (decode_graph.py).
 """
 
 import torch
@@ -29,7 +31,7 @@ class GraphCall:
         self.compiled = compiled
         self.arguments = list(arguments)
         self.places = [_place(arguments, tensor) for tensor in inputs]
-        self.kinds = [(tensor.dtype, tensor.dim()) for tensor in inputs]
+        self.kinds = [(tensor.dtype, tensor.dim(), tensor.is_contiguous()) for tensor in inputs]
         # Each symbolic size among the arguments: which input's dimension it is.
         self.sizes = []
         for place, argument in enumerate(arguments):
@@ -41,8 +43,8 @@ class GraphCall:
     def __call__(self, *inputs: torch.Tensor):
         """The compiled graph's outputs for the step's tensors, or None where one is not of the
         kind it was compiled for."""
-        for tensor, (dtype, dims) in zip(inputs, self.kinds):
-            if tensor.dtype != dtype or tensor.dim() != dims:
+        for tensor, (dtype, dims, contiguous) in zip(inputs, self.kinds):
+            if tensor.dtype != dtype or tensor.dim() != dims or (contiguous and not tensor.is_contiguous()):
                 return None
         arguments = self.arguments.copy()
         for place, tensor in zip(self.places, inputs):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from inference.engine import SamplingParams
-from inference.engine import decode_graph, matrices, own_kernels
+from inference.engine import decode_graph, group_view, matrices, own_kernels
 from inference.engine.decode_graph import CompileMode
 from inference.engine.door import GraphState
 from inference.engine.matrices import MatrixLayout
@@ -116,28 +116,38 @@ def test_a_step_over_several_cache_groups_runs_compiled_and_answers_as_transform
     assert len(fed) == 4 * 8 and steps_over_groups > 0 and graph.num_fallbacks == fallbacks
 
 
-@needs_our_attention
 @pytest.mark.parametrize("streams", [1, 3])
-def test_steps_through_the_table_call_the_compiled_code_directly_and_get_what_torch_compile_gives(
-        compiled_with_our_attention, streams):
-    engine, _ = compiled_with_our_attention
+@pytest.mark.parametrize("way", [pytest.param("through the table", marks=needs_our_attention),
+                                 "gathered, products and sums"])
+def test_steps_call_the_compiled_code_directly_and_get_what_torch_compile_gives(request, way, streams):
+    engine, _ = request.getfixturevalue(
+        "compiled_with_our_attention" if way == "through the table" else "compiled_over_small_groups")
     graph = engine.runner.graph
     assert graph.direct is not None
-    for index in range(streams):
+    for index in range(streams):  # contexts shorter than the warm-up's: other sizes than it had
         engine.add_request(f"direct-{index}", [7 + index] * (5 + 3 * index), SamplingParams(max_tokens=4))
     while engine.scheduler.num_waiting or any(sequence.is_prefilling for sequence in engine.scheduler.running):
         engine.step()
 
     with torch.inference_mode():  # as the runner builds a step's tensors
-        rows = engine.runner._layout(engine.scheduler.schedule(), streams).rows  # the next step, not run
-        token_ids = torch.tensor([sequence.output_token_ids[-1] for sequence in engine.scheduler.running])
-        direct = graph.direct(token_ids, rows.positions, rows.table)
-        framed = graph._guarded(graph._call_rows, token_ids, rows.positions, rows.table)
-        refused = graph.direct(token_ids.int(), rows.positions, rows.table)
+        layout = engine.runner._layout(engine.scheduler.schedule(), streams)  # the next step, not run
+        token_ids = torch.tensor([sequence.output_token_ids[-1] for sequence in engine.scheduler.running],
+                                 device=models.DEVICE)
+        if way == "through the table":
+            inputs, call = (layout.rows.positions, layout.rows.table), graph._call_rows
+        else:
+            positions = torch.cat([decode.positions for decode in layout.decodes])
+            inputs, call = (positions, *group_view.gather(engine.runner.kv_cache, layout.decodes)), graph._call_gathered
+        direct = graph.direct(token_ids, *inputs)
+        framed = graph._guarded(call, token_ids, *inputs)
+        refused = graph.direct(token_ids.int(), *inputs)
+        spread = torch.cat([inputs[-1], inputs[-1]], dim=-1)[..., ::2]  # the same numbers, every other place
+        strided = graph.direct(token_ids, *inputs[:-1], spread)
 
     assert len(direct) == len(framed) == 4
     assert all(torch.equal(ours, theirs) for ours, theirs in zip(direct, framed))
-    assert refused is None  # int32 ids: not what was compiled, left to torch.compile's frame
+    # int32 ids, or a tensor laid out otherwise: not what was compiled, left to torch.compile's frame
+    assert refused is None and strided is None
     engine.abort_all()
 
 
