@@ -131,10 +131,13 @@ class Browser:
         """The request, without waiting for the answer to start."""
         await self.app.send_input({"type": "http.request", "body": json.dumps(body).encode()})
 
-    async def read_until(self, deltas: int = 0, events: tuple[str, ...] = ()) -> None:
-        """Reads until `deltas` delta events and every event named in `events` have come."""
+    async def read_until(self, deltas: int = 0, events: tuple[str, ...] = (), text: str = "") -> None:
+        """Reads until `deltas` delta events, every event named in `events`, and at least as
+        much text as `text` have come. (A relay that falls behind sends chunks that queued up as
+        one delta: where the upstream then goes quiet, count the text, not the deltas.)"""
         while (len([name for name, _ in self.events if name == "delta"]) < deltas
-               or not set(events) <= {name for name, _ in self.events}):
+               or not set(events) <= {name for name, _ in self.events}
+               or len(text_of(self.events)) < len(text)):
             message = await self.app.receive_output(timeout=10)
             self.events += [(e.event, json.loads(e.data)) for e in self.parser.feed(message["body"])]
 

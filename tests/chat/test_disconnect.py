@@ -57,12 +57,14 @@ async def test_text_sent_before_the_upstream_pauses_is_saved_during_the_pause(
     """Watchers and a crash read the rows: the last text must not wait for the next token."""
     settings.CHAT_SAVE_INTERVAL_SECONDS = 0.2
     upstream.script.chunks = ["One", " two", " three", " four"]
-    upstream.script.interval_s = 0.05  # each its own delta, all within the first save interval
+    upstream.script.interval_s = 0.05  # all within the first save interval
     upstream.script.stall_after = 3  # quiet after " three" until the browser leaves
     browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
 
     await browser.post({"content": "count"})
-    await browser.read_until(deltas=3)
+    # The text, not three deltas: a loaded relay sends " two three" as one, and then waits.
+    await browser.read_until(text="One two three")
+    assert text_of(browser.events) == "One two three"
 
     def saved_text() -> str:
         return Message.objects.get(conversation=conversation, role="assistant").content

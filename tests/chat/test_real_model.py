@@ -138,10 +138,10 @@ async def test_a_capped_context_keeps_the_newest_exchanges_that_fit_by_the_servi
     assert len(sent) < len(said)  # the test's premise: old messages did drop
 
 
-async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_the_grace_and_a_second(
+async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_soon_after_the_grace(
         api, conversation, user, settings, real_model_url):
     settings.INFERENCE_URL = real_model_url
-    settings.CHAT_MAX_TOKENS = 400  # far longer than the grace period takes
+    settings.CHAT_MAX_TOKENS = 1500  # far longer than the grace period and its margin take
     settings.CHAT_TEMPERATURE = 0
     settings.CHAT_RESUME_GRACE_SECONDS = grace_s = 2.0
     browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
@@ -155,7 +155,7 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
             return metric((await inference.get("/metrics")).text, "inference_running_sequences")
 
         assert await running() == 1  # the model goes on while nobody reads
-        while await running() > 0 and time.monotonic() - left_at < grace_s + 5:
+        while await running() > 0 and time.monotonic() - left_at < grace_s + 10:
             await asyncio.sleep(0.05)
         freed_after = time.monotonic() - left_at
 
@@ -163,7 +163,9 @@ async def test_an_answer_nobody_comes_back_to_frees_the_models_sequence_within_t
         waiting.wait_until(lambda: not Generation.objects.get(conversation=conversation).is_streaming, 10, "the final write")
         return Generation.objects.get(conversation=conversation)
     generation = await sync_to_async(ended)()
-    assert grace_s <= freed_after < grace_s + 1.0
+    # Not before the grace ends, and soon after it: within 3 s (a loaded 2-core machine took
+    # 1.3 s once: the relay, the connection's close and the engine's next step share its cores).
+    assert grace_s <= freed_after < grace_s + 3.0
     assert (generation.status, generation.cancelled_by) == ("stopped", "client_gone")
     assert generation.final_text.startswith(text_of(browser.events))
     assert len(generation.final_text) > len(text_of(browser.events))
