@@ -262,19 +262,16 @@ class DecodeGraph:
             positions = torch.full((count,), BLOCK_TOKENS + 1, device=self.device)
             token_ids = torch.full((count,), 3, device=self.device)
             if self.module.own_attention:
-                table = row_table([(keys, values, range(1, count + 1))])
-                self._compiling_for = (token_ids, positions, table)
-                try:
-                    self._call_rows(token_ids, positions, table)
-                finally:
-                    self._compiling_for = None
+                call = self._call_rows
+                inputs = (token_ids, positions, row_table([(keys, values, range(1, count + 1))]))
             else:  # as `group_view.gather` hands a step's rows over: a batch of their own
-                batch = (keys[:, :count].contiguous(), values[:, :count].contiguous())
-                self._compiling_for = (token_ids, positions, *batch)
-                try:
-                    self._call_gathered(token_ids, positions, *batch)
-                finally:
-                    self._compiling_for = None
+                call = self._call_gathered
+                inputs = (token_ids, positions, keys[:, :count].contiguous(), values[:, :count].contiguous())
+            self._compiling_for = inputs
+            try:
+                call(*inputs)
+            finally:
+                self._compiling_for = None
         return time.perf_counter() - started
 
     def _compile(self, graph_module: torch.fx.GraphModule, example_inputs: list):
@@ -305,9 +302,7 @@ class DecodeGraph:
 
     def _run_rows(self, token_ids: torch.Tensor, rows: DecodeRows) -> StepLogits | None:
         """Our attention's way: the decoding rows alone, wherever they are, through the table."""
-        outcome = None if self.direct is None else self.direct(token_ids, rows.positions, rows.table)
-        if outcome is None:
-            outcome = self._guarded(self._call_rows, token_ids, rows.positions, rows.table)
+        outcome = self._outcome(self._call_rows, token_ids, rows.positions, rows.table)
         if outcome is None:
             return None
         logits, greedy, new_keys, new_values = outcome
@@ -321,9 +316,7 @@ class DecodeGraph:
         stored into each group after the call."""
         keys, values = group_view.gather(self.kv_cache, decodes)
         positions = decodes[0].positions if len(decodes) == 1 else torch.cat([d.positions for d in decodes])
-        outcome = None if self.direct is None else self.direct(token_ids, positions, keys, values)
-        if outcome is None:
-            outcome = self._guarded(self._call_gathered, token_ids, positions, keys, values)
+        outcome = self._outcome(self._call_gathered, token_ids, positions, keys, values)
         if outcome is None:
             return None
         logits, greedy, new_keys, new_values = outcome
@@ -334,6 +327,13 @@ class DecodeGraph:
             first += decode.count
         self.num_steps += 1
         return StepLogits(logits, greedy)
+
+    def _outcome(self, call, *inputs):
+        """The graph's outputs for the step's tensors: its code called directly where it can be
+        (graph_call.py), else `call` through torch.compile's frame; None where the step's shapes
+        were not compiled."""
+        outcome = None if self.direct is None else self.direct(*inputs)
+        return outcome if outcome is not None else self._guarded(call, *inputs)
 
     def _guarded(self, call, *args):
         """The call's outcome, or None when its shapes were not compiled."""
