@@ -293,9 +293,10 @@ class DecodeGraph:
             return None
         return step.decodes
 
-    def run(self, token_ids: torch.Tensor, step: StepLayout) -> StepLogits | None:
+    def run(self, token_ids: torch.Tensor, step: StepLayout, greedy_only: bool = False) -> StepLogits | None:
         """The step's logits [tokens, vocab] with the cache written, or None (nothing done) when
-        this step's shapes were not compiled."""
+        this step's shapes were not compiled. The graph computes every logit, `greedy_only` or not
+        (the native step's call)."""
         if self.module.own_attention:
             return self._run_rows(token_ids, step.rows)
         return self._run_gathered(token_ids, step.decodes)

@@ -138,7 +138,7 @@ class LLMEngine:
         mix = StepMix.PROMPT if any(chunk.sequence.is_prefilling for chunk in chunks) else StepMix.DECODE
         started = time.perf_counter()
         try:
-            scores = self.runner.run(chunks)
+            scores = self.runner.run(chunks, greedy_only=_greedy_only(chunks))
         except Exception:
             # Said every time: a failure only a full batch meets would otherwise turn every step
             # into one pass per sequence, silently.
@@ -151,7 +151,7 @@ class LLMEngine:
 
     def _run_alone(self, chunk: ScheduledChunk) -> list[RequestOutput]:
         try:
-            scores = self.runner.run([chunk])
+            scores = self.runner.run([chunk], greedy_only=_greedy_only([chunk]))
         except Exception as error:
             self.num_failures_in_a_row += 1
             if self.num_failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
@@ -282,3 +282,8 @@ def end_of_turn_ids(model, tokenizer) -> frozenset[int]:
     if not ids:
         raise ValueError("the model names no end-of-turn token (eos_token_id)")
     return frozenset(ids)
+
+
+def _greedy_only(chunks: list[ScheduledChunk]) -> bool:
+    """Whether every chunk that samples takes its greedy token: its step needs no logits."""
+    return all(chunk.sequence.params.greedy for chunk in chunks if chunk.samples)

@@ -125,9 +125,11 @@ class ModelRunner:
         return False
 
     @torch.inference_mode()
-    def run(self, chunks: list[ScheduledChunk]) -> StepLogits:
+    def run(self, chunks: list[ScheduledChunk], greedy_only: bool = False) -> StepLogits:
         """Feeds every chunk; returns logits [number of sampling chunks, vocab], in chunk order
-        (with each row's greedy token where the compiled step ran)."""
+        (with each row's greedy token where the compiled step ran). `greedy_only`: the caller
+        takes every sampling chunk's greedy token, so that a step that finds them without the
+        logits may return none (native_step.py)."""
         token_ids: list[int] = []
         positions: list[int] = []
         sampled_at: list[int] = []
@@ -140,12 +142,12 @@ class ModelRunner:
         # One tensor, so that a GPU gets one copy from the host per step rather than three.
         packed = torch.tensor(token_ids + positions + sampled_at, device=self.device, dtype=torch.long)
         inputs, at, keep = packed.split((len(token_ids), len(positions), len(sampled_at)))
-        scores = self._forward(inputs, at, keep, layout, len(sampled_at))
+        scores = self._forward(inputs, at, keep, layout, len(sampled_at), greedy_only)
         for chunk in chunks:
             chunk.sequence.num_cached_tokens = chunk.end
         return scores
 
-    def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int) -> StepLogits:
+    def _forward(self, inputs, at, keep, layout: StepLayout, num_sampled: int, greedy_only: bool) -> StepLogits:
         """The step's logits: through the compiled graph where it runs this step (and, while the
         trial of this kind of step lasts, every other such step through the fused forward, each
         timed; after it, the way it found faster), else uncompiled."""
@@ -158,7 +160,7 @@ class ModelRunner:
         path = trial.next_path() if trial is not None else StepPath.GRAPH
         timing = trial is not None and trial.winner is None
         started = self._finished_at() if timing else 0.0
-        scores = graph.run(inputs, layout) if path is StepPath.GRAPH else None
+        scores = graph.run(inputs, layout, greedy_only) if path is StepPath.GRAPH else None
         if scores is None:
             scores = self._uncompiled(inputs, at, keep, layout)
             if path is StepPath.GRAPH:  # shapes the graph was not compiled for: counts for neither way

@@ -24,14 +24,16 @@ class StepLogits(NamedTuple):
     """A step's logits [sampling sequences, vocab] and, where the compiled step found them beside
     (decode_graph.py), each row's greedy token: after the step has streamed the weights through
     the caches, the few operations of `greedy` took 200-300 us of a one-stream step on a CPU
-    (16 us warm), the argmax inside the step about ten."""
+    (16 us warm), the argmax inside the step about ten. The logits are None where the step was
+    asked for greedy tokens only and found them without (native_step.py)."""
 
-    logits: torch.Tensor
+    logits: torch.Tensor | None
     greedy: torch.Tensor | None = None
 
     def row(self, index: int) -> "StepLogits":
         greedy_row = None if self.greedy is None else self.greedy[index : index + 1]
-        return StepLogits(self.logits[index : index + 1], greedy_row)
+        logits_row = None if self.logits is None else self.logits[index : index + 1]
+        return StepLogits(logits_row, greedy_row)
 
 
 def sample(logits: torch.Tensor, sequences: list[Sequence],

@@ -12,8 +12,8 @@ class FailingRunner(WrappedRunner):
         super().__init__(runner)
         self.steps_left = after_steps
 
-    def run(self, chunks):
+    def run(self, chunks, **options):
         if self.steps_left == 0:
             raise InjectedFault("injected fault in the forward pass")
         self.steps_left -= 1
-        return self.runner.run(chunks)
+        return self.runner.run(chunks, **options)

@@ -14,8 +14,8 @@ class PoisonedRunner(WrappedRunner):
         self.poisoned_request_id = poisoned_request_id
         self.num_refused_steps = 0
 
-    def run(self, chunks):
+    def run(self, chunks, **options):
         if any(chunk.sequence.request_id == self.poisoned_request_id for chunk in chunks):
             self.num_refused_steps += 1
             raise InjectedFault(f"injected fault for {self.poisoned_request_id}")
-        return self.runner.run(chunks)
+        return self.runner.run(chunks, **options)

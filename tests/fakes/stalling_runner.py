@@ -15,7 +15,7 @@ class StallingRunner(WrappedRunner):
         self.entered = threading.Event()
         self.released = threading.Event()
 
-    def run(self, chunks):
+    def run(self, chunks, **options):
         self.entered.set()
         self.released.wait()
-        return self.runner.run(chunks)
+        return self.runner.run(chunks, **options)

@@ -106,8 +106,8 @@ def record_logits(engine) -> list[tuple[list[int], torch.Tensor]]:
     engine.runner.__dict__.pop("run", None)  # an earlier wave's recorder
     run = engine.runner.run
 
-    def run_and_record(chunks):
-        scores = run(chunks)
+    def run_and_record(chunks, **_):
+        scores = run(chunks)  # the logits, whatever the engine asks for
         for chunk, row in zip([chunk for chunk in chunks if chunk.samples], scores.logits, strict=True):
             sequence = chunk.sequence
             fed.append(((sequence.prompt_token_ids + sequence.output_token_ids)[: chunk.end], row))
@@ -123,8 +123,8 @@ def scores_until_done(engine) -> list:
     engine.runner.__dict__.pop("run", None)
     run = engine.runner.run
 
-    def run_and_keep(chunks):
-        scores = run(chunks)
+    def run_and_keep(chunks, **_):
+        scores = run(chunks)  # the logits, whatever the engine asks for
         handed.append(scores)
         return scores
 

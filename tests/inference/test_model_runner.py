@@ -89,7 +89,7 @@ def _a_prompts_last_logits(layout: MatrixLayout, dtype: torch.dtype = torch.floa
     engine = models.engine(model, matrices=layout, prefill_chunk_idle=64)
     fed = []
     run = engine.runner.run
-    engine.runner.run = lambda chunks: fed.append(scores := run(chunks)) or scores
+    engine.runner.run = lambda chunks, **_: fed.append(scores := run(chunks)) or scores  # with logits
     engine.add_request("a", tokens.tolist(), SamplingParams(max_tokens=1))
     while engine.has_work():
         engine.step()
@@ -210,7 +210,7 @@ def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_
     engine = models.engine(model, matrices=MatrixLayout.AUTO, prefill_chunk=3, prefill_chunk_idle=3)
     fed = []
     run = engine.runner.run
-    engine.runner.run = lambda chunks: fed.append(scores := run(chunks)) or scores
+    engine.runner.run = lambda chunks, **_: fed.append(scores := run(chunks)) or scores  # with logits
     tokens = [5, 17, 300, 4000, 9]  # chunks of 3 and 2 rows, then decodes of 1
     engine.add_request("a", tokens, SamplingParams(max_tokens=4))
     outputs = [output for _ in range(8) for output in engine.step()]

@@ -89,17 +89,17 @@ def test_a_step_it_cannot_run_is_refused_before_any_key_is_written(native):
     table = row_table([(keys, values, [1])])
     with torch.inference_mode():
         with pytest.raises(RuntimeError, match="outside its cache"):
-            step.model.step(torch.tensor([5]), torch.tensor([8]), table)
+            step.model.step(torch.tensor([5]), torch.tensor([8]), table, False)
         with pytest.raises(RuntimeError, match="outside the vocabulary"):
-            step.model.step(torch.tensor([10**6]), torch.tensor([3]), table)
+            step.model.step(torch.tensor([10**6]), torch.tensor([3]), table, False)
         with pytest.raises(RuntimeError, match="holds 1 layers"):
-            step.model.step(torch.tensor([5]), torch.tensor([3]), row_table([(keys[:1], values[:1], [1])]))
+            step.model.step(torch.tensor([5]), torch.tensor([3]), row_table([(keys[:1], values[:1], [1])]), False)
         with pytest.raises(RuntimeError, match="int64"):
-            step.model.step(torch.tensor([5], dtype=torch.int32), torch.tensor([3]), table)
+            step.model.step(torch.tensor([5], dtype=torch.int32), torch.tensor([3]), table, False)
     assert not keys.any() and not values.any()
     # A position within the cache writes every layer's key there, and nothing elsewhere.
     with torch.inference_mode():
-        step.model.step(torch.tensor([5]), torch.tensor([3]), table)
+        step.model.step(torch.tensor([5]), torch.tensor([3]), table, False)
     written = keys.abs().sum(dim=(2, 4))  # [layers, rows, positions]
     assert written[:, 1, 3].all() and written.count_nonzero() == shape.num_layers
 

@@ -16,9 +16,9 @@ def test_a_long_prompt_joining_never_costs_a_running_stream_a_step():
     fed_per_step, running_got_a_token = [], []
     original = engine.runner.run
 
-    def observing(chunks: list[ScheduledChunk]):
+    def observing(chunks: list[ScheduledChunk], **options):
         fed_per_step.append(sum(len(c.token_ids) for c in chunks if c.sequence.request_id == "newcomer"))
-        return original(chunks)
+        return original(chunks, **options)
 
     engine.runner.run = observing
     while any(s.request_id == "newcomer" and s.is_prefilling for s in engine.scheduler.running + list(engine.scheduler.waiting)):

@@ -17,6 +17,14 @@
 // dtype, the norm and rotary and activation computed in float32 from the dtype's values and
 // rounded once, residuals added in float32 and rounded. Each row's greedy token is the first of
 // equal maxima of its rounded logits, as the sampler's `greedy`.
+//
+// A float32 step whose rows all want only their greedy token may screen the output matrix: the
+// output product is read in a bfloat16 copy (half of the bytes: 57 of the default model's 538 MB
+// a token at one stream, where a step only reads), each logit's distance from the float32 one
+// is bounded, and only the columns that could still be the largest are computed in float32, by
+// the same tile arithmetic as the whole product's (`Screen`). The greedy token is the one the
+// whole product gives, bit for bit; where the bound leaves too many columns, or a value is not
+// finite, the step computes the whole product after all.
 #include <torch/custom_class.h>
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -25,9 +33,11 @@
 #include <omp.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "attention_tasks.h"
@@ -104,6 +114,29 @@ struct Best {
   }
 };
 
+// The output matrix's screen (see the top): a bfloat16 copy of it and each of its rows' Euclidean
+// norm, rounded up. For a row x and an output row w, the float32 product's logit and the screen's
+// (x and w rounded to bfloat16, summed in float32, rounded to bfloat16) differ by at most
+//   (2^-8 + 2^-17) |x||w|            x's and w's roundings, each within 2^-9 of the value,
+//   + 2 width 2^-24 |x||w|           either sum's roundings (float32, `width` terms at most),
+//   + 2^-9 |screened|                the screened logit's own rounding,
+// summed over the row's elements |x_i||w_i| <= |x|_2 |w|_2 (Cauchy-Schwarz); a dot product that
+// flushes a subnormal bfloat16 to zero moves a sum by less than 1e-30. `bound` doubles each term:
+// the float32 arithmetic that computes the bound and compares against it rounds by far less. A column whose screened logit plus its bound falls below the largest screened
+// logit minus its own bound cannot be the largest: the candidates are the others.
+struct Screen {
+  at::Tensor matrix, norms;  // [vocab, hidden] bfloat16, [vocab] float32
+  // More candidates than this in a row and the whole product is computed: its columns' float32
+  // products would cost a fair share of the whole's (the default model's rows have had 2 at the
+  // median, 18 at most, over 256 greedy steps).
+  static constexpr int64_t kMostCandidates = 1024;
+
+  static float relative(int64_t width) { return 2.0f * (0x1p-8f + 0x1p-17f) + 4.0f * width * 0x1p-24f; }
+  static float bound(float relative_xw, float norm, float screened) {
+    return relative_xw * norm + 0x1p-8f * std::fabs(screened) + 1e-30f;
+  }
+};
+
 // Where the first thread's time in the parallel region goes, kept while `timing` is on (the step
 // benchmark's split of a step into products and the rest): a product's phase lasts from its
 // first tile to the barrier after it (the wait for the other threads included, as a product's
@@ -175,12 +208,28 @@ class DecodeModel : public torch::CustomClassHolder {
                   "DecodeModel: a layer's matrices do not fit the model's sizes");
   }
 
+  // A float32 model's output matrix in bfloat16 and its rows' norms (Screen), for steps whose
+  // rows want only their greedy tokens; a build without bfloat16 products refuses it.
+  void screen_with(const at::Tensor& matrix, const at::Tensor& norms) {
+    TORCH_CHECK(chatapp_dot::kBFloat16, "DecodeModel.screen_with: this build multiplies float32 only");
+    TORCH_CHECK(dtype_ == at::kFloat, "DecodeModel.screen_with: a float32 model's");
+    TORCH_CHECK(matrix.device().is_cpu() && matrix.scalar_type() == at::kBFloat16 && matrix.is_contiguous() &&
+                    matrix.sizes() == head_.sizes(),
+                "DecodeModel.screen_with: the output matrix's shape in bfloat16, contiguous");
+    TORCH_CHECK(norms.device().is_cpu() && norms.scalar_type() == at::kFloat && norms.is_contiguous() &&
+                    norms.dim() == 1 && norms.size(0) == vocab_ && at::isfinite(norms).all().item<bool>(),
+                "DecodeModel.screen_with: a finite float32 norm for each output row");
+    screen_ = {matrix, norms};
+  }
+
   // token_ids, positions [B] int64 (a row's position: the keys it has cached); table [B, 6]:
   // where each row's keys and values lie (decode_attention_rows' table). Writes each layer's
   // new key and value at the row's position; returns the logits [B, vocab] and each row's
-  // greedy token [B]. One step at a time: the buffers are the model's.
+  // greedy token [B]. With `greedy_only`, a model with a screen may find the greedy tokens
+  // without the logits: the logits returned are then empty [B, 0]. One step at a time: the
+  // buffers are the model's.
   std::tuple<at::Tensor, at::Tensor> step(const at::Tensor& token_ids_in, const at::Tensor& positions_in,
-                                          const at::Tensor& table) {
+                                          const at::Tensor& table, bool greedy_only) {
     TORCH_CHECK(token_ids_in.dim() == 1 && token_ids_in.scalar_type() == at::kLong && positions_in.dim() == 1 &&
                     positions_in.scalar_type() == at::kLong && positions_in.size(0) == token_ids_in.size(0) &&
                     token_ids_in.size(0) > 0,
@@ -197,10 +246,12 @@ class DecodeModel : public torch::CustomClassHolder {
     }
     at::Tensor logits = at::detail::empty_cpu({rows, vocab_}, dtype_);
     at::Tensor greedy = at::detail::empty_cpu({rows}, at::kLong);
+    screening_ = greedy_only && screen_.matrix.defined();
     if (dtype_ == at::kFloat) dispatch<float>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
 #if defined(__AVX512BF16__)
     else dispatch<c10::BFloat16>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
 #endif
+    if (screening_ && !too_many_) return {at::detail::empty_cpu({rows, 0}, dtype_), greedy};
     return {logits, greedy};
   }
 
@@ -230,6 +281,10 @@ class DecodeModel : public torch::CustomClassHolder {
     std::vector<float> hidden, qkv, queries, keys, attended, out, gate_up;
     std::vector<std::vector<float>> own;  // a thread's norm output or activations
     std::vector<Best> best;  // [threads, rows]
+    // The screen's: the screened logits, each thread's rows in bfloat16, each row's candidates.
+    std::vector<float> screened;
+    std::vector<std::vector<float>> own_screen;
+    std::vector<std::vector<int64_t>> candidates;
   };
 
   template <typename T>
@@ -277,7 +332,17 @@ class DecodeModel : public torch::CustomClassHolder {
     for (size_t index = 0; index < layers_.size(); ++index)
       for (const int64_t outputs : {width, hidden, 2 * inner, hidden}) product_tiles_.push_back(outputs / tile);
     product_tiles_.push_back(vocab_ / tile);
+    product_tiles_.push_back(vocab_ / tile);  // the screen's
     shares_.reset(product_tiles_, threads);
+    const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
+    const bool screening = screening_;
+    too_many_ = false;
+    if (screening) {
+      buffers_.own_screen.resize(threads);
+      for (auto& own : buffers_.own_screen) room<c10::BFloat16>(own, rows * hidden);
+      room<c10::BFloat16>(buffers_.screened, rows * vocab_);
+      buffers_.candidates.resize(rows);
+    }
     const T* cos = cos_.const_data_ptr<T>();
     const T* sin = sin_.const_data_ptr<T>();
 
@@ -290,8 +355,8 @@ class DecodeModel : public torch::CustomClassHolder {
       // Waits for the other threads, fetching the thread's share of product `next` meanwhile.
       const auto meet = [&](size_t next, const at::Tensor& weight) {
         const auto [first, end] = shares_.own(next, thread);
-        const int64_t tile_bytes = tile * weight.size(1) * int64_t(sizeof(T));
-        fetch.aim(weight.const_data_ptr<T>() + first * tile * weight.size(1), (end - first) * tile_bytes);
+        const int64_t tile_bytes = tile * weight.size(1) * int64_t(weight.element_size());
+        fetch.aim(static_cast<const char*>(weight.const_data_ptr()) + first * tile_bytes, (end - first) * tile_bytes);
         barrier_.wait(count, &fetch);
       };
       // h += the product's outputs [first, end), added by the thread that computed them.
@@ -305,7 +370,9 @@ class DecodeModel : public torch::CustomClassHolder {
       for (size_t index = 0; index < layers_.size(); ++index) {
         const Layer& layer = layers_[index];
         const size_t product = 4 * index;  // its query-key-value, output, gate-up and down products
-        const at::Tensor& next_qkv = index + 1 < layers_.size() ? layers_[index + 1].qkv : head_;
+        const bool final_layer = index + 1 == layers_.size();
+        const at::Tensor& next_qkv = !final_layer ? layers_[index + 1].qkv : screening ? screen_.matrix : head_;
+        const size_t next_product = !final_layer ? product + 4 : screening ? screen_product : head_product;
         clock.enter(kNorms);
         normalize(h, layer.attention_norm.const_data_ptr<T>(), rows, x);
         clock.enter(kProducts);
@@ -350,30 +417,101 @@ class DecodeModel : public torch::CustomClassHolder {
         activate(gate_up, rows, inner, x);
         clock.enter(kProducts);
         multiply(product + 3, x, rows, inner, layer.down, out, thread, count, add_to_h);
-        meet(product + 4, next_qkv);
+        meet(next_product, next_qkv);
       }
       clock.enter(kNorms);
       normalize(h, norm_.const_data_ptr<T>(), rows, x);
-      clock.enter(kProducts);
-      Best* best = buffers_.best.data() + thread * rows;
-      std::fill(best, best + rows, Best{-INFINITY, vocab_});
-      multiply(4 * layers_.size(), x, rows, hidden, head_, logits, thread, count, [&](int64_t first, int64_t end) {
-        for (int64_t b = 0; b < rows; ++b) best[b] = best[b].larger(largest(logits + b * vocab_, first, end));
-      });
-      clock.enter(kGreedy);
-#pragma omp barrier
-      if (thread == 0) clock.stop(phase_seconds_);
-#pragma omp single
-      {
-        int64_t* greedy = greedy_out.mutable_data_ptr<int64_t>();
-        for (int64_t b = 0; b < rows; ++b) {
-          Best best = buffers_.best[b];
-          for (int other = 1; other < count; ++other) best = best.larger(buffers_.best[other * rows + b]);
-          greedy[b] = best.column;
+      if (screening) {
+        if constexpr (std::is_same_v<T, float>) {
+#if defined(__AVX512BF16__)
+          clock.enter(kProducts);
+          c10::BFloat16* rounded = reinterpret_cast<c10::BFloat16*>(buffers_.own_screen[thread].data());
+          for (int64_t i = 0; i < rows * hidden; ++i) rounded[i] = static_cast<c10::BFloat16>(x[i]);
+          c10::BFloat16* screened = reinterpret_cast<c10::BFloat16*>(buffers_.screened.data());
+          multiply(screen_product, rounded, rows, hidden, screen_.matrix, screened, thread, count, nothing);
+          clock.enter(kGreedy);
+          greedy_through_screen(x, screened, rows, thread, count, logits, greedy_out.mutable_data_ptr<int64_t>());
+#endif
         }
       }
+      if (!screening || too_many_) {
+        clock.enter(kProducts);
+        Best* best = buffers_.best.data() + thread * rows;
+        std::fill(best, best + rows, Best{-INFINITY, vocab_});
+        multiply(head_product, x, rows, hidden, head_, logits, thread, count, [&](int64_t first, int64_t end) {
+          for (int64_t b = 0; b < rows; ++b) best[b] = best[b].larger(largest(logits + b * vocab_, first, end));
+        });
+        clock.enter(kGreedy);
+#pragma omp barrier
+#pragma omp single
+        {
+          int64_t* greedy = greedy_out.mutable_data_ptr<int64_t>();
+          for (int64_t b = 0; b < rows; ++b) {
+            Best best = buffers_.best[b];
+            for (int other = 1; other < count; ++other) best = best.larger(buffers_.best[other * rows + b]);
+            greedy[b] = best.column;
+          }
+        }
+      }
+      if (thread == 0) clock.stop(phase_seconds_);
     }
   }
+
+#if defined(__AVX512BF16__)
+  // Each row's greedy token from the screened logits (Screen), the thread's share of the rows:
+  // the candidates, then their float32 logits by the whole product's tile arithmetic, written
+  // where the whole product would write them, and the first of their largest. Where some row
+  // has too many candidates or a value that is not finite, every thread returns with too_many_
+  // set and the greedy tokens unwritten. Called by every thread of the step's region.
+  void greedy_through_screen(const float* x, const c10::BFloat16* screened, int64_t rows, int thread, int count,
+                             float* logits, int64_t* greedy) {
+#pragma omp barrier
+    const auto [first, end] = range(rows, thread, count);
+    for (int64_t b = first; b < end && !too_many_; ++b)
+      if (!find_candidates(x + b * hidden_, screened + b * vocab_, buffers_.candidates[b])) too_many_ = true;
+#pragma omp barrier
+    if (too_many_) return;
+    const float* head = head_.const_data_ptr<float>();
+    for (int64_t b = first; b < end; ++b) {
+      Best best{-INFINITY, vocab_};
+      for (const int64_t column : buffers_.candidates[b]) {
+        chatapp_dot::columns<float, 1, 1>(x + b * hidden_, 0, 1, hidden_, head, logits + b * vocab_, vocab_, column,
+                                          column + 1);
+        best = best.larger({logits[b * vocab_ + column], column});
+      }
+      greedy[b] = best.column;
+    }
+  }
+
+  // The columns of one row that may hold its largest float32 logit, in order; false where there
+  // are more than Screen::kMostCandidates or a value is not finite.
+  bool find_candidates(const float* x, const c10::BFloat16* screened, std::vector<int64_t>& candidates) const {
+    double squares = 0;
+    for (int64_t i = 0; i < hidden_; ++i) squares += static_cast<double>(x[i]) * x[i];
+    // Rounded up, so that the bound stays one.
+    const float relative = Screen::relative(hidden_) * static_cast<float>(std::sqrt(squares) * (1 + 1e-6));
+    if (!std::isfinite(relative)) return false;
+    const float* norms = screen_.norms.const_data_ptr<float>();
+    float floor = -INFINITY;  // the largest screened logit less its bound
+    float nothing = 0;  // NaN where some screened logit is not finite
+#pragma omp simd reduction(max : floor) reduction(+ : nothing)
+    for (int64_t c = 0; c < vocab_; ++c) {
+      const float value = static_cast<float>(screened[c]);
+      nothing += value * 0.0f;
+      floor = std::max(floor, value - Screen::bound(relative, norms[c], value));
+    }
+    if (nothing != 0.0f) return false;
+    candidates.clear();
+    for (int64_t c = 0; c < vocab_; ++c) {
+      const float value = static_cast<float>(screened[c]);
+      if (value + Screen::bound(relative, norms[c], value) >= floor) {
+        if (static_cast<int64_t>(candidates.size()) == Screen::kMostCandidates) return false;
+        candidates.push_back(c);
+      }
+    }
+    return true;
+  }
+#endif
 
   // [first, last) of `total` for a thread: contiguous shares, the first threads' full.
   static std::pair<int64_t, int64_t> range(int64_t total, int thread, int count) {
@@ -529,6 +667,9 @@ class DecodeModel : public torch::CustomClassHolder {
   std::vector<Layer> layers_;
   int64_t vocab_ = 0, hidden_ = 0, dim_ = 0, intermediate_ = 0;
   Buffers buffers_;
+  Screen screen_;
+  bool screening_ = false;  // this step's rows want only their greedy tokens, and a screen serves
+  std::atomic<bool> too_many_{false};  // the screen left some row too many candidates this step
   std::vector<int64_t> product_tiles_;  // each product's whole tiles, in the step's order
   chatapp_step::Shares shares_;
   chatapp_step::Barrier barrier_;
@@ -541,6 +682,7 @@ class DecodeModel : public torch::CustomClassHolder {
 TORCH_LIBRARY_FRAGMENT(chatapp, m) {
   m.class_<DecodeModel>("DecodeModel")
       .def(torch::init<std::vector<at::Tensor>, int64_t, int64_t, double, double>())
+      .def("screen_with", &DecodeModel::screen_with)
       .def("step", &DecodeModel::step)
       .def("set_timing", &DecodeModel::set_timing)
       .def("phase_seconds", &DecodeModel::phase_seconds);

@@ -1,0 +1,146 @@
+"""A float32 native step whose rows all want their greedy token reads its output matrix through a
+bfloat16 screen (kernels/decode_step.cpp's `Screen`): it finds the token the whole float32 product
+finds, bit for bit, ties and near-ties included, hands the sampler no logits, and computes the
+whole product where the screen cannot decide or a row samples."""
+
+import random
+
+import pytest
+import torch
+
+from inference.engine import SamplingParams, own_kernels
+from inference.engine.decode_graph import CompileMode
+from inference.engine.matrices import MatrixLayout
+from inference.engine.native_step import NativeStep
+from inference.engine.row_table import row_table
+from tests.inference import models
+
+pytestmark = pytest.mark.skipif(torch.bfloat16 not in own_kernels.dtypes(),
+                                reason="our kernels multiply float32 only on this CPU: no screen")
+
+CAPACITY = 64
+
+
+def native_step(head: torch.Tensor | None = None) -> tuple[NativeStep, tuple[int, int, int]]:
+    """The tiny Llama's native step in float32, its output matrix replaced by `head` if given;
+    with its cache's layers, key/value heads and head size."""
+    model = models.tiny_model("llama").float()
+    if head is not None:
+        model.lm_head.weight = torch.nn.Parameter(head)
+        model.config.tie_word_embeddings = False
+    engine = models.engine(model, matrices=MatrixLayout.DOT, compile_mode=CompileMode.ON)
+    step = engine.runner.graph
+    assert isinstance(step, NativeStep)
+    shape = engine.kv_cache.shape
+    return step, (shape.num_layers, shape.num_kv_heads, shape.head_dim)
+
+
+def near_ties() -> torch.Tensor:
+    """The tiny model's output matrix with every odd row its even neighbour's plus a little, from
+    a ten-millionth to a thousandth of the row: each pair's logits differ by about as much as
+    bfloat16 rounds them or far less, so the largest logit always has a rival that the screen
+    may put above it, or level with it."""
+    head = models.tiny_model("llama").float().lm_head.weight.detach().clone()
+    generator = torch.Generator().manual_seed(3)
+    pairs = head[0::2].shape[0]
+    scale = 10 ** (-7 + 4 * torch.rand((pairs, 1), generator=generator))
+    head[1::2] = head[0::2] * (1 + scale * torch.randn(head[0::2].shape, generator=generator))
+    return head
+
+
+def steps(native: tuple[NativeStep, tuple[int, int, int]], rows: int, count: int, greedy_only: bool,
+          seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`count` steps of `rows` rows at random tokens and positions over random cached keys (the
+    same for the same seed): each step's (logits, greedy tokens)."""
+    step, (layers, kv_heads, dim) = native
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.randn((layers, rows, kv_heads, CAPACITY, dim), generator=generator)
+    values = torch.randn(keys.shape, generator=generator)
+    table = row_table([(keys, values, list(range(rows)))])
+    rng = random.Random(seed)
+    outcomes = []
+    with torch.inference_mode():
+        for _ in range(count):
+            ids = torch.tensor([rng.randrange(3, 49152) for _ in range(rows)])
+            positions = torch.tensor([rng.randrange(0, CAPACITY) for _ in range(rows)])
+            outcomes.append(step.model.step(ids, positions, table, greedy_only))
+    return outcomes
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_a_screened_step_finds_the_whole_products_greedy_tokens_among_near_ties_and_returns_no_logits(rows):
+    native = native_step(near_ties())
+    assert native[0].screens
+    screened = steps(native, rows, 40, greedy_only=True, seed=rows)
+    whole = steps(native, rows, 40, greedy_only=False, seed=rows)
+    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
+        assert no_logits.shape == (rows, 0)
+        assert logits.shape == (rows, 49152)
+        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
+    # The near-ties were met: in every step, each row's largest logit had a rival within a
+    # thousandth of it (bfloat16 rounds these logits by about that much).
+    gaps = [(logits.topk(2).values[:, 0] - logits.topk(2).values[:, 1]).max().item() for logits, _ in whole]
+    assert max(gaps) < 1e-3
+
+
+def test_equal_largest_logits_go_to_the_first_column_through_the_screen():
+    # Three equal rows far longer than the others: wherever they point the row's way, their
+    # logit is the largest, equal in all three.
+    head = near_ties()
+    head[[300, 100, 200]] = 50 * head.norm(dim=1).max() * torch.ones(head.shape[1]) / head.shape[1] ** 0.5
+    native = native_step(head)
+    screened = steps(native, 3, 6, greedy_only=True, seed=7)
+    whole = steps(native, 3, 6, greedy_only=False, seed=7)
+    winners = []
+    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
+        assert no_logits.shape == (3, 0)
+        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
+        winners += greedy.tolist()
+    assert 100 in winners and not {200, 300} & set(winners)
+
+
+def test_a_screen_that_cannot_decide_leaves_the_step_to_the_whole_product():
+    # Every logit 0: every column a candidate, more than the screen computes in float32.
+    native = native_step(torch.zeros(49152, 64))
+    assert native[0].screens
+    for logits, greedy in steps(native, 2, 2, greedy_only=True, seed=1):
+        assert logits.shape == (2, 49152) and greedy.tolist() == [0, 0]
+
+
+def test_an_output_matrix_with_a_row_that_is_not_finite_gets_no_screen():
+    head = near_ties()
+    head[45000] = float("nan")
+    native = native_step(head)
+    assert not native[0].screens
+    for logits, greedy in steps(native, 1, 2, greedy_only=True, seed=2):
+        assert logits.shape == (1, 49152) and greedy.tolist() == [45000]
+
+
+def test_an_engine_answers_greedy_requests_without_logits_the_same_as_with_them_and_sampled_ones_with_them():
+    engine = models.engine(models.tiny_model("llama").float(), matrices=MatrixLayout.DOT,
+                           compile_mode=CompileMode.ON, max_running=4)
+    run = engine.runner.run
+    handed = []
+
+    def answers(requests: dict[str, SamplingParams], logits_wanted: bool) -> dict[str, list[int]]:
+        engine.runner.run = lambda chunks, **options: handed.append(
+            scores := run(chunks) if logits_wanted else run(chunks, **options)) or scores
+        rng = random.Random(5)
+        for request_id, params in requests.items():
+            engine.add_request(request_id, [rng.randrange(3, 49152) for _ in range(12)], params)
+        tokens: dict[str, list[int]] = {}
+        while engine.has_work():
+            for output in engine.step():
+                tokens.setdefault(output.request_id, []).append(output.token_id)
+        return tokens
+
+    greedy = {f"greedy-{n}": SamplingParams(max_tokens=12) for n in range(3)}
+    without = answers(greedy, logits_wanted=False)
+    decode_steps = [scores for scores in handed if scores.greedy is not None]
+    assert decode_steps and all(scores.logits is None for scores in decode_steps)
+    assert answers(greedy, logits_wanted=True) == without
+    handed.clear()
+    mixed = {**greedy, "sampled": SamplingParams(max_tokens=12, temperature=0.8, seed=1)}
+    answers(mixed, logits_wanted=False)
+    decode_steps = [scores for scores in handed if scores.greedy is not None]
+    assert decode_steps and all(scores.logits is not None for scores in decode_steps)
