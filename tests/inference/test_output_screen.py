@@ -1,7 +1,7 @@
 """A float32 native step whose rows all want their greedy token reads its output matrix through a
 bfloat16 screen (kernels/decode_step.cpp's `Screen`): it finds the token the whole float32 product
-finds, bit for bit, ties and near-ties included, hands the sampler no logits, and computes the
-whole product where the screen cannot decide or a row samples."""
+finds, bit for bit, ties and near-ties included, and hands the sampler no logits; a row the screen
+cannot decide gets its whole product, and a step with a sampled row every logit."""
 
 import random
 
@@ -99,12 +99,25 @@ def test_equal_largest_logits_go_to_the_first_column_through_the_screen():
     assert 100 in winners and not {200, 300} & set(winners)
 
 
-def test_a_screen_that_cannot_decide_leaves_the_step_to_the_whole_product():
-    # Every logit 0: every column a candidate, more than the screen computes in float32.
-    native = native_step(torch.zeros(49152, 64))
+def test_a_row_the_screen_cannot_decide_gets_its_whole_product_and_its_neighbours_do_not():
+    # Logits of 0 but in 2,001 columns: one alone (777), and 2,000 rows a millionth apart
+    # (5000-6999), more candidates than the screen computes in float32 wherever they are the
+    # largest. A row whose largest logit is column 777's is decided by the screen; the others
+    # only by the whole product (the 2,000's largest, or 47,151 zeros).
+    generator = torch.Generator().manual_seed(4)
+    head = torch.zeros(49152, 64)
+    head[777] = torch.randn(64, generator=generator)
+    head[5000:7000] = torch.randn(64, generator=generator) + 1e-6 * torch.randn((2000, 64), generator=generator)
+    native = native_step(head)
     assert native[0].screens
-    for logits, greedy in steps(native, 2, 2, greedy_only=True, seed=1):
-        assert logits.shape == (2, 49152) and greedy.tolist() == [0, 0]
+    screened = steps(native, 8, 4, greedy_only=True, seed=1)
+    whole = steps(native, 8, 4, greedy_only=False, seed=1)
+    winners = []
+    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
+        assert no_logits.shape == (8, 0)
+        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
+        winners += greedy.tolist()
+    assert 777 in winners and any(5000 < token < 7000 for token in winners)
 
 
 def test_an_output_matrix_with_a_row_that_is_not_finite_gets_no_screen():

@@ -23,8 +23,8 @@
 // a token at one stream, where a step only reads), each logit's distance from the float32 one
 // is bounded, and only the columns that could still be the largest are computed in float32, by
 // the same tile arithmetic as the whole product's (`Screen`). The greedy token is the one the
-// whole product gives, bit for bit; where the bound leaves too many columns, or a value is not
-// finite, the step computes the whole product after all.
+// whole product gives, bit for bit; a row for which the bound leaves too many columns, or whose
+// screened logits are not all finite, has its whole product computed after all.
 #include <torch/custom_class.h>
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -33,7 +33,6 @@
 #include <omp.h>
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <tuple>
@@ -126,7 +125,7 @@ struct Best {
 // logit minus its own bound cannot be the largest: the candidates are the others.
 struct Screen {
   at::Tensor matrix, norms;  // [vocab, hidden] bfloat16, [vocab] float32
-  // More candidates than this in a row and the whole product is computed: its columns' float32
+  // More candidates than this in a row and its whole product is computed: their float32
   // products would cost a fair share of the whole's (the default model's rows have had 2 at the
   // median, 18 at most, over 256 greedy steps).
   static constexpr int64_t kMostCandidates = 1024;
@@ -225,9 +224,9 @@ class DecodeModel : public torch::CustomClassHolder {
   // token_ids, positions [B] int64 (a row's position: the keys it has cached); table [B, 6]:
   // where each row's keys and values lie (decode_attention_rows' table). Writes each layer's
   // new key and value at the row's position; returns the logits [B, vocab] and each row's
-  // greedy token [B]. With `greedy_only`, a model with a screen may find the greedy tokens
-  // without the logits: the logits returned are then empty [B, 0]. One step at a time: the
-  // buffers are the model's.
+  // greedy token [B]. With `greedy_only`, a model with a screen finds the greedy tokens without
+  // the logits: the logits returned are then empty [B, 0]. One step at a time: the buffers are
+  // the model's.
   std::tuple<at::Tensor, at::Tensor> step(const at::Tensor& token_ids_in, const at::Tensor& positions_in,
                                           const at::Tensor& table, bool greedy_only) {
     TORCH_CHECK(token_ids_in.dim() == 1 && token_ids_in.scalar_type() == at::kLong && positions_in.dim() == 1 &&
@@ -251,7 +250,7 @@ class DecodeModel : public torch::CustomClassHolder {
 #if defined(__AVX512BF16__)
     else dispatch<c10::BFloat16>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
 #endif
-    if (screening_ && !too_many_) return {at::detail::empty_cpu({rows, 0}, dtype_), greedy};
+    if (screening_) return {at::detail::empty_cpu({rows, 0}, dtype_), greedy};
     return {logits, greedy};
   }
 
@@ -336,7 +335,6 @@ class DecodeModel : public torch::CustomClassHolder {
     shares_.reset(product_tiles_, threads);
     const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
     const bool screening = screening_;
-    too_many_ = false;
     if (screening) {
       buffers_.own_screen.resize(threads);
       for (auto& own : buffers_.own_screen) room<c10::BFloat16>(own, rows * hidden);
@@ -434,7 +432,7 @@ class DecodeModel : public torch::CustomClassHolder {
 #endif
         }
       }
-      if (!screening || too_many_) {
+      if (!screening) {
         clock.enter(kProducts);
         Best* best = buffers_.best.data() + thread * rows;
         std::fill(best, best + rows, Best{-INFINITY, vocab_});
@@ -460,24 +458,30 @@ class DecodeModel : public torch::CustomClassHolder {
 #if defined(__AVX512BF16__)
   // Each row's greedy token from the screened logits (Screen), the thread's share of the rows:
   // the candidates, then their float32 logits by the whole product's tile arithmetic, written
-  // where the whole product would write them, and the first of their largest. Where some row
-  // has too many candidates or a value that is not finite, every thread returns with too_many_
-  // set and the greedy tokens unwritten. Called by every thread of the step's region.
+  // where the whole product would write them, and the first of their largest; a row the screen
+  // cannot decide gets its whole product, from this thread alone. Called by every thread of the
+  // step's region.
   void greedy_through_screen(const float* x, const c10::BFloat16* screened, int64_t rows, int thread, int count,
                              float* logits, int64_t* greedy) {
 #pragma omp barrier
-    const auto [first, end] = range(rows, thread, count);
-    for (int64_t b = first; b < end && !too_many_; ++b)
-      if (!find_candidates(x + b * hidden_, screened + b * vocab_, buffers_.candidates[b])) too_many_ = true;
-#pragma omp barrier
-    if (too_many_) return;
     const float* head = head_.const_data_ptr<float>();
+    const auto [first, end] = range(rows, thread, count);
     for (int64_t b = first; b < end; ++b) {
+      const float* row = x + b * hidden_;
+      float* row_logits = logits + b * vocab_;
+      std::vector<int64_t>& candidates = buffers_.candidates[b];
+      if (!find_candidates(row, screened + b * vocab_, candidates)) {
+        constexpr int64_t kWidth = chatapp_dot::kFew.outputs;
+        const int64_t whole = vocab_ / kWidth;
+        chatapp_dot::tiles<float, chatapp_dot::kFew.rows, kWidth>(row, 1, hidden_, head, row_logits, vocab_, 0, whole);
+        chatapp_dot::last_columns<float>(row, 1, hidden_, head, row_logits, vocab_, whole * kWidth);
+        greedy[b] = largest(row_logits, 0, vocab_).column;
+        continue;
+      }
       Best best{-INFINITY, vocab_};
-      for (const int64_t column : buffers_.candidates[b]) {
-        chatapp_dot::columns<float, 1, 1>(x + b * hidden_, 0, 1, hidden_, head, logits + b * vocab_, vocab_, column,
-                                          column + 1);
-        best = best.larger({logits[b * vocab_ + column], column});
+      for (const int64_t column : candidates) {
+        chatapp_dot::columns<float, 1, 1>(row, 0, 1, hidden_, head, row_logits, vocab_, column, column + 1);
+        best = best.larger({row_logits[column], column});
       }
       greedy[b] = best.column;
     }
@@ -669,7 +673,6 @@ class DecodeModel : public torch::CustomClassHolder {
   Buffers buffers_;
   Screen screen_;
   bool screening_ = false;  // this step's rows want only their greedy tokens, and a screen serves
-  std::atomic<bool> too_many_{false};  // the screen left some row too many candidates this step
   std::vector<int64_t> product_tiles_;  // each product's whole tiles, in the step's order
   chatapp_step::Shares shares_;
   chatapp_step::Barrier barrier_;
