@@ -77,6 +77,12 @@ _polled_at = -math.inf
 _polling: asyncio.Task | None = None
 
 
+def forget() -> None:
+    """Drops every replica's counts and avoidance (tests whose upstream's address an earlier
+    test's upstream had: a refusal there must not send this test's requests elsewhere)."""
+    _replicas.clear()
+
+
 def _current(urls: list[str] | None = None) -> list[Replica]:
     """The replicas of `urls` (by default every upstream listed), each resolved address apart."""
     urls = upstream_models.listed() if urls is None else urls

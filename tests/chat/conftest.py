@@ -4,6 +4,7 @@ from django.db import connections
 from django.test import AsyncClient
 
 from chatapp.streaming import prompt_fit
+from chatapp.upstream import inference_replicas
 from chatapp.upstream import models as upstream_models
 from tests import factories, servers
 from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
@@ -31,6 +32,7 @@ def upstream(fake_upstream_server, settings):
     prompt_fit.forget()  # what it learned of the last test's upstream
     settings.INFERENCE_URL = url
     upstream_models.forget()  # what it serves is read again
+    inference_replicas.forget()  # an earlier test's refusal does not send requests elsewhere
     return fake
 
 

@@ -31,7 +31,7 @@ def replicas(settings):
             pair.append(fake)
         settings.INFERENCE_URL = ",".join(fake.url for fake in pair)
         settings.INFERENCE_AVOID_SECONDS = 600  # longer than any test
-        inference_replicas._replicas.clear()  # a port used again must not inherit an earlier test's
+        inference_replicas.forget()  # a port used again must not inherit an earlier test's
         yield pair
 
 
