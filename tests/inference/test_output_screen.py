@@ -67,19 +67,25 @@ def steps(native: tuple[NativeStep, tuple[int, int, int]], rows: int, count: int
     return outcomes
 
 
+def screened_as_whole(native, rows: int, count: int, seed: int) -> list[torch.Tensor]:
+    """Runs the same steps screened and whole; asserts that the screened ones returned no logits
+    and the whole product's greedy tokens (its logits' argmax); returns the whole steps' logits."""
+    screened = steps(native, rows, count, greedy_only=True, seed=seed)
+    whole = steps(native, rows, count, greedy_only=False, seed=seed)
+    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
+        assert no_logits.shape == (rows, 0) and logits.shape == (rows, 49152)
+        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
+    return [logits for logits, _ in whole]
+
+
 @pytest.mark.parametrize("rows", [1, 3, 8])
 def test_a_screened_step_finds_the_whole_products_greedy_tokens_among_near_ties_and_returns_no_logits(rows):
     native = native_step(near_ties())
     assert native[0].screens
-    screened = steps(native, rows, 40, greedy_only=True, seed=rows)
-    whole = steps(native, rows, 40, greedy_only=False, seed=rows)
-    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
-        assert no_logits.shape == (rows, 0)
-        assert logits.shape == (rows, 49152)
-        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
+    whole = screened_as_whole(native, rows, 40, seed=rows)
     # The near-ties were met: in every step, each row's largest logit had a rival within a
     # thousandth of it (bfloat16 rounds these logits by about that much).
-    gaps = [(logits.topk(2).values[:, 0] - logits.topk(2).values[:, 1]).max().item() for logits, _ in whole]
+    gaps = [(logits.topk(2).values[:, 0] - logits.topk(2).values[:, 1]).max().item() for logits in whole]
     assert max(gaps) < 1e-3
 
 
@@ -88,15 +94,9 @@ def test_equal_largest_logits_go_to_the_first_column_through_the_screen():
     # logit is the largest, equal in all three.
     head = near_ties()
     head[[300, 100, 200]] = 50 * head.norm(dim=1).max() * torch.ones(head.shape[1]) / head.shape[1] ** 0.5
-    native = native_step(head)
-    screened = steps(native, 3, 6, greedy_only=True, seed=7)
-    whole = steps(native, 3, 6, greedy_only=False, seed=7)
-    winners = []
-    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
-        assert no_logits.shape == (3, 0)
-        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
-        winners += greedy.tolist()
-    assert 100 in winners and not {200, 300} & set(winners)
+    winners = {token for logits in screened_as_whole(native_step(head), 3, 6, seed=7)
+               for token in logits.argmax(dim=-1).tolist()}
+    assert 100 in winners and not {200, 300} & winners
 
 
 def test_a_row_the_screen_cannot_decide_gets_its_whole_product_and_its_neighbours_do_not():
@@ -108,15 +108,8 @@ def test_a_row_the_screen_cannot_decide_gets_its_whole_product_and_its_neighbour
     head = torch.zeros(49152, 64)
     head[777] = torch.randn(64, generator=generator)
     head[5000:7000] = torch.randn(64, generator=generator) + 1e-6 * torch.randn((2000, 64), generator=generator)
-    native = native_step(head)
-    assert native[0].screens
-    screened = steps(native, 8, 4, greedy_only=True, seed=1)
-    whole = steps(native, 8, 4, greedy_only=False, seed=1)
-    winners = []
-    for (no_logits, greedy), (logits, expected) in zip(screened, whole, strict=True):
-        assert no_logits.shape == (8, 0)
-        assert torch.equal(greedy, expected) and torch.equal(expected, logits.argmax(dim=-1))
-        winners += greedy.tolist()
+    winners = {token for logits in screened_as_whole(native_step(head), 8, 4, seed=1)
+               for token in logits.argmax(dim=-1).tolist()}
     assert 777 in winners and any(5000 < token < 7000 for token in winners)
 
 
