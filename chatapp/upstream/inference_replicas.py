@@ -77,6 +77,14 @@ _polled_at = -math.inf
 _polling: asyncio.Task | None = None
 
 
+def unreachable(url: str) -> None:
+    """A replica that could not be reached for a question beside an answer (a prompt's count)
+    goes to the back of the line, as one that refused an answer does."""
+    replica = _replicas.get(url)
+    if replica is not None:
+        replica.refused()
+
+
 def forget() -> None:
     """Drops every replica's counts and avoidance (tests whose upstream's address an earlier
     test's upstream had: a refusal there must not send this test's requests elsewhere)."""

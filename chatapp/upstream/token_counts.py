@@ -7,7 +7,9 @@ in `GET /props`. A prompt's tokens, with the chat template applied as a completi
 takes text only, so there it is `/apply-template` then `/tokenize`. Which kind an upstream is
 is learned by trying, once, and remembered per upstream, as is an upstream with no such
 endpoint (404, 405, 501: the chat then estimates). A failure that may pass (unreachable, a
-timeout, a 5xx) is not remembered: that answer estimates, the next one asks again.
+timeout, a 5xx) is not remembered: that answer estimates, the next one asks again; a replica
+that could not be reached goes to the back of the line (inference_replicas.py), as one that
+refused an answer does, so that the next count asks another.
 """
 
 import asyncio
@@ -17,6 +19,7 @@ import json
 import httpx2
 from django.conf import settings
 
+from . import inference_replicas
 from .inference_client import client
 
 
@@ -49,6 +52,10 @@ class _Absent(_Unanswered):
     """The endpoint is not there, and will not be."""
 
 
+class _Unreachable(_Unanswered):
+    """The upstream could not be reached, or did not answer in time."""
+
+
 async def _post(url: str, body: dict) -> httpx2.Response:
     return await _send("POST", url, json=body)
 
@@ -56,6 +63,8 @@ async def _post(url: str, body: dict) -> httpx2.Response:
 async def _send(method: str, url: str, **kwargs) -> httpx2.Response:
     try:
         return await client().request(method, url, timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS, **kwargs)
+    except httpx2.TransportError as error:
+        raise _Unreachable(repr(error)) from error
     except httpx2.HTTPError as error:
         raise _Unanswered(repr(error)) from error
 
@@ -85,6 +94,9 @@ async def context_tokens(url: str, model: str) -> int | None:
     if key not in _contexts:
         try:
             _contexts[key] = await _models_context(url, model) or await _props_context(url)
+        except _Unreachable:
+            inference_replicas.unreachable(url)
+            return None
         except _Unanswered:
             return None
     return _contexts[key]
@@ -133,6 +145,9 @@ async def prompt_tokens(url: str, model: str, messages: list[dict], *,
             return await _messages_count(url, body)
         if counter is Counter.LLAMA_CPP:
             return await _llama_cpp_count(url, body)
+    except _Unreachable:
+        inference_replicas.unreachable(url)
+        return None
     except _Unanswered:
         return None
     return None

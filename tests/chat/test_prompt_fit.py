@@ -10,8 +10,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chatapp.models import Generation
+from chatapp.upstream import inference_replicas, token_counts
 from tests import factories
 from tests.chat.streams import read_events
+from tests.fakes.upstream import DEFAULT_MODEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,3 +167,12 @@ async def test_a_replica_that_lately_refused_is_not_the_one_asked_to_count(api, 
     assert first[-1][1]["status"] == second[-1][1]["status"] == "completed"
     assert counted_then == 0  # the first answer asked the dead replica, and estimated
     assert len(upstream.counts) == 1
+
+
+async def test_a_replica_that_cannot_be_reached_to_count_is_not_asked_to_count_again(upstream, settings):
+    # Only the count meets the dead replica here: no stream and no /metrics poll marks it.
+    settings.INFERENCE_URL = f"http://127.0.0.1:9,{settings.INFERENCE_URL}"  # nothing listens on port 9
+    dead = inference_replicas.first_answering_url(DEFAULT_MODEL)
+    assert dead == "http://127.0.0.1:9"
+    assert await token_counts.prompt_tokens(dead, DEFAULT_MODEL, [{"role": "user", "content": "Hi"}]) is None
+    assert inference_replicas.first_answering_url(DEFAULT_MODEL) != dead
