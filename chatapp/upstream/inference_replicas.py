@@ -77,7 +77,7 @@ _polled_at = -math.inf
 _polling: asyncio.Task | None = None
 
 
-def unreachable(url: str) -> None:
+def avoid(url: str) -> None:
     """A replica that could not be reached for a question beside an answer (a prompt's count)
     goes to the back of the line, as one that refused an answer does."""
     replica = _replicas.get(url)

@@ -95,7 +95,7 @@ async def context_tokens(url: str, model: str) -> int | None:
         try:
             _contexts[key] = await _models_context(url, model) or await _props_context(url)
         except _Unreachable:
-            inference_replicas.unreachable(url)
+            inference_replicas.avoid(url)
             return None
         except _Unanswered:
             return None
@@ -146,7 +146,7 @@ async def prompt_tokens(url: str, model: str, messages: list[dict], *,
         if counter is Counter.LLAMA_CPP:
             return await _llama_cpp_count(url, body)
     except _Unreachable:
-        inference_replicas.unreachable(url)
+        inference_replicas.avoid(url)
         return None
     except _Unanswered:
         return None

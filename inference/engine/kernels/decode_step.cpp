@@ -245,12 +245,13 @@ class DecodeModel : public torch::CustomClassHolder {
     }
     at::Tensor logits = at::detail::empty_cpu({rows, vocab_}, dtype_);
     at::Tensor greedy = at::detail::empty_cpu({rows}, at::kLong);
-    screening_ = greedy_only && screen_.matrix.defined();
-    if (dtype_ == at::kFloat) dispatch<float>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
+    const bool screening = greedy_only && screen_.matrix.defined();
+    if (dtype_ == at::kFloat)
+      dispatch<float>(ids, at, table.const_data_ptr<int64_t>(), rows, screening, logits, greedy);
 #if defined(__AVX512BF16__)
-    else dispatch<c10::BFloat16>(ids, at, table.const_data_ptr<int64_t>(), rows, logits, greedy);
+    else dispatch<c10::BFloat16>(ids, at, table.const_data_ptr<int64_t>(), rows, screening, logits, greedy);
 #endif
-    if (screening_) return {at::detail::empty_cpu({rows, 0}, dtype_), greedy};
+    if (screening) return {at::detail::empty_cpu({rows, 0}, dtype_), greedy};
     return {logits, greedy};
   }
 
@@ -266,12 +267,12 @@ class DecodeModel : public torch::CustomClassHolder {
 
  private:
   template <typename T>
-  void dispatch(const int64_t* ids, const int64_t* at, const int64_t* table, int64_t rows, at::Tensor& logits,
-                at::Tensor& greedy) {
+  void dispatch(const int64_t* ids, const int64_t* at, const int64_t* table, int64_t rows, bool screening,
+                at::Tensor& logits, at::Tensor& greedy) {
     switch (dim_) {
-      case 64: return run<T, 64>(ids, at, table, rows, logits, greedy);
-      case 128: return run<T, 128>(ids, at, table, rows, logits, greedy);
-      default: return run<T, 0>(ids, at, table, rows, logits, greedy);
+      case 64: return run<T, 64>(ids, at, table, rows, screening, logits, greedy);
+      case 128: return run<T, 128>(ids, at, table, rows, screening, logits, greedy);
+      default: return run<T, 0>(ids, at, table, rows, screening, logits, greedy);
     }
   }
 
@@ -293,8 +294,9 @@ class DecodeModel : public torch::CustomClassHolder {
   }
 
   template <typename T, int64_t Dim>
-  void run(const int64_t* ids, const int64_t* at, const int64_t* table, int64_t rows, at::Tensor& logits_out,
-           at::Tensor& greedy_out) {
+  // `screening`: the rows' greedy tokens through the screen (Screen), the logits left unwritten.
+  void run(const int64_t* ids, const int64_t* at, const int64_t* table, int64_t rows, bool screening,
+           at::Tensor& logits_out, at::Tensor& greedy_out) {
     const int64_t hidden = hidden_, dim = dim_, heads = heads_, kv_heads = kv_heads_, group = heads / kv_heads;
     const int64_t width = (heads + 2 * kv_heads) * dim, inner = intermediate_;
     T* h = room<T>(buffers_.hidden, rows * hidden);
@@ -334,7 +336,6 @@ class DecodeModel : public torch::CustomClassHolder {
     product_tiles_.push_back(vocab_ / tile);  // the screen's
     shares_.reset(product_tiles_, threads);
     const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
-    const bool screening = screening_;
     if (screening) {
       buffers_.own_screen.resize(threads);
       for (auto& own : buffers_.own_screen) room<c10::BFloat16>(own, rows * hidden);
@@ -672,7 +673,6 @@ class DecodeModel : public torch::CustomClassHolder {
   int64_t vocab_ = 0, hidden_ = 0, dim_ = 0, intermediate_ = 0;
   Buffers buffers_;
   Screen screen_;
-  bool screening_ = false;  // this step's rows want only their greedy tokens, and a screen serves
   std::vector<int64_t> product_tiles_;  // each product's whole tiles, in the step's order
   chatapp_step::Shares shares_;
   chatapp_step::Barrier barrier_;
