@@ -28,9 +28,13 @@ class Plan:
 
 
 # A GPU server keeps every stream of the top level running: 256 streams of up to about 600
-# tokens need this many cache tokens (about 6 GB of bf16 keys and values for this model).
+# tokens need this many cache tokens (about 6 GB of bf16 keys and values for this model). Its
+# decode steps compiled (`auto` compiles on a CPU only), replayed from CUDA graphs by default.
 GPU_SERVER_ENV = {"INFERENCE_DTYPE": "bfloat16", "INFERENCE_MAX_RUNNING": "256",
-                  "INFERENCE_MAX_CACHED_TOKENS": "262144"}
+                  "INFERENCE_MAX_CACHED_TOKENS": "262144", "INFERENCE_COMPILE": "on"}
+# The server's step counters (inference/metrics.py), read around each level: which way its steps ran.
+STEP_COUNTERS = {"all": "inference_steps_total", "compiled": "inference_steps_compiled_total",
+                 "replayed": "inference_steps_replayed_total"}
 PLANS = {
     # Six workers of the machine's 16 cores: on 2 cores, two took 137 s for tests/inference.
     "cuda": Plan("cuda", (1, 16, 64, 256), (8, 48, 128, 512), (48, 192), 128,
@@ -98,9 +102,12 @@ def bench(args) -> int:
         for level in plan.levels:
             if not in_time("ours", level):
                 break
+            before = _step_counts(server)
             result = asyncio.run(run_closed_loop(server.base_url, server.model_name,
                                                  lists[level], level, "ours"))
-            results["levels"].append({**result.summary(), "gpu_memory_mib": _gpu_memory_mib()})
+            after = _step_counts(server)
+            results["levels"].append({**result.summary(), "gpu_memory_mib": _gpu_memory_mib(),
+                                      "step_ways": {way: after[way] - before[way] for way in STEP_COUNTERS}})
             print(_line(results["levels"][-1]), flush=True)
             save()
     except BaseException:
@@ -125,6 +132,15 @@ def bench(args) -> int:
     results["finished"] = time.time()
     save()
     return 0
+
+
+def _step_counts(server) -> dict[str, int]:
+    import httpx2
+
+    from common.metrics import metric_values
+
+    values = metric_values(httpx2.get(f"{server.base_url}/metrics", timeout=10).text)
+    return {way: int(values.get(name, 0)) for way, name in STEP_COUNTERS.items()}
 
 
 def _gpu_memory_mib() -> int | None:
@@ -176,16 +192,19 @@ def render_section(results: dict) -> str:
         "one ends. Static batch: the first B requests of the same list, left-padded, in this "
         f"process with transformers' forward in the server's dtype, {plan.get('static_steps')} "
         "steps counting B tokens a step (a ceiling, no scheduling).", "",
+        "Steps: the server's forward passes during the level, those of them run as one compiled step, "
+        "and of those the ones replayed from a captured CUDA graph (inference/metrics.py).", "",
         "| system | streams | ok/reqs | out tok/s | TTFT ms p50/p90/p99 | ITL ms p50/p90/p99 "
-        "| GPU memory used |", "|---|---|---|---|---|---|---|",
+        "| GPU memory used | steps: all / compiled / replayed |", "|---|---|---|---|---|---|---|---|",
     ]
     for s in results.get("levels", []) + results.get("static", []):
-        memory = s.get("gpu_memory_mib")
+        memory, steps = s.get("gpu_memory_mib"), s.get("step_ways")
         lines.append(
             f"| {'ours (HTTP/SSE)' if s['system'] == 'ours' else 'static batch'} "
             f"| {s['concurrency']} | {s['completed']}/{s['requests']} "
             f"| {s['output_tokens_per_s'] or 0:.1f} | {report.triple(s['ttft_s'])} "
-            f"| {report.triple(s['itl_s'])} | {'-' if memory is None else f'{memory} MiB'} |")
+            f"| {report.triple(s['itl_s'])} | {'-' if memory is None else f'{memory} MiB'} "
+            f"| {'-' if steps is None else ' / '.join(str(steps[way]) for way in STEP_COUNTERS)} |")
     notes = results.get("skipped", []) + (
         [f"benchmark exit: {results['bench_status']}"] if results.get("bench_status") else [])
     lines += ([""] + [f"**{note}**" for note in notes]) if notes else []

@@ -10,6 +10,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 MATRICES = ("auto", "plain", "packed", "dot")
 COMPILE_MODES = ("auto", "on", "off")
+CAPTURE_MODES = ("auto", "off", "calls")
 # Short names people type; the configuration holds torch's own name.
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
@@ -53,6 +54,11 @@ class InferenceConfig:
     # off, the compiled graph. "compile" decides as for the graph: auto timed against the fused
     # forward for each kind of step, on always used.
     native_step: bool = True
+    # Where the compiled graph serves decode steps on a GPU, whether they replay CUDA graphs,
+    # one captured for each bucket of streams and context (inference/engine/captured_steps.py):
+    # "auto" on a GPU, "off" never; "calls" runs the same buckets and static tensors without a
+    # graph, on any device (what the CPU's tests run of the GPU's path).
+    capture: str = "auto"
     max_running: int = 64
     # Requests beyond this many waiting are refused with 429 before any stream starts.
     max_waiting: int = 256
@@ -101,6 +107,8 @@ class InferenceConfig:
             raise ValueError(f"INFERENCE_MATRICES must be one of {MATRICES}, got {self.matrices!r}")
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"INFERENCE_COMPILE must be one of {COMPILE_MODES}, got {self.compile!r}")
+        if self.capture not in CAPTURE_MODES:
+            raise ValueError(f"INFERENCE_CAPTURE must be one of {CAPTURE_MODES}, got {self.capture!r}")
         if self.max_model_len < 0:
             raise ValueError(f"INFERENCE_MAX_MODEL_LEN must be 0 (the model's own) or more, "
                              f"got {self.max_model_len}")
@@ -130,6 +138,7 @@ class InferenceConfig:
                 matrices=env.string("INFERENCE_MATRICES", cls.matrices),
                 compile=env.string("INFERENCE_COMPILE", cls.compile),
                 native_step=env.boolean("INFERENCE_NATIVE_STEP", cls.native_step),
+                capture=env.string("INFERENCE_CAPTURE", cls.capture),
                 max_running=env.integer("INFERENCE_MAX_RUNNING", cls.max_running),
                 max_waiting=env.integer("INFERENCE_MAX_WAITING", cls.max_waiting),
                 max_cached_tokens=env.integer("INFERENCE_MAX_CACHED_TOKENS", cls.max_cached_tokens),

@@ -52,7 +52,7 @@ class Metrics:
         self.reusable_bytes.set_function(lambda: engine.stats().num_reusable_bytes)
         self.kept_prefixes.set_function(lambda: engine.stats().num_kept_rows)
         self.kept_tokens.set_function(lambda: engine.stats().num_kept_tokens)
-        self.registry.register(_PrefixCounters(engine))
+        self.registry.register(_EngineCounters(engine))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -80,7 +80,7 @@ class RequestClock:
         self.metrics.generated_tokens.inc(len(outputs))
 
 
-class _PrefixCounters:
+class _EngineCounters:
     """The engine's counts since start, as Prometheus counters, read when scraped."""
 
     def __init__(self, engine):
@@ -94,5 +94,10 @@ class _PrefixCounters:
              stats.num_reused_tokens),
             ("inference_prompt_tokens_prefilled", "Prompt tokens fed through the model.",
              stats.num_prefilled_tokens),
+            ("inference_steps", "Forward passes of the engine, every kind.", stats.num_steps),
+            ("inference_steps_compiled", "Decode steps run as one step: our own C++ step or the compiled graph.",
+             stats.num_compiled_steps),
+            ("inference_steps_replayed", "Compiled decode steps replayed from a captured CUDA graph.",
+             stats.num_replayed_steps),
         ]:
             yield CounterMetricFamily(name, help_text, value=value)

@@ -8,6 +8,7 @@ from enum import Enum
 from .async_engine import AsyncEngine
 from .config import InferenceConfig
 from .engine import ContextLengthExceeded, EngineConfig, LLMEngine, SamplingParams
+from .engine.captured_steps import CaptureMode
 from .engine.decode_graph import CompileMode
 from .engine.matrices import MatrixLayout
 from .metrics import Metrics
@@ -84,7 +85,8 @@ class InferenceService:
             prefill_chunk_min=c.prefill_chunk_min, reuse_prefixes=c.prefix_cache,
             prefill_stretch=c.prefill_stretch, prefill_stretch_streams=c.prefill_stretch_streams,
             max_kept_tokens=c.prefix_cache_tokens, matrices=MatrixLayout(c.matrices),
-            compile_mode=CompileMode(c.compile), native_step=c.native_step, cache_dir=c.cache_dir)
+            compile_mode=CompileMode(c.compile), native_step=c.native_step, capture=CaptureMode(c.capture),
+            cache_dir=c.cache_dir)
 
     @property
     def max_model_len(self) -> int:

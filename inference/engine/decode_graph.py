@@ -25,6 +25,9 @@ batch: the decoding rows' cached keys and values copied out of their groups, whi
 the price of one graph for every step: on the lent GPU, steps of several groups (which the graph
 once refused) and of a group's first row (refused at a guard on a view's offset) ran the fused
 forward, a kernel launch at a time (BENCHMARKS.md, the GPU section).
+On a GPU those steps then replay a CUDA graph captured for their bucket of rows and cached
+length (captured_steps.py): the graph's kernels launched in one call, not one at a time from
+inductor's Python wrapper.
 
 Shapes: the rows (and the cached length where the graph reads a copied batch) are symbols, so
 the graph compiles once, at load, and not again while serving: a step shaped otherwise runs
@@ -55,6 +58,7 @@ from torch._inductor.compile_fx import compile_fx
 
 from . import group_view, matrices, own_kernels
 from .attention import DecodeRows, GroupDecode, StepLayout
+from .captured_steps import CapturedSteps, CaptureMode
 from .fused_llama import rms_norm, rotate
 from .graph_call import GraphCall
 from .kv_cache import BLOCK_TOKENS
@@ -212,7 +216,8 @@ class _Step(nn.Module):
 class DecodeGraph:
     """Runs a decode step through the compiled graph, or says it cannot."""
 
-    def __init__(self, fused, kv_cache, own_attention: bool, cache_dir: Path | None = None):
+    def __init__(self, fused, kv_cache, own_attention: bool, cache_dir: Path | None = None,
+                 capture: CaptureMode = CaptureMode.AUTO):
         self.kv_cache = kv_cache
         self.device = fused.norm.device
         if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
@@ -234,6 +239,12 @@ class DecodeGraph:
         self._compiling_for: tuple[torch.Tensor, ...] | None = None
         self.num_steps = 0  # steps the graph ran
         self.num_fallbacks = 0  # steps it left to the fused forward, their shapes not compiled
+        # Steps of a gathered batch replayed from a graph captured for their bucket
+        # (captured_steps.py): on a GPU, unless asked otherwise; on a CPU only as asked (tests).
+        captures = capture is CaptureMode.CALLS or (capture is CaptureMode.AUTO and self.device.type == "cuda")
+        self.captured = None
+        if captures and not own_attention:
+            self.captured = CapturedSteps(self._call_static, kv_cache, cuda_graphs=capture is CaptureMode.AUTO)
 
     def warm(self) -> float:
         """Compiles the graph on a scratch group shaped as the cache's; returns the seconds it took.
@@ -314,10 +325,13 @@ class DecodeGraph:
     def _run_gathered(self, token_ids: torch.Tensor, decodes: list[GroupDecode]) -> StepLogits | None:
         """Products and sums' way: the decoding rows' cached keys and values copied into a batch
         of their own, whichever cache groups hold them (group_view.gather), the step's own
-        stored into each group after the call."""
-        keys, values = group_view.gather(self.kv_cache, decodes)
+        stored into each group after the call. Replayed from the graph captured for the step's
+        bucket where there is one (captured_steps.py)."""
         positions = decodes[0].positions if len(decodes) == 1 else torch.cat([d.positions for d in decodes])
-        outcome = self._outcome(self._call_gathered, token_ids, positions, keys, values)
+        outcome = None if self.captured is None else self.captured.run(token_ids, positions, decodes)
+        if outcome is None:
+            keys, values = group_view.gather(self.kv_cache, decodes)
+            outcome = self._outcome(self._call_gathered, token_ids, positions, keys, values)
         if outcome is None:
             return None
         logits, greedy, new_keys, new_values = outcome
@@ -357,6 +371,11 @@ class DecodeGraph:
         at = (decode.rows, decode.positions)
         keys.permute(1, 3, 0, 2, 4).index_put_(at, new_keys.transpose(0, 1))
         values.permute(1, 3, 0, 2, 4).index_put_(at, new_values.transpose(0, 1))
+
+    def _call_static(self, token_ids, positions, keys, values):
+        """The graph over a bucket's static batch (captured_steps.py), or None where not compiled
+        for it: what a captured graph replays."""
+        return self._outcome(self._call_gathered, token_ids, positions, keys, values)
 
     def _call_rows(self, token_ids, positions, table):
         """The graph over rows found through decode_attention_rows' table."""

@@ -67,3 +67,8 @@ class EngineStats:
     num_prefix_hits: int = 0
     num_reused_tokens: int = 0
     num_prefilled_tokens: int = 0
+    num_steps: int = 0
+    # Decode steps run as one step (our C++ step or the compiled graph), and of those, replayed
+    # from a captured CUDA graph: what a deployment reads to know which path served it.
+    num_compiled_steps: int = 0
+    num_replayed_steps: int = 0

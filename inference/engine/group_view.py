@@ -3,7 +3,6 @@ our own attention kernel does not run: a GPU, float64): the decoding rows' keys 
 gathered out of their groups, the rows' mask and the cached length in whole blocks."""
 
 import torch
-import torch.nn.functional as F
 
 from .kv_cache import BLOCK_TOKENS
 
@@ -15,21 +14,41 @@ def mask(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tens
     return mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
 
 
+def length(kv_cache, decodes) -> int:
+    """The cached length a batch of these rows needs: the longest row's keys cached before this
+    step in whole blocks (the shapes change once a block), no more than its groups hold."""
+    longest = max(decode.length for decode in decodes) - 1
+    return min(max(kv_cache.tensors(decode.group)[0].shape[3] for decode in decodes), whole_blocks(longest))
+
+
 def gather(kv_cache, decodes) -> tuple[torch.Tensor, torch.Tensor]:
     """The decoding rows' cached keys and values, in the step's order, [layers, rows, kv_heads,
-    length, dim] each, contiguous: `length` the longest row's cached keys in whole blocks (the
-    shapes change once a block), zeros past a group's capacity (its rows are shorter: masked)."""
-    longest = max(decode.length for decode in decodes) - 1  # keys cached before this step
-    groups = [kv_cache.tensors(decode.group) for decode in decodes]
-    length = min(max(keys.shape[3] for keys, _ in groups), whole_blocks(longest))
-    parts = ([], [])
-    for decode, tensors in zip(decodes, groups):
-        for part, group_tensor in zip(parts, tensors):
-            rows = group_tensor[:, decode.rows, :, :length]  # a copy: rows picked by index
-            part.append(F.pad(rows, (0, 0, 0, length - rows.shape[3])) if rows.shape[3] < length else rows)
-    if len(decodes) == 1:
-        return parts[0][0].contiguous(), parts[1][0].contiguous()
-    return torch.cat(parts[0], dim=1), torch.cat(parts[1], dim=1)
+    length, dim] each, contiguous, a batch of their own (`length` above): zeros past a group's
+    capacity (its rows are shorter: masked)."""
+    shape = kv_cache.shape
+    size = (shape.num_layers, sum(decode.count for decode in decodes), shape.num_kv_heads,
+            length(kv_cache, decodes), shape.head_dim)
+    keys = torch.zeros(size, dtype=shape.dtype, device=shape.device)
+    values = torch.zeros_like(keys)
+    gather_into(keys, values, kv_cache, decodes)
+    return keys, values
+
+
+def gather_into(keys: torch.Tensor, values: torch.Tensor, kv_cache, decodes) -> None:
+    """Copies the decoding rows' cached keys and values into the batch's first rows, in the
+    step's order, as far as the batch's length reaches (`keys.shape[3]`, at least `length`'s).
+    Past a group's capacity the batch's rows are zeroed: masked, their weight is 0, and only a
+    finite value times 0 is 0 (a captured step's batch holds earlier steps' rows there)."""
+    reach = keys.shape[3]
+    first = 0
+    for decode in decodes:
+        rows = slice(first, first + decode.count)
+        for batch, cached in zip((keys, values), kv_cache.tensors(decode.group)):
+            held = min(reach, cached.shape[3])
+            batch[:, rows, :, :held] = cached[:, decode.rows, :, :held]
+            if held < reach:
+                batch[:, rows, :, held:] = 0
+        first += decode.count
 
 
 def whole_blocks(tokens: int) -> int:

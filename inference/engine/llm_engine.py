@@ -15,6 +15,7 @@ from pathlib import Path
 
 from common.vocabulary import FinishReason
 
+from .captured_steps import CaptureMode
 from .decode_graph import CompileMode
 from .detokenizer import IncrementalDetokenizer
 from .door import EngineLimits, EngineStats, GraphState
@@ -78,6 +79,9 @@ class EngineConfig:
     # Where compile_mode is not OFF, whether our own C++ step (native_step.py) serves the decode
     # steps where it can run, in the compiled graph's place.
     native_step: bool = True
+    # Whether the compiled step's decode steps replay CUDA graphs captured per bucket of rows and
+    # context (captured_steps.py): by default on a GPU.
+    capture: CaptureMode = CaptureMode.AUTO
     cache_dir: Path | None = None
 
 
@@ -102,7 +106,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self.kv_cache, c.max_running, c.prefill_chunk, c.prefill_chunk_idle,
                                    c.prefill_chunk_min, c.reuse_prefixes, self.step_cost,
                                    c.prefill_stretch, c.max_kept_tokens, c.prefill_stretch_streams)
-        self.runner = ModelRunner(model, self.kv_cache, c.matrices, c.compile_mode, c.cache_dir, c.native_step)
+        self.runner = ModelRunner(model, self.kv_cache, c.matrices, c.compile_mode, c.cache_dir, c.native_step,
+                                  c.capture)
         longest = [self.kv_cache.max_sequence_tokens, c.max_model_len,
                    getattr(config, "max_position_embeddings", None)]
         self._limits = EngineLimits(max_model_len=min(n for n in longest if n is not None),
@@ -249,7 +254,8 @@ class LLMEngine:
             num_reusable_bytes=cache.num_reusable_bytes, num_kept_rows=cache.num_kept_rows,
             num_kept_tokens=cache.num_kept_tokens, num_prefix_hits=scheduler.num_prefix_hits,
             num_reused_tokens=scheduler.num_reused_tokens,
-            num_prefilled_tokens=scheduler.num_prefilled_tokens)
+            num_prefilled_tokens=scheduler.num_prefilled_tokens, num_steps=self.num_steps,
+            **self.runner.step_counts())
 
     def decode_step(self) -> GraphState:
         """Where the compiled decode step stands; safe from any thread."""

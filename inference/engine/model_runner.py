@@ -17,6 +17,7 @@ import torch
 
 from . import fused_llama, heap, own_kernels
 from .attention import ATTENTION_NAME, DecodeRows, GroupDecode, PromptChunk, StepLayout
+from .captured_steps import CaptureMode
 from .decode_graph import CompileMode, DecodeGraph, compiler_missing
 from .door import GraphState
 from .kv_cache import KVCache
@@ -35,8 +36,9 @@ logger = logging.getLogger(__name__)
 class ModelRunner:
     def __init__(self, model, kv_cache: KVCache, matrices: MatrixLayout = MatrixLayout.AUTO,
                  compile_mode: CompileMode = CompileMode.OFF, cache_dir: Path | None = None,
-                 native_step: bool = True):
+                 native_step: bool = True, capture: CaptureMode = CaptureMode.AUTO):
         self.model = model
+        self.capture = capture
         self.kv_cache = kv_cache
         # Decode tokens attend through our own kernel where it takes the cache's heads (a CPU,
         # float32 or bfloat16), else through torch's attention (attention.py).
@@ -79,7 +81,7 @@ class ModelRunner:
     def _compiled_graph(self, mode: CompileMode, cache_dir: Path | None) -> DecodeGraph | None:
         """The decode graph, compiled; under AUTO a compile that fails leaves the fused forward."""
         try:
-            graph = DecodeGraph(self.fused, self.kv_cache, self.own_attention, cache_dir)
+            graph = DecodeGraph(self.fused, self.kv_cache, self.own_attention, cache_dir, self.capture)
             logger.info("decode step compiled in %.0f s", graph.warm())
             heap.trim()  # the compiler's working memory, freed, goes back to the system
             return graph
@@ -103,6 +105,14 @@ class ModelRunner:
         if self.compiling is not None and self.compiling.is_alive():
             return GraphState.COMPILING
         return GraphState.UNCOMPILED
+
+    def step_counts(self) -> dict[str, int]:
+        """Decode steps run as one step so far (num_compiled_steps), and of those replayed from a
+        captured graph (num_replayed_steps)."""
+        graph = self.graph
+        captured = None if graph is None else graph.captured
+        return {"num_compiled_steps": 0 if graph is None else graph.num_steps,
+                "num_replayed_steps": 0 if captured is None else captured.num_replays}
 
     def _can_compile(self, model, mode: CompileMode) -> bool:
         """Whether the decode step is compiled (decode_graph.py); ON refuses what AUTO skips."""

@@ -61,6 +61,7 @@ class NativeStep:
                                                        fused.scaling)
         self.screens = self._screen(tensor_of(fused.lm_head))
         self.num_steps = 0
+        self.captured = None  # one call a step already: nothing to capture (captured_steps.py)
 
     def _screen(self, head: torch.Tensor) -> bool:
         """Gives the model its output matrix's screen where it can use one: a float32 matrix whose

@@ -107,6 +107,9 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_service_url):
     assert metric(text, "inference_prefix_cache_kept_rows") >= 1
     assert metric(text, "inference_prefix_cache_kept_tokens") >= 4
     assert metric(text, "inference_prompt_tokens_prefilled_total") >= 1
+    # Every step through the fused forward: this service does not compile (nor capture) its steps.
+    assert metric(text, "inference_steps_total") >= 4
+    assert metric(text, "inference_steps_compiled_total") == metric(text, "inference_steps_replayed_total") == 0
 
 
 LONG = "word " * 400
