@@ -158,7 +158,9 @@ class CapturedSteps:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread_local: what another thread asks of CUDA meanwhile does not spoil the capture (the
+        # service's other threads ask nothing of it; one that did would, under the default mode).
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             outputs = self.call(*inputs)
         if outputs is None:
             return None
