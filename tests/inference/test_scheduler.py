@@ -77,8 +77,10 @@ def first_fed(engine) -> list[str]:
     return [chunk.sequence.request_id for chunk in engine.scheduler.schedule()]
 
 
-def arrive(engine, name: str, prompt_tokens: int, waited: float) -> None:
-    engine.add_request(name, list(range(3, 3 + prompt_tokens)), SamplingParams(max_tokens=4))
+def arrive(engine, name: str, prompt_tokens: int, waited: float, first_token: int = 3) -> None:
+    """A request of `prompt_tokens` tokens from `first_token` on (prompts that start alike share
+    a prefix), as if it came `waited` seconds ago."""
+    engine.add_request(name, list(range(first_token, first_token + prompt_tokens)), SamplingParams(max_tokens=4))
     sequence = next(s for s in engine.scheduler.waiting if s.request_id == name)
     sequence.arrived_at = time.monotonic() - waited
 
@@ -96,9 +98,40 @@ def test_in_a_burst_a_short_prompt_is_fed_before_a_long_one_that_came_a_moment_e
     assert first_fed(engine) == ["short", "long"]  # all 20 of short's tokens, then 12 of long's
 
 
-def test_a_long_prompt_that_waited_long_enough_is_not_overtaken_by_a_fresh_short_one():
-    engine = burst_engine()
-    arrive(engine, "long", 300, waited=6.0)  # 50 tokens per second waited
-    arrive(engine, "fresh short", 20, waited=0.2)  # 100: it has not waited its share yet
+def step_feeding(engine) -> list[str]:
+    """Runs one step; the requests whose prompt tokens it fed, in the order it fed them."""
+    fed = []
+    run = engine.runner.run
 
-    assert first_fed(engine) == ["long"]
+    def observing(chunks: list[ScheduledChunk], **options):
+        fed.extend(chunk.sequence.request_id for chunk in chunks if chunk.sequence.is_prefilling)
+        return run(chunks, **options)
+
+    engine.runner.run = observing
+    try:
+        engine.step()
+    finally:
+        del engine.runner.run
+    return fed
+
+
+def test_a_short_prompt_that_comes_while_a_long_one_is_being_fed_is_fed_first():
+    engine = burst_engine()
+    arrive(engine, "long", 300, waited=1.0)  # a long paste, fed for a while already
+    assert step_feeding(engine) == ["long"]
+    arrive(engine, "short", 20, waited=0.0, first_token=1000)
+
+    assert step_feeding(engine) == ["short", "long"]  # all 20 of short's tokens, then 12 of long's
+
+
+def test_a_long_prompt_is_overtaken_only_until_later_prompts_were_fed_as_many_tokens_as_it_had():
+    engine = burst_engine()  # 32 prompt tokens a step
+    arrive(engine, "long", 100, waited=0.0)
+    order = [step_feeding(engine)]
+    for index in range(1, 4):  # a short prompt comes at every step
+        arrive(engine, f"short {index}", 20, waited=0.0, first_token=1000 * index)
+        order.append(step_feeding(engine))
+
+    # 32 of long's tokens fed before short 1 came, 20 + 20 of shorts' and 24 of long's since: its
+    # 100 tokens are reached before short 3's 32 + 40 + 20 + 20, so it goes first from then on.
+    assert order == [["long"], ["short 1", "long"], ["short 2", "long"], ["long"]]
