@@ -55,9 +55,9 @@ class Sequence:
         self.num_reused_tokens = 0
         self.arrived_at = time.monotonic()
         self.admitted_at: float | None = None
-        # Where its prompt stands in the order prompts are fed (scheduler.py): the prompt tokens
-        # fed to every sequence before it arrived, then, once admitted, plus those it needs fed.
-        self.prompt_turn = 0
+        # The scheduler's count of prompt tokens fed (to every sequence) when this one arrived:
+        # how long its prompt waited, counted in others' tokens fed since (scheduler.py).
+        self.prompt_tokens_fed_before = 0
         self.generator: torch.Generator | None = None
         if not params.greedy:
             self.generator = torch.Generator()

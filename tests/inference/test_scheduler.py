@@ -124,14 +124,14 @@ def test_a_short_prompt_that_comes_while_a_long_one_is_being_fed_is_fed_first():
     assert step_feeding(engine) == ["short", "long"]  # all 20 of short's tokens, then 12 of long's
 
 
-def test_a_long_prompt_is_overtaken_only_until_later_prompts_were_fed_as_many_tokens_as_it_had():
+def test_a_long_prompt_passed_over_for_a_short_one_goes_before_the_next_fresh_one():
     engine = burst_engine()  # 32 prompt tokens a step
-    arrive(engine, "long", 100, waited=0.0)
+    arrive(engine, "long", 300, waited=0.0)
+    arrive(engine, "short", 20, waited=0.0, first_token=1000)
     order = [step_feeding(engine)]
-    for index in range(1, 4):  # a short prompt comes at every step
-        arrive(engine, f"short {index}", 20, waited=0.0, first_token=1000 * index)
-        order.append(step_feeding(engine))
+    arrive(engine, "fresh short", 20, waited=0.0, first_token=2000)
+    order.append(step_feeding(engine))
 
-    # 32 of long's tokens fed before short 1 came, 20 + 20 of shorts' and 24 of long's since: its
-    # 100 tokens are reached before short 3's 32 + 40 + 20 + 20, so it goes first from then on.
-    assert order == [["long"], ["short 1", "long"], ["short 2", "long"], ["long"]]
+    # The long prompt waited for short's 20 tokens: a claim the fresh one, which waited for none,
+    # does not have.
+    assert order == [["short", "long"], ["long"]]
