@@ -15,7 +15,7 @@ after the call: through the same table with our attention (`store_rows`), else i
 write. A mutated input would cost a copy of the whole cache per step under torch.compile's
 functional graphs; a read-only one costs nothing, and its shapes may move freely.
 
-Attention, two ways (`_Step._attend`). Where our own kernel runs (own_kernels.py: a CPU, float32
+Attention, two ways (graph_step.py, `GraphStep._attend`). Where our own kernel runs (own_kernels.py: a CPU, float32
 or bfloat16), the graph is given a table of where each decoding row's keys and values are
 (row_table.py), so one step may take streams of any cache groups: from five streams on, every
 step spans several (the cache's groups hold four rows), and at four most did. Elsewhere (a GPU,
@@ -51,20 +51,18 @@ from pathlib import Path
 
 import torch
 import torch._inductor.config as inductor_config
-import torch.nn.functional as F
-from torch import nn
 from torch._dynamo.decorators import mark_unbacked
 from torch._inductor.compile_fx import compile_fx
 
-from . import group_view, matrices, own_kernels
+from . import group_view, own_kernels
 from .attention import DecodeRows, GroupDecode, StepLayout
 from .captured_steps import CapturedSteps, CaptureMode
-from .fused_llama import rms_norm, rotate
 from .graph_call import GraphCall
+from .graph_step import GraphStep
 from .kv_cache import BLOCK_TOKENS
 from .matrices import MatrixLayout
 from .row_table import row_table
-from .sampler import StepLogits, greedy
+from .sampler import StepLogits
 
 logger = logging.getLogger(__name__)
 
@@ -112,107 +110,6 @@ def compiler_missing(device: torch.device) -> str | None:
     return None
 
 
-class _Step(nn.Module):
-    """The fused forward's arithmetic for decode tokens, with the cache read-only, on the fused
-    forward's own tensors: its matrices as they are (oneDNN's packed layout where it packed them,
-    [out, in] for our own kernel, [in, out] otherwise), its norms, embedding and rotary tables."""
-
-    def __init__(self, fused, own_attention: bool):
-        super().__init__()
-        self.layout = fused.layout
-        # Our own attention kernel where the runner found it runs (own_kernels.attends), else
-        # products and sums.
-        self.own_attention = own_attention
-        # Buffers, not parameters: a packed matrix is an opaque oneDNN tensor. Under freezing
-        # they become the graph's constants, the same tensors, not copies.
-        self.register_buffer("embedding", fused.embedding)
-        self.layers = nn.ModuleList()
-        for fused_layer in fused.layers:
-            layer = nn.Module()
-            for name in ("attention_norm", "mlp_norm"):
-                layer.register_buffer(name, getattr(fused_layer, name))
-            for name in fused_layer.MATRICES:
-                layer.register_buffer(name, matrices.tensor_of(getattr(fused_layer, name)))
-            self.layers.append(layer)
-        self.register_buffer("norm", fused.norm)
-        self.register_buffer("head", matrices.tensor_of(fused.lm_head))
-        cos, sin = fused.tables
-        self.register_buffer("cos", cos)
-        self.register_buffer("sin", sin)
-        self.eps = fused.eps
-        self.heads, self.kv_heads, self.head_dim = fused.heads, fused.kv_heads, fused.head_dim
-        self.scaling = fused.scaling
-
-    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor,
-                cache: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """token_ids, positions [B]; the keys and values cached before this step: with our own
-        attention, (table,), where each row's are (decode_attention_rows' table [B, 6]: the rows
-        may lie in different cache groups); else (keys, values), [layers, B, kv_heads, length,
-        dim] each (a row's keys at and beyond its position are masked).
-
-        Returns the logits [B, vocab], each row's argmax (its greedy token: sampler.StepLogits;
-        by the sampler's blocks, whose maxima inductor vectorises: a plain argmax took 1.2 ms at
-        64 rows) and the step's keys and values [layers, B, kv_heads, dim].
-        """
-        count, heads, kv_heads, dim = token_ids.shape[0], self.heads, self.kv_heads, self.head_dim
-        group = heads // kv_heads
-        hidden = F.embedding(token_ids, self.embedding)
-        cos, sin = self.cos[positions], self.sin[positions]
-        mask = None if self.own_attention else group_view.mask(positions, cache[0].shape[3], hidden.dtype)
-        new_keys, new_values = [], []
-        for index, layer in enumerate(self.layers):
-            qkv = self._product(rms_norm(hidden, layer.attention_norm, self.eps), layer.qkv).view(count, -1, dim)
-            rotated = rotate(qkv[:, : heads + kv_heads], cos, sin)
-            queries = rotated[:, :heads].reshape(count, kv_heads, group, dim)
-            key, value = rotated[:, heads:], qkv[:, heads + kv_heads :]
-            new_keys.append(key)
-            new_values.append(value)
-            attended = self._attend(index, queries, cache, positions, mask, key, value)
-            hidden = hidden + self._product(attended.reshape(count, heads * dim), layer.output)
-            gate, up = self._product(rms_norm(hidden, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + self._product(F.silu(gate) * up, layer.down)
-        logits = self._product(rms_norm(hidden, self.norm, self.eps), self.head)
-        return logits, greedy(logits), torch.stack(new_keys), torch.stack(new_values)
-
-    def _product(self, rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-        """rows @ a weight matrix: the call PackedMatrix or DotMatrix makes (inductor calls it
-        from the generated code), or a plain [in, out] product."""
-        if self.layout is MatrixLayout.PACKED:
-            return torch.ops.mkldnn._linear_pointwise(rows, matrix, None, "none", [], "")
-        if self.layout is MatrixLayout.DOT:
-            return torch.ops.chatapp.dot_rows(rows, matrix)
-        return rows @ matrix
-
-    def _attend(self, layer: int, queries, cache, positions, mask, key, value) -> torch.Tensor:
-        """queries [B, kv_heads, group, dim] over a layer's cached keys (a row's first `positions`
-        of them) and the step's own key, in float32 at least (float64 stays float64).
-
-        Our own kernel where it runs (kernels/decode_attention.cpp): inductor's loops for the
-        products and sums below took about 24 ns per key and query head, one thread (BENCHMARKS.md).
-        Else written as products and sums, not as a call to an attention kernel: inductor fuses
-        them into a few loops over the cache, converting as they read. A decode step has a few
-        queries a head, and torch's CPU flash attention cost about 100 us a layer for four rows
-        over 140 keys (its calls' fixed cost mostly). In turns in one process (bf16, an AMD EPYC
-        with AVX-512, two runs): steps 6-9% shorter at one stream and 1-8% at four over
-        100-token contexts, 22% and 19% over 1,000 (BENCHMARKS.md).
-        """
-        if self.own_attention:
-            table, = cache
-            return torch.ops.chatapp.decode_attention_rows(queries, table, layer, positions, key, value, self.scaling)
-        keys, values = cache[0][layer], cache[1][layer]
-        wide = torch.promote_types(queries.dtype, torch.float32)
-        scaled = queries.to(wide) * self.scaling
-        # [B, kv_heads, group, length]
-        cached = (scaled[:, :, :, None, :] * keys[:, :, None].to(wide)).sum(-1) + mask
-        own = (scaled * key.to(wide)[:, :, None, :]).sum(-1)  # [B, kv, group]
-        top = torch.maximum(cached.amax(-1), own)
-        cached_weights, own_weight = torch.exp(cached - top[..., None]), torch.exp(own - top)
-        merged = ((cached_weights[..., None] * values[:, :, None].to(wide)).sum(-2)
-                  + value.to(wide)[:, :, None, :] * own_weight[..., None])
-        total = cached_weights.sum(-1) + own_weight
-        return (merged / total[..., None]).to(queries.dtype)
-
-
 class DecodeGraph:
     """Runs a decode step through the compiled graph, or says it cannot."""
 
@@ -222,15 +119,15 @@ class DecodeGraph:
         self.device = fused.norm.device
         if cache_dir is not None:  # what inductor compiles outlives the process and the machine's /tmp
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
-        self.module = _Step(fused, own_attention).eval()
+        self.module = GraphStep(fused, own_attention).eval()
         # No guards on the module's own attributes (its 210 matrices and norms, its constants):
         # checking them before every step cost about 400 us of a 10 ms bf16 step
         # (TORCH_LOGS=guards: "Guard eval latency" 394-542 us with them, 144-160 without), and
         # they never change once the module is built. Those guards were also what told one
-        # _Step from another (torch.compile keeps its graphs on the code it traced), so this
+        # GraphStep from another (torch.compile keeps its graphs on the code it traced), so this
         # module's forward runs a copy of the code, its graphs this module's alone. The inputs'
         # guards stay: a step shaped or typed otherwise still falls back (`run`).
-        self.module.forward = types.MethodType(_copy(_Step.forward), self.module)
+        self.module.forward = types.MethodType(_copy(GraphStep.forward), self.module)
         self.compiled = torch.compile(self.module, backend=self._compile, dynamic=True, fullgraph=True,
                                       options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
         # The compiled code called without torch.compile's frame once it compiled (graph_call.py),
