@@ -142,7 +142,11 @@ def test_a_step_the_compiled_code_refuses_is_not_captured():
 
 def test_a_capture_that_fails_leaves_every_later_step_uncaptured_and_says_why():
     cache, decodes = cache_with([40])
-    captured = CapturedSteps(rows_summed, cache, cuda_graphs=True)  # no CUDA here: the capture fails
+
+    def failing(*inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    captured = CapturedSteps(failing, cache, cuda_graphs=True)  # (without CUDA it fails before the call)
 
     assert captured.run(*step_inputs(decodes), decodes) is None
     assert captured.refused
