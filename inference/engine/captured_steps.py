@@ -78,6 +78,7 @@ class CapturedSteps:
         self._ids = torch.zeros(_power_of_two(kv_cache.max_rows), dtype=torch.long, device=self.device)
         self._positions = torch.zeros_like(self._ids)
         self._replays: dict[Bucket, Callable[[], StepOutputs]] = {}
+        self._refused: set[Bucket] = set()  # buckets whose tensors the compiled step refused
         self._pool = None  # the graphs' memory pool, made at the first capture
         self.refused: str | None = None  # why capturing stopped: every step runs uncaptured
         self.num_captures = 0
@@ -90,12 +91,12 @@ class CapturedSteps:
 
     def run(self, token_ids: torch.Tensor, positions: torch.Tensor, decodes) -> StepOutputs | None:
         """The step's outputs for these rows (the graph's groups' decodes), replayed; None where
-        the step's bucket is larger than the cache's budget or capturing failed (the caller runs
-        it uncaptured). The logits and greedy tokens are the caller's own; the keys and values
+        the step's bucket is larger than the cache's budget, the compiled step refused its
+        tensors or capturing failed (the caller runs it uncaptured). The logits and greedy tokens are the caller's own; the keys and values
         are valid until the next step."""
         count = token_ids.shape[0]
         bucket = Bucket.of(count, group_view.length(self.kv_cache, decodes))
-        if self.refused is not None or bucket.tokens > self.kv_cache.max_tokens:
+        if self.refused is not None or bucket.tokens > self.kv_cache.max_tokens or bucket in self._refused:
             return None
         inputs = self._inputs(bucket)
         ids, at, keys, values = inputs
@@ -107,7 +108,8 @@ class CapturedSteps:
         if captured:
             replay = self._capture(inputs)
         outputs = None if replay is None else replay()
-        if outputs is None:  # the compiled step refused the bucket's tensors: nothing kept
+        if outputs is None:  # the compiled step refused the bucket's tensors, as it will again
+            self._refused.add(bucket)
             return None
         if captured:
             self._replays[bucket] = replay

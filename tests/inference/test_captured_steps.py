@@ -134,10 +134,12 @@ def test_a_steps_logits_stay_as_they_were_after_the_next_replay():
 
 def test_a_step_the_compiled_code_refuses_is_not_captured():
     cache, decodes = cache_with([40])
-    captured = CapturedSteps(lambda *inputs: None, cache, cuda_graphs=False)
+    calls = []
+    captured = CapturedSteps(lambda *inputs: calls.append(inputs), cache, cuda_graphs=False)  # None: refused
 
     assert captured.run(*step_inputs(decodes), decodes) is None
-    assert captured.buckets == [] and captured.refused is None
+    assert captured.run(*step_inputs(decodes), decodes) is None  # not asked again
+    assert captured.buckets == [] and captured.refused is None and len(calls) == 1
 
 
 def test_a_capture_that_fails_leaves_every_later_step_uncaptured_and_says_why():
