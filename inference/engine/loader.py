@@ -76,6 +76,18 @@ def fastest_dtype(device_type: str, has_bf16: bool) -> torch.dtype:
     return torch.float16 if device_type == "cuda" else torch.float32
 
 
+def emulated(dtype: torch.dtype, device: torch.device, flags: frozenset[str]) -> str | None:
+    """Why this precision runs slowly here, or None: a CPU without bf16 in hardware emulates
+    bfloat16 products. torch 2.13's bfloat16 product on an AVX2 AMD EPYC ran at 1.3 GFLOP/s
+    (float32's: over 100), so the default model took 45 s to feed a 300-token prompt in bf16.
+    (float16 is not judged: whether a CPU multiplies it natively is another set of flags.)"""
+    if device.type != "cpu" or dtype != torch.bfloat16 or cpu_has_bf16(flags):
+        return None
+    return ("bfloat16 on a CPU without AVX-512 BF16 or AMX: its products are "
+            "emulated, tens of times slower than float32's (a 300-token prompt of the default model took "
+            "45 s on an AVX2 CPU); INFERENCE_DTYPE=auto chooses float32 here")
+
+
 def cpu_flags() -> frozenset[str]:
     """This CPU's feature flags: Linux's /proc/cpuinfo, else what torch's own detection found."""
     try:
@@ -107,6 +119,9 @@ def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
     chosen = resolve_dtype(dtype, target)
     logger.info("precision: %s on %s (INFERENCE_DTYPE=%s)", str(chosen).removeprefix("torch."),
                 target, dtype)
+    slow = emulated(chosen, target, cpu_flags() if target.type == "cpu" else frozenset())
+    if slow is not None:
+        logger.warning("%s", slow)
     loaded = AutoModelForCausalLM.from_pretrained(
         path, dtype=chosen, local_files_only=True
     ).to(target).eval()

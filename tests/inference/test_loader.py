@@ -48,6 +48,15 @@ def test_auto_precision_is_bf16_where_the_device_multiplies_it_natively():
     assert loader.resolve_dtype("float16", torch.device("cpu")) == torch.float16
 
 
+def test_bfloat16_asked_for_on_a_cpu_without_bf16_units_is_said_to_be_emulated():
+    cpu, avx2, bf16 = torch.device("cpu"), frozenset({"avx2", "fma"}), frozenset({"avx2", "avx512_bf16"})
+
+    assert "emulated" in loader.emulated(torch.bfloat16, cpu, avx2)
+    assert loader.emulated(torch.bfloat16, cpu, bf16) is None
+    assert loader.emulated(torch.float32, cpu, avx2) is None
+    assert loader.emulated(torch.bfloat16, torch.device("cuda"), frozenset()) is None
+
+
 def test_a_cpu_has_bf16_with_avx512_bf16_or_amx_and_not_with_avx512_alone():
     assert loader.cpu_has_bf16(frozenset({"avx2", "avx512f", "avx512_bf16"}))
     assert loader.cpu_has_bf16(frozenset({"avx2", "amx_tile", "amx_bf16"}))
