@@ -78,8 +78,8 @@ _polling: asyncio.Task | None = None
 
 
 def avoid(url: str) -> None:
-    """A replica that could not be reached for a question beside an answer (a prompt's count)
-    goes to the back of the line, as one that refused an answer does."""
+    """A replica that could not be reached, or refused, for a question beside an answer (a
+    prompt's count, a title) goes to the back of the line, as one that refused an answer does."""
     replica = _replicas.get(url)
     if replica is not None:
         replica.refused()
@@ -110,6 +110,16 @@ def first_answering_url(model: str) -> str:
     replicas, now = _current(upstream_models.serving(model)), time.monotonic()
     answering = [replica for replica in replicas if replica.avoid_until <= now] or replicas
     return answering[0].url if answering else ""
+
+
+def taking_turns(model: str) -> list[str]:
+    """Every listed URL serving `model` (as listed: not resolved, a URL listed twice asked twice),
+    each first in its turn, those lately avoided last: for a request that needs no choice by load
+    (a title), off the event loop the polls run on."""
+    urls, now = upstream_models.serving(model), time.monotonic()
+    start = next(_turn) % len(urls) if urls else 0
+    turned = urls[start:] + urls[:start]
+    return sorted(turned, key=lambda url: _replicas.setdefault(url, Replica(url)).avoid_until > now)
 
 
 def in_order(model: str) -> list[Replica]:

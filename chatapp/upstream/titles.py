@@ -9,7 +9,6 @@ a title the user chose meanwhile, or one that an edit of the first message chang
 overwritten.
 """
 
-import itertools
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ from django.db import connections
 from common.vocabulary import GenerationStatus
 
 from .. import selectors, services
-from . import inference_client
+from . import inference_client, inference_replicas
 from . import models as upstream_models
 
 logger = logging.getLogger(__name__)
@@ -95,24 +94,22 @@ class NoTitle(Exception):
     """The inference service gave no usable title."""
 
 
-_turn = itertools.count()
-
 
 def ask(question: str, answer: str, model: str) -> str:
     """The title by `model` for a conversation that began with `question` and `answer`.
 
     With several replicas of the model they take turns at being tried first, and a refusal
     that another replica might not repeat passes the request to the next, by the relay's rules
-    (inference_client.refusal, .unreachable). The relay's own choice by load lives on the event
-    loop; a request of 16 tokens does not need it.
+    (inference_client.refusal, .unreachable); that replica is then asked after the others for
+    a while, as the relay avoids it (inference_replicas.avoid). The relay's own choice by load
+    lives on the event loop; a request of 16 tokens does not need it.
     """
     upstream_models.fresh_now()
-    replicas = upstream_models.serving(model)
+    replicas = inference_replicas.taking_turns(model)
     if not replicas:
         raise NoTitle(f"no upstream serves the model {model!r}")
-    start = next(_turn) % len(replicas)
     failures = []
-    for url in replicas[start:] + replicas[:start]:
+    for url in replicas:
         try:
             response = httpx2.post(
                 f"{url}/v1/chat/completions",
@@ -129,6 +126,7 @@ def ask(question: str, answer: str, model: str) -> str:
             refused = inference_client.refusal(response.status_code, response.content)
         if not refused.elsewhere:
             raise NoTitle(refused.message)
+        inference_replicas.avoid(url)  # the next title asks the others first
         failures.append(f"{url}: {refused.message}")
     raise NoTitle("; ".join(failures))
 

@@ -173,3 +173,21 @@ def test_no_replica_that_answers_leaves_the_first_line_title(answered, settings)
 
     assert titles.title_conversation(answered.pk) is None
     assert title_of(answered.pk) == "Soup recipes"
+
+
+def test_a_replica_that_cannot_be_reached_for_a_title_is_not_asked_first_for_the_next(
+        answered, upstream, settings, monkeypatch):
+    dead = f"http://127.0.0.1:{ports.free_port()}"
+    settings.INFERENCE_URL = f"{dead},{settings.INFERENCE_URL}"
+    asked = []
+    post = titles.httpx2.post
+
+    def recorded(url, **options):  # the request goes on as it was; only its address is noted
+        asked.append(url.removesuffix("/v1/chat/completions"))
+        return post(url, **options)
+
+    monkeypatch.setattr(titles.httpx2, "post", recorded)
+    for _ in range(4):  # the replicas take turns at being tried first
+        titles.title_conversation(answered.pk)  # (the stand-in's stream is no title: None)
+
+    assert asked.count(dead) == 1 and len(asked) == 5  # failed once, then asked after the one that answers
