@@ -94,7 +94,6 @@ class NoTitle(Exception):
     """The inference service gave no usable title."""
 
 
-
 def ask(question: str, answer: str, model: str) -> str:
     """The title by `model` for a conversation that began with `question` and `answer`.
 

@@ -119,7 +119,7 @@ def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
     chosen = resolve_dtype(dtype, target)
     logger.info("precision: %s on %s (INFERENCE_DTYPE=%s)", str(chosen).removeprefix("torch."),
                 target, dtype)
-    slow = emulated(chosen, target, cpu_flags() if target.type == "cpu" else frozenset())
+    slow = emulated(chosen, target, cpu_flags())
     if slow is not None:
         logger.warning("%s", slow)
     loaded = AutoModelForCausalLM.from_pretrained(
