@@ -8,12 +8,14 @@ at one stream on a 2-core AMD EPYC, 2.2 ms of a 12.1 ms F32 step read no weights
 threads enter once a step and wait for each other at barriers, and a step needs no compiler
 and no warm-up: the library our kernels are built in (own_kernels.py) holds it.
 
-A float32 step whose rows all want only their greedy token reads the output matrix in bfloat16
-and computes in float32 only the few columns that could be the largest (decode_step.cpp's
-`Screen`): the same greedy token, bit for bit, from 57 MB of the default model's 538 MB a token
-fewer. Where this machine's products run bfloat16 (AVX-512 BF16), the model keeps that copy
-beside the float32 one; a sampled row needs every logit, so any step with one reads the float32
-matrix.
+A float32 step whose rows all want only their greedy token reads the output matrix in a
+narrower copy and computes in float32 only the few columns that could be the largest
+(decode_step.cpp's `Screen`): the same greedy token, bit for bit, from 57 MB of the default
+model's 538 MB a token fewer. The copy is bfloat16 where this machine's products run it (AVX-512
+BF16), else float16 (F16C widens it to float32): the model keeps it beside the float32 matrix; a
+sampled row needs every logit, so any step with one reads the float32 matrix. A float16 screen
+serves steps of at most two rows, where a step reads its weights and does little else: with
+more, widening the weights costs more than their bytes save (SCREENED_ROWS).
 
 It runs where our products and attention both do: a plain Llama with static rotary tables, its
 matrices in our layout (`MatrixLayout.DOT`), float32 or bfloat16, on a CPU. It takes the steps
@@ -30,6 +32,10 @@ from .sampler import StepLogits
 
 # What the C++ multiplies (decode_step.cpp, as dot_rows.cpp).
 DTYPES = (torch.float32, torch.bfloat16)
+# The most rows a step screens in each screen's type (None: any). float16 against the whole
+# float32 product, the screen on and off in turns in one process (the default model, 2-core AVX2
+# AMD EPYC): 0.92x the step at one row, 1.01x at four, 1.04x at sixteen (BENCHMARKS.md).
+SCREENED_ROWS = {torch.bfloat16: None, torch.float16: 2}
 
 
 def why_not(fused, own_attention: bool) -> str | None:
@@ -59,21 +65,31 @@ class NativeStep:
         # The model holds the tensors themselves (no copies): the weights exist once.
         self.model = torch.classes.chatapp.DecodeModel(tensors, fused.heads, fused.kv_heads, fused.eps,
                                                        fused.scaling)
-        self.screens = self._screen(tensor_of(fused.lm_head))
+        self.head = tensor_of(fused.lm_head)
+        self.screens: torch.dtype | None = None  # the screen's type, where there is one
+        next((dtype for dtype in own_kernels.screens() if self.screen_in(dtype)), None)
         self.num_steps = 0
         self.captured = None  # one call a step already: nothing to capture (captured_steps.py)
 
-    def _screen(self, head: torch.Tensor) -> bool:
-        """Gives the model its output matrix's screen where it can use one: a float32 matrix whose
-        rows' norms are finite, where our products run bfloat16."""
-        if head.dtype != torch.float32 or torch.bfloat16 not in own_kernels.dtypes():
+    def screen_in(self, dtype: torch.dtype) -> bool:
+        """Gives the model its output matrix's screen in `dtype` where it can use one: a float32
+        matrix whose rows' norms are finite and whose values `dtype` holds (float16 overflows
+        past 65,504). Whether it did; a screen given before stays where not."""
+        if self.head.dtype != torch.float32 or dtype not in own_kernels.screens():
             return False
         # Rounded up a little: the screen's bound must not be smaller than the norm.
-        norms = head.double().norm(dim=1).mul_(1 + 1e-6).float()
-        if not norms.isfinite().all():
+        norms = self.head.double().norm(dim=1).mul_(1 + 1e-6).float()
+        narrow = self.head.to(dtype).contiguous()
+        if not (norms.isfinite().all() and narrow.isfinite().all()):
             return False
-        self.model.screen_with(head.to(torch.bfloat16).contiguous(), norms)
+        self.model.screen_with(narrow, norms)
+        self.screens = dtype
         return True
+
+    def screened(self, rows: int) -> bool:
+        """Whether a greedy step of this many rows reads the output matrix through the screen."""
+        most = SCREENED_ROWS.get(self.screens)
+        return self.screens is not None and (most is None or rows <= most)
 
     def takes(self, step: StepLayout, num_sampled: int) -> list[GroupDecode] | None:
         """The step's decodes when it can run it: no prompt, every token sampled."""
@@ -86,6 +102,7 @@ class NativeStep:
         written into the cache. `greedy_only`: the caller wants the greedy tokens alone, and the
         logits may be left out (None)."""
         rows = step.rows
-        logits, greedy = self.model.step(token_ids, rows.positions, rows.table, greedy_only)
+        screened = greedy_only and self.screened(len(token_ids))
+        logits, greedy = self.model.step(token_ids, rows.positions, rows.table, screened)
         self.num_steps += 1
         return StepLogits(logits if logits.shape[1] else None, greedy)

@@ -54,16 +54,21 @@ class InstructionSet:
     cpu_flags: frozenset[str]  # as /proc/cpuinfo names them
     compile_flags: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]  # what the kernel multiplies when built for it
+    # What the native step may screen a float32 output matrix in (kernels/decode_step.cpp's
+    # `Screen`), the one it takes first.
+    screens: tuple[torch.dtype, ...]
 
 
-_AVX2 = ("-mavx2", "-mfma")
+# F16C: float16's conversions (the screen's); every CPU with AVX2 has it.
+_AVX2_FLAGS = frozenset({"avx2", "fma", "f16c"})
+_AVX2 = ("-mavx2", "-mfma", "-mf16c")
 # Widest first: the first whose flags this CPU has is built.
 INSTRUCTION_SETS = (
-    InstructionSet(frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "fma"}),
+    InstructionSet(_AVX2_FLAGS | {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"},
                    (*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
-                   (torch.float32, torch.bfloat16)),
-    InstructionSet(frozenset({"avx512f", "fma"}), (*_AVX2, "-mavx512f"), (torch.float32,)),
-    InstructionSet(frozenset({"avx2", "fma"}), _AVX2, (torch.float32,)),
+                   (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16)),
+    InstructionSet(_AVX2_FLAGS | {"avx512f"}, (*_AVX2, "-mavx512f"), (torch.float32,), (torch.float16,)),
+    InstructionSet(_AVX2_FLAGS, _AVX2, (torch.float32,), (torch.float16,)),
 )
 # What decode_attention_rows takes (kernels/decode_attention.cpp: kMostDim); other heads and dtypes
 # (float64 in tests, float16) go to torch's attention or products and sums.
@@ -107,6 +112,12 @@ def load(cache_dir: Path | None = None) -> str | None:
 def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
     """What dot_rows multiplies on this machine (loading it the first time); none if it cannot."""
     return () if load(cache_dir) else _outcome[0].dtypes
+
+
+def screens(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
+    """What the native step may screen a float32 output matrix in here, the first preferred; none
+    if our kernels cannot load."""
+    return () if load(cache_dir) else _outcome[0].screens
 
 
 def attends(device: torch.device, dtype: torch.dtype, head_dim: int, cache_dir: Path | None = None) -> bool:

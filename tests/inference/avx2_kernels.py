@@ -11,7 +11,8 @@ from inference.engine import own_kernels
 
 # The test files of our kernels, and the one test that asks for the widest build.
 FILES = ("tests/inference/test_dot_kernel.py", "tests/inference/test_decode_attention.py",
-         "tests/inference/test_native_step.py", "tests/inference/test_sampler.py")
+         "tests/inference/test_native_step.py", "tests/inference/test_output_screen.py",
+         "tests/inference/test_sampler.py")
 WIDEST = "test_the_widest_instructions_the_cpu_has_are_built_for"
 
 

@@ -1,7 +1,9 @@
 """A float32 native step whose rows all want their greedy token reads its output matrix through a
-bfloat16 screen (kernels/decode_step.cpp's `Screen`): it finds the token the whole float32 product
-finds, bit for bit, ties and near-ties included, and hands the sampler no logits; a row the screen
-cannot decide gets its whole product, and a step with a sampled row every logit."""
+screen in a narrower type, bfloat16 or float16 (kernels/decode_step.cpp's `Screen`): it finds the
+token the whole float32 product finds, bit for bit, ties, near-ties and values float16 holds
+only as subnormals included, and hands the sampler no logits; a row the screen cannot decide
+gets its whole product, and a step with a sampled row every logit. Each test runs with each
+screen this machine's build has (float16 on any, bfloat16 too with AVX-512 BF16)."""
 
 import random
 
@@ -15,22 +17,31 @@ from inference.engine.native_step import NativeStep
 from inference.engine.row_table import row_table
 from tests.inference import models
 
-pytestmark = pytest.mark.skipif(torch.bfloat16 not in own_kernels.dtypes(),
-                                reason="our kernels multiply float32 only on this CPU: no screen")
+pytestmark = pytest.mark.skipif(not own_kernels.screens(), reason="our kernels do not build on this machine")
 
 CAPACITY = 64
 
 
-def native_step(head: torch.Tensor | None = None) -> tuple[NativeStep, tuple[int, int, int]]:
-    """The tiny Llama's native step in float32, its output matrix replaced by `head` if given;
-    with its cache's layers, key/value heads and head size."""
+@pytest.fixture(params=own_kernels.screens(), ids=str)
+def screen(request) -> torch.dtype:
+    return request.param
+
+
+def native_step(screen: torch.dtype, head: torch.Tensor | None = None,
+                final_norm: torch.Tensor | float = 1.0) -> tuple[NativeStep, tuple[int, int, int]]:
+    """The tiny Llama's native step in float32 screened in `screen`, its output matrix replaced by
+    `head` if given, its final norm's weight scaled by `final_norm`; with its cache's layers,
+    key/value heads and head size."""
     model = models.tiny_model("llama").float()
     if head is not None:
         model.lm_head.weight = torch.nn.Parameter(head)
         model.config.tie_word_embeddings = False
+    with torch.no_grad():
+        model.model.norm.weight.mul_(final_norm)
     engine = models.engine(model, matrices=MatrixLayout.DOT, compile_mode=CompileMode.ON)
     step = engine.runner.graph
     assert isinstance(step, NativeStep)
+    step.screen_in(screen)
     shape = engine.kv_cache.shape
     return step, (shape.num_layers, shape.num_kv_heads, shape.head_dim)
 
@@ -38,8 +49,8 @@ def native_step(head: torch.Tensor | None = None) -> tuple[NativeStep, tuple[int
 def near_ties() -> torch.Tensor:
     """The tiny model's output matrix with every odd row its even neighbour's plus a little, from
     a ten-millionth to a thousandth of the row: each pair's logits differ by about as much as
-    bfloat16 rounds them or far less, so the largest logit always has a rival that the screen
-    may put above it, or level with it."""
+    bfloat16 or float16 rounds them or far less, so the largest logit always has a rival that the
+    screen may put above it, or level with it."""
     head = models.tiny_model("llama").float().lm_head.weight.detach().clone()
     generator = torch.Generator().manual_seed(3)
     pairs = head[0::2].shape[0]
@@ -79,27 +90,73 @@ def screened_as_whole(native, rows: int, count: int, seed: int) -> list[torch.Te
 
 
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_a_screened_step_finds_the_whole_products_greedy_tokens_among_near_ties_and_returns_no_logits(rows):
-    native = native_step(near_ties())
-    assert native[0].screens
+def test_a_screened_step_finds_the_whole_products_greedy_tokens_among_near_ties_and_returns_no_logits(screen, rows):
+    native = native_step(screen, near_ties())
+    assert native[0].screens == screen
     whole = screened_as_whole(native, rows, 40, seed=rows)
     # The near-ties were met: in every step, each row's largest logit had a rival within a
-    # thousandth of it (bfloat16 rounds these logits by about that much).
+    # thousandth of it (bfloat16 rounds these logits by about that much, float16 by an eighth).
     gaps = [(logits.topk(2).values[:, 0] - logits.topk(2).values[:, 1]).max().item() for logits in whole]
     assert max(gaps) < 1e-3
 
 
-def test_equal_largest_logits_go_to_the_first_column_through_the_screen():
+def test_an_output_matrix_of_values_float16_holds_only_as_subnormals_is_screened_to_the_same_tokens(screen):
+    # Near-ties a thousandth of their size: float16 keeps values below 2^-14 (6e-5), most of
+    # these, to a fixed 2^-24 rather than to a share of each (about 2^-9 of a typical one here,
+    # four times its unit roundoff): the bound's absolute terms count that.
+    head = near_ties() * 1e-3
+    assert (head.abs() < 2 ** -14).float().mean() > 0.9
+    native = native_step(screen, head)
+    assert native[0].screens == screen
+    screened_as_whole(native, 3, 20, seed=11)
+
+
+@pytest.mark.parametrize("base, spacing", [(1.5, 2.0 ** -10), (0.0, 2.0 ** -24)], ids=["normal", "subnormal"])
+def test_logits_that_float16_rounding_reorders_are_still_the_whole_products(screen, base, spacing):
+    # Rows x of two values, p and q (the final norm keeps its first two elements alone); for each
+    # of their signs, two columns with those signs: A = base + (1.51, 1.51) and B = base + (3.49,
+    # 0.49) float16 spacings. float16 rounds A to base + (2, 2) and B to base + (3, 0): where
+    # 0.52 |q| < |p| < 2 |q|, B's logit is the larger and the screen's A's. Between 1 and 2
+    # (spacing 2^-10) the bound's relative terms keep B a candidate; among subnormals (base 0,
+    # spacing 2^-24) its absolute ones must, the relative ones being a thousandth of the gap.
+    head = torch.zeros(49152, 64)
+    for column, signs in enumerate(torch.tensor([(1.0, 1.0), (1.0, -1.0), (-1.0, 1.0), (-1.0, -1.0)])):
+        head[100 + column, :2] = signs * (base + torch.tensor([1.51, 1.51]) * spacing)
+        head[200 + column, :2] = signs * (base + torch.tensor([3.49, 0.49]) * spacing)
+    final_norm = torch.zeros(64)
+    final_norm[:2] = 1
+    winners = {token for logits in screened_as_whole(native_step(screen, head, final_norm), 4, 10, seed=13)
+               for token in logits.argmax(dim=-1).tolist()}
+    assert winners & {200, 201, 202, 203} and winners & {100, 101, 102, 103}
+
+
+def test_rows_beyond_float16s_range_are_screened_to_the_same_tokens(screen):
+    # A final norm 10^5 times its weight: each row's values pass float16's largest, 65,504; a
+    # float16 screen multiplies the float32 rows as they are, and rounds only the matrix.
+    screened_as_whole(native_step(screen, near_ties(), final_norm=1e5), 3, 6, seed=12)
+
+
+def test_an_output_matrix_beyond_float16_gets_no_float16_screen():
+    head = near_ties()
+    head[45000, 0] = 1e5
+    native = native_step(torch.float16, head)
+    assert native[0].screens != torch.float16 and not native[0].screen_in(torch.float16)
+    for (logits, greedy), (_, whole) in zip(steps(native, 2, 3, greedy_only=True, seed=2),
+                                            steps(native, 2, 3, greedy_only=False, seed=2), strict=True):
+        assert (logits.shape[1] == 0) == (native[0].screens is not None) and torch.equal(greedy, whole)
+
+
+def test_equal_largest_logits_go_to_the_first_column_through_the_screen(screen):
     # Three equal rows far longer than the others: wherever they point the row's way, their
     # logit is the largest, equal in all three.
     head = near_ties()
     head[[300, 100, 200]] = 50 * head.norm(dim=1).max() * torch.ones(head.shape[1]) / head.shape[1] ** 0.5
-    winners = {token for logits in screened_as_whole(native_step(head), 3, 6, seed=7)
+    winners = {token for logits in screened_as_whole(native_step(screen, head), 3, 6, seed=7)
                for token in logits.argmax(dim=-1).tolist()}
     assert 100 in winners and not {200, 300} & winners
 
 
-def test_a_row_the_screen_cannot_decide_gets_its_whole_product_and_its_neighbours_do_not():
+def test_a_row_the_screen_cannot_decide_gets_its_whole_product_and_its_neighbours_do_not(screen):
     # Logits of 0 but in 2,001 columns: one alone (777), and 2,000 rows a millionth apart
     # (5000-6999), more candidates than the screen computes in float32 wherever they are the
     # largest. A row whose largest logit is column 777's is decided by the screen; the others
@@ -108,27 +165,32 @@ def test_a_row_the_screen_cannot_decide_gets_its_whole_product_and_its_neighbour
     head = torch.zeros(49152, 64)
     head[777] = torch.randn(64, generator=generator)
     head[5000:7000] = torch.randn(64, generator=generator) + 1e-6 * torch.randn((2000, 64), generator=generator)
-    winners = {token for logits in screened_as_whole(native_step(head), 8, 4, seed=1)
+    winners = {token for logits in screened_as_whole(native_step(screen, head), 8, 4, seed=1)
                for token in logits.argmax(dim=-1).tolist()}
     assert 777 in winners and any(5000 < token < 7000 for token in winners)
 
 
-def test_an_output_matrix_with_a_row_that_is_not_finite_gets_no_screen():
+def test_an_output_matrix_with_a_row_that_is_not_finite_gets_no_screen(screen):
     head = near_ties()
     head[45000] = float("nan")
-    native = native_step(head)
-    assert not native[0].screens
+    native = native_step(screen, head)
+    assert native[0].screens is None
     for logits, greedy in steps(native, 1, 2, greedy_only=True, seed=2):
         assert logits.shape == (1, 49152) and greedy.tolist() == [45000]
 
 
-def test_an_engine_answers_greedy_requests_without_logits_the_same_as_with_them_and_sampled_ones_with_them():
+def engine_answering(screen: torch.dtype):
+    """An engine of the tiny Llama in float32 whose native step screens in `screen`, and a
+    function that answers requests through it: request id -> its tokens, with each decode
+    step's scores as the runner handed them to the sampler (`logits_wanted`: as if the sampler
+    asked for every logit)."""
     engine = models.engine(models.tiny_model("llama").float(), matrices=MatrixLayout.DOT,
                            compile_mode=CompileMode.ON, max_running=4)
+    assert engine.runner.graph.screen_in(screen)
     run = engine.runner.run
-    handed = []
 
-    def answers(requests: dict[str, SamplingParams], logits_wanted: bool) -> dict[str, list[int]]:
+    def answers(requests: dict[str, SamplingParams], logits_wanted: bool = False):
+        handed = []
         engine.runner.run = lambda chunks, **options: handed.append(
             scores := run(chunks) if logits_wanted else run(chunks, **options)) or scores
         rng = random.Random(5)
@@ -138,15 +200,25 @@ def test_an_engine_answers_greedy_requests_without_logits_the_same_as_with_them_
         while engine.has_work():
             for output in engine.step():
                 tokens.setdefault(output.request_id, []).append(output.token_id)
-        return tokens
+        return tokens, [scores for scores in handed if scores.greedy is not None]
 
-    greedy = {f"greedy-{n}": SamplingParams(max_tokens=12) for n in range(3)}
-    without = answers(greedy, logits_wanted=False)
-    decode_steps = [scores for scores in handed if scores.greedy is not None]
+    return answers
+
+
+def test_an_engine_answers_greedy_requests_without_logits_the_same_as_with_them_and_sampled_ones_with_them(screen):
+    answers = engine_answering(screen)
+    greedy = {f"greedy-{n}": SamplingParams(max_tokens=12) for n in range(2)}
+    without, decode_steps = answers(greedy)
     assert decode_steps and all(scores.logits is None for scores in decode_steps)
-    assert answers(greedy, logits_wanted=True) == without
-    handed.clear()
-    mixed = {**greedy, "sampled": SamplingParams(max_tokens=12, temperature=0.8, seed=1)}
-    answers(mixed, logits_wanted=False)
-    decode_steps = [scores for scores in handed if scores.greedy is not None]
+    assert answers(greedy, logits_wanted=True)[0] == without
+    _, decode_steps = answers({**greedy, "sampled": SamplingParams(max_tokens=12, temperature=0.8, seed=1)})
     assert decode_steps and all(scores.logits is not None for scores in decode_steps)
+
+
+def test_a_float16_screen_leaves_steps_of_more_than_two_rows_to_the_whole_product():
+    answers = engine_answering(torch.float16)
+    greedy = {f"greedy-{n}": SamplingParams(max_tokens=4 + 4 * n) for n in range(3)}
+    tokens, decode_steps = answers(greedy)
+    assert {len(scores.greedy) for scores in decode_steps} == {1, 2, 3}
+    assert all((scores.logits is None) == (len(scores.greedy) <= 2) for scores in decode_steps)
+    assert answers(greedy, logits_wanted=True)[0] == tokens

@@ -19,12 +19,12 @@
 // equal maxima of its rounded logits, as the sampler's `greedy`.
 //
 // A float32 step whose rows all want only their greedy token may screen the output matrix: the
-// output product is read in a bfloat16 copy (half of the bytes: 57 of the default model's 538 MB
-// a token at one stream, where a step only reads), each logit's distance from the float32 one
-// is bounded, and only the columns that could still be the largest are computed in float32, by
-// the same tile arithmetic as the whole product's (`Screen`). The greedy token is the one the
-// whole product gives, bit for bit; a row for which the bound leaves too many columns, or whose
-// screened logits are not all finite, has its whole product computed after all.
+// output product is read in a bfloat16 or float16 copy (half of the bytes: 57 of the default
+// model's 538 MB a token at one stream, where a step only reads), each logit's distance from
+// the float32 one is bounded, and only the columns that could still be the largest are computed
+// in float32, by the same tile arithmetic as the whole product's (`Screen`). The greedy token is
+// the one the whole product gives, bit for bit; a row for which the bound leaves too many
+// columns, or whose screened logits are not all finite, has its whole product computed after all.
 #include <torch/custom_class.h>
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -113,26 +113,48 @@ struct Best {
   }
 };
 
-// The output matrix's screen (see the top): a bfloat16 copy of it and each of its rows' Euclidean
-// norm, rounded up. For a row x and an output row w, the float32 product's logit and the screen's
-// (x and w rounded to bfloat16, summed in float32, rounded to bfloat16) differ by at most
-//   (2^-8 + 2^-17) |x||w|            x's and w's roundings, each within 2^-9 of the value,
-//   + 2 width 2^-24 |x||w|           either sum's roundings (float32, `width` terms at most),
-//   + 2^-9 |screened|                the screened logit's own rounding,
-// summed over the row's elements |x_i||w_i| <= |x|_2 |w|_2 (Cauchy-Schwarz); a dot product that
-// flushes a subnormal bfloat16 to zero moves a sum by less than 1e-30. `bound` doubles each term:
-// the float32 arithmetic that computes the bound and compares against it rounds by far less. A column whose screened logit plus its bound falls below the largest screened
-// logit minus its own bound cannot be the largest: the candidates are the others.
+// The output matrix's screen (see the top): a copy of it in a narrower type, bfloat16 or float16,
+// and each of its rows' Euclidean norm, rounded up. The type rounds a value v to within
+// u |v| + a: u its unit roundoff (bfloat16 2^-8, float16 2^-11), a what rounding near zero may
+// lose (float16's subnormals are 2^-24 apart: 2^-25; bfloat16's product flushes its subnormals:
+// 2^-126). A float16 screen multiplies the float32 rows as they are (F16C widens the weights);
+// bfloat16's product takes rows rounded to bfloat16 too: the rows' rounding is u_x |v| + a_x,
+// u_x = u and a_x = a there, 0 for float16. For a row x and an output row w of n elements, the
+// float32 product's logit and the screen's (products of the rounded values, exact in float32,
+// summed there) differ by at most
+//   (u + u_x + u u_x) sum |x_i w_i|          the roundings' share of each product,
+//   + (1 + u) a_x |w|_1 + (1 + u_x) a |x|_1 + n a_x a   and what they lose near zero,
+//   + n 2^-24 (1 + (1 + u)(1 + u_x)) sum |x_i w_i|     either sum's, float32,
+// the near-zero terms grown by (1 + n 2^-24) for the screen's sum of them; and sum |x_i w_i| <=
+// |x|_2 |w|_2 (Cauchy-Schwarz), |v|_1 <= sqrt(n) |v|_2. So a column's bound is its norm times
+// the row's `scale`, plus the row's `offset` (`Margin`), each term doubled: the float32
+// arithmetic that computes the bound and compares against it rounds by far less. A column
+// whose screened logit plus its bound falls below the largest screened logit minus its own
+// bound cannot be the largest: the candidates are the others.
 struct Screen {
-  at::Tensor matrix, norms;  // [vocab, hidden] bfloat16, [vocab] float32
+  at::Tensor matrix, norms;  // [vocab, hidden] bfloat16 or float16, [vocab] float32
+  double unit = 0, tiny = 0;  // the type's u and a (above)
+  double row_unit = 0, row_tiny = 0;  // u_x and a_x: how the rows are rounded for its product
   // More candidates than this in a row and its whole product is computed: their float32
   // products would cost a fair share of the whole's (the default model's rows have had 2 at the
-  // median, 18 at most, over 256 greedy steps).
+  // median, 18 at most, over 256 greedy steps through a bfloat16 screen).
   static constexpr int64_t kMostCandidates = 1024;
 
-  static float relative(int64_t width) { return 2.0f * (0x1p-8f + 0x1p-17f) + 4.0f * width * 0x1p-24f; }
-  static float bound(float relative_xw, float norm, float screened) {
-    return relative_xw * norm + 0x1p-8f * std::fabs(screened) + 1e-30f;
+  // A row's bound on each column's distance: scale * the column's norm + offset.
+  struct Margin {
+    float scale, offset;
+    float bound(float norm) const { return scale * norm + offset; }
+  };
+
+  // The margin of a row of Euclidean norm `x_norm` (rounded up) and `width` elements; its scale
+  // not finite where the row's is not.
+  Margin margin(double x_norm, int64_t width) const {
+    const double u = unit, a = tiny, ux = row_unit, ax = row_tiny, n = static_cast<double>(width);
+    const double sums = n * 0x1p-24, root = std::sqrt(n) * (1 + sums);
+    const double relative = u + ux + u * ux + sums * (1 + (1 + u) * (1 + ux));
+    // 1e-30 more: any float32 sum the bfloat16 product flushed to zero.
+    return {static_cast<float>(2 * (relative * x_norm + (1 + u) * ax * root)),
+            static_cast<float>(2 * ((1 + ux) * a * root * x_norm + n * ax * a * (1 + sums)) + 1e-30)};
   }
 };
 
@@ -207,18 +229,23 @@ class DecodeModel : public torch::CustomClassHolder {
                   "DecodeModel: a layer's matrices do not fit the model's sizes");
   }
 
-  // A float32 model's output matrix in bfloat16 and its rows' norms (Screen), for steps whose
-  // rows want only their greedy tokens; a build without bfloat16 products refuses it.
+  // A float32 model's output matrix in float16 or bfloat16 (a build with bfloat16 products) and
+  // its rows' norms (Screen), for steps whose rows want only their greedy tokens.
   void screen_with(const at::Tensor& matrix, const at::Tensor& norms) {
-    TORCH_CHECK(chatapp_dot::kBFloat16, "DecodeModel.screen_with: this build multiplies float32 only");
     TORCH_CHECK(dtype_ == at::kFloat, "DecodeModel.screen_with: a float32 model's");
-    TORCH_CHECK(matrix.device().is_cpu() && matrix.scalar_type() == at::kBFloat16 && matrix.is_contiguous() &&
-                    matrix.sizes() == head_.sizes(),
-                "DecodeModel.screen_with: the output matrix's shape in bfloat16, contiguous");
+    const at::ScalarType type = matrix.scalar_type();
+    TORCH_CHECK(type == at::kHalf || (chatapp_dot::kBFloat16 && type == at::kBFloat16),
+                "DecodeModel.screen_with: a float16", chatapp_dot::kBFloat16 ? " or bfloat16" : "", " matrix");
+    TORCH_CHECK(matrix.device().is_cpu() && matrix.is_contiguous() && matrix.sizes() == head_.sizes() &&
+                    at::isfinite(matrix).all().item<bool>(),
+                "DecodeModel.screen_with: the output matrix's shape, finite, contiguous");
     TORCH_CHECK(norms.device().is_cpu() && norms.scalar_type() == at::kFloat && norms.is_contiguous() &&
                     norms.dim() == 1 && norms.size(0) == vocab_ && at::isfinite(norms).all().item<bool>(),
                 "DecodeModel.screen_with: a finite float32 norm for each output row");
-    screen_ = {matrix, norms};
+    if (type == at::kHalf)
+      screen_ = {matrix, norms, 0x1p-11, 0x1p-25, 0, 0};  // the rows multiplied as they are
+    else
+      screen_ = {matrix, norms, 0x1p-8, 0x1p-126, 0x1p-8, 0x1p-126};
   }
 
   // token_ids, positions [B] int64 (a row's position: the keys it has cached); table [B, 6]:
@@ -281,7 +308,8 @@ class DecodeModel : public torch::CustomClassHolder {
     std::vector<float> hidden, qkv, queries, keys, attended, out, gate_up;
     std::vector<std::vector<float>> own;  // a thread's norm output or activations
     std::vector<Best> best;  // [threads, rows]
-    // The screen's: the screened logits, each thread's rows in bfloat16, each row's candidates.
+    // The screen's: the screened logits, each thread's rows in bfloat16 (a bfloat16 screen's
+    // product takes them so), each row's candidates.
     std::vector<float> screened;
     std::vector<std::vector<float>> own_screen;
     std::vector<std::vector<int64_t>> candidates;
@@ -338,8 +366,8 @@ class DecodeModel : public torch::CustomClassHolder {
     const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
     if (screening) {
       buffers_.own_screen.resize(threads);
-      for (auto& own : buffers_.own_screen) room<c10::BFloat16>(own, rows * hidden);
-      room<c10::BFloat16>(buffers_.screened, rows * vocab_);
+      for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
+      room<float>(buffers_.screened, rows * vocab_);
       buffers_.candidates.resize(rows);
     }
     const T* cos = cos_.const_data_ptr<T>();
@@ -422,15 +450,22 @@ class DecodeModel : public torch::CustomClassHolder {
       normalize(h, norm_.const_data_ptr<T>(), rows, x);
       if (screening) {
         if constexpr (std::is_same_v<T, float>) {
-#if defined(__AVX512BF16__)
           clock.enter(kProducts);
-          c10::BFloat16* rounded = reinterpret_cast<c10::BFloat16*>(buffers_.own_screen[thread].data());
-          for (int64_t i = 0; i < rows * hidden; ++i) rounded[i] = static_cast<c10::BFloat16>(x[i]);
-          c10::BFloat16* screened = reinterpret_cast<c10::BFloat16*>(buffers_.screened.data());
-          multiply(screen_product, rounded, rows, hidden, screen_.matrix, screened, thread, count, nothing);
-          clock.enter(kGreedy);
-          greedy_through_screen(x, screened, rows, thread, count, logits, greedy_out.mutable_data_ptr<int64_t>());
+          float* screened = buffers_.screened.data();
+          if (screen_.matrix.scalar_type() == at::kHalf) {
+            multiply<float, c10::Half>(screen_product, x, rows, hidden, screen_.matrix, screened, thread, count,
+                                       nothing);
+          } else {
+#if defined(__AVX512BF16__)
+            // bfloat16's product takes bfloat16 rows.
+            c10::BFloat16* rounded = reinterpret_cast<c10::BFloat16*>(buffers_.own_screen[thread].data());
+            for (int64_t i = 0; i < rows * hidden; ++i) rounded[i] = static_cast<c10::BFloat16>(x[i]);
+            multiply(screen_product, static_cast<const c10::BFloat16*>(rounded), rows, hidden, screen_.matrix,
+                     screened, thread, count, nothing);
 #endif
+          }
+          clock.enter(kGreedy);
+          greedy_through_screen(x, rows, thread, count, logits, greedy_out.mutable_data_ptr<int64_t>());
         }
       }
       if (!screening) {
@@ -456,14 +491,13 @@ class DecodeModel : public torch::CustomClassHolder {
     }
   }
 
-#if defined(__AVX512BF16__)
   // Each row's greedy token from the screened logits (Screen), the thread's share of the rows:
   // the candidates, then their float32 logits by the whole product's tile arithmetic, written
   // where the whole product would write them, and the first of their largest; a row the screen
   // cannot decide gets its whole product, from this thread alone. Called by every thread of the
   // step's region.
-  void greedy_through_screen(const float* x, const c10::BFloat16* screened, int64_t rows, int thread, int count,
-                             float* logits, int64_t* greedy) {
+  void greedy_through_screen(const float* x, int64_t rows, int thread, int count, float* logits, int64_t* greedy) {
+    const float* screened = buffers_.screened.data();
 #pragma omp barrier
     const float* head = head_.const_data_ptr<float>();
     const auto [first, end] = range(rows, thread, count);
@@ -490,33 +524,30 @@ class DecodeModel : public torch::CustomClassHolder {
 
   // The columns of one row that may hold its largest float32 logit, in order; false where there
   // are more than Screen::kMostCandidates or a value is not finite.
-  bool find_candidates(const float* x, const c10::BFloat16* screened, std::vector<int64_t>& candidates) const {
+  bool find_candidates(const float* x, const float* screened, std::vector<int64_t>& candidates) const {
     double squares = 0;
     for (int64_t i = 0; i < hidden_; ++i) squares += static_cast<double>(x[i]) * x[i];
     // Rounded up, so that the bound stays one.
-    const float relative = Screen::relative(hidden_) * static_cast<float>(std::sqrt(squares) * (1 + 1e-6));
-    if (!std::isfinite(relative)) return false;
+    const Screen::Margin margin = screen_.margin(std::sqrt(squares) * (1 + 1e-6), hidden_);
+    if (!std::isfinite(margin.scale)) return false;
     const float* norms = screen_.norms.const_data_ptr<float>();
     float floor = -INFINITY;  // the largest screened logit less its bound
     float nothing = 0;  // NaN where some screened logit is not finite
 #pragma omp simd reduction(max : floor) reduction(+ : nothing)
     for (int64_t c = 0; c < vocab_; ++c) {
-      const float value = static_cast<float>(screened[c]);
-      nothing += value * 0.0f;
-      floor = std::max(floor, value - Screen::bound(relative, norms[c], value));
+      nothing += screened[c] * 0.0f;
+      floor = std::max(floor, screened[c] - margin.bound(norms[c]));
     }
     if (nothing != 0.0f) return false;
     candidates.clear();
     for (int64_t c = 0; c < vocab_; ++c) {
-      const float value = static_cast<float>(screened[c]);
-      if (value + Screen::bound(relative, norms[c], value) >= floor) {
+      if (screened[c] + margin.bound(norms[c]) >= floor) {
         if (static_cast<int64_t>(candidates.size()) == Screen::kMostCandidates) return false;
         candidates.push_back(c);
       }
     }
     return true;
   }
-#endif
 
   // [first, last) of `total` for a thread: contiguous shares, the first threads' full.
   static std::pair<int64_t, int64_t> range(int64_t total, int thread, int count) {
@@ -607,17 +638,17 @@ class DecodeModel : public torch::CustomClassHolder {
   }
 
   // The thread's chunks of product `product` (shares_): rows [R, width] x weight [outputs, width]
-  // into y [R, outputs] by dot_tiles.h's tiles, each chunk's outputs [first, end) handed to
-  // `done` as soon as they are computed.
-  template <typename T, typename Done>
-  void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, T* y,
+  // (of type W: the rows' own, but the screen's) into y [R, outputs] by dot_tiles.h's tiles, each
+  // chunk's outputs [first, end) handed to `done` as soon as they are computed.
+  template <typename T, typename W = T, typename O, typename Done>
+  void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, O* y,
                 int thread, int count, Done&& done) {
     if (rows <= chatapp_dot::kFewRows)
-      multiply<T, chatapp_dot::kFew.rows, chatapp_dot::kFew.outputs>(product, x, rows, width, weight, y, thread,
-                                                                       count, done);
+      multiply<T, W, chatapp_dot::kFew.rows, chatapp_dot::kFew.outputs>(product, x, rows, width, weight, y, thread,
+                                                                          count, done);
     else
-      multiply<T, chatapp_dot::kMany.rows, chatapp_dot::kMany.outputs>(product, x, rows, width, weight, y, thread,
-                                                                         count, done);
+      multiply<T, W, chatapp_dot::kMany.rows, chatapp_dot::kMany.outputs>(product, x, rows, width, weight, y,
+                                                                            thread, count, done);
   }
 
   // Chunks of about this many bytes of weights: taking one is a compare-and-swap (tens of ns)
@@ -625,12 +656,12 @@ class DecodeModel : public torch::CustomClassHolder {
   // chunk's read of each other.
   static constexpr int64_t kChunkBytes = 65536;
 
-  template <typename T, int R, int B, typename Done>
-  void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, T* y,
+  template <typename T, typename W, int R, int B, typename O, typename Done>
+  void multiply(size_t product, const T* x, int64_t rows, int64_t width, const at::Tensor& weight, O* y,
                 int thread, int count, Done& done) {
-    const T* w = weight.const_data_ptr<T>();
+    const W* w = weight.const_data_ptr<W>();
     const int64_t outputs = weight.size(0), whole = outputs / B;
-    const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (B * width * int64_t(sizeof(T))));
+    const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (B * width * int64_t(sizeof(W))));
     const auto [own_first, own_end] = shares_.own(product, thread);
     int64_t first = 0, end = 0;
     while (shares_.take(product, thread, chunk, first, end)) {

@@ -1,15 +1,20 @@
 // The tiles of our product kernel (dot_rows.cpp): rows [R, in] x weight [out, in], each output a
-// dot product of a row with one contiguous row of the weight. Shared by the `dot_rows` operator
+// dot product of a row with one contiguous row of the weight, summed in float32 and written as
+// the product's type. Rows, weight and product are of one type, but where the native step
+// screens its output matrix in a narrower type (decode_step.cpp): float32 rows times a float16
+// weight, or bfloat16 rows times a bfloat16 one, into float32. Shared by the `dot_rows` operator
 // and the native decode step (decode_step.cpp), which call them on a range of the outputs;
 // dot_rows.cpp says why they are shaped so.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace chatapp_dot {
 
@@ -98,29 +103,54 @@ struct Vectors<c10::BFloat16> {
 constexpr bool kBFloat16 = false;
 #endif
 
+// float16 only as the native step's screen's weight (decode_step.cpp): each vector of halves
+// widened to float32 by F16C's conversion, then multiplied with float32 rows' and added as
+// float32's are. Every CPU with AVX2 has F16C.
+template <>
+struct Vectors<c10::Half> {
+#if defined(__AVX512F__)
+  using Operand = __m512;
+  static constexpr int64_t step = 16;
+  static Operand load(const c10::Half* at) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+  }
+  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm512_fmadd_ps(a, b, sums); }
+#else
+  using Operand = __m256;
+  static constexpr int64_t step = 8;
+  static Operand load(const c10::Half* at) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+  }
+  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm256_fmadd_ps(a, b, sums); }
+#endif
+};
+
 // Rows [first, first + R) x outputs [column, column + B) of the product; with FetchNext, the
 // next_bytes bytes at `next` are fetched into L2 meanwhile, as fast as the tile reads its own.
-template <typename T, int R, int B, bool FetchNext>
-inline void tile(const T* rows, int64_t width, const T* weight, T* product, int64_t outputs,
+template <typename T, int R, int B, bool FetchNext, typename W, typename O>
+inline void tile(const T* rows, int64_t width, const W* weight, O* product, int64_t outputs,
                  int64_t first, int64_t column, const char* next, int64_t next_bytes) {
   using V = Vectors<T>;
-  constexpr int64_t kLinesPerStep = (V::step * int64_t(sizeof(T)) * B + kLine - 1) / kLine;
+  using VW = Vectors<W>;
+  static_assert(V::step == VW::step && std::is_same_v<typename V::Operand, typename VW::Operand>,
+                "rows and weight multiply as one vector type");
+  constexpr int64_t kLinesPerStep = (V::step * int64_t(sizeof(W)) * B + kLine - 1) / kLine;
   Sums sums[R][B];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) sums[r][b] = no_sums();
   const T* row = rows + first * width;
-  const T* weights = weight + column * width;
+  const W* weights = weight + column * width;
   int64_t i = 0;
   for (; i + V::step <= width; i += V::step) {
     if (FetchNext) {
-      const int64_t at = i * int64_t(sizeof(T)) * B;
+      const int64_t at = i * int64_t(sizeof(W)) * B;
       for (int64_t line = 0; line < kLinesPerStep; ++line)
         if (at + line * kLine < next_bytes) _mm_prefetch(next + at + line * kLine, _MM_HINT_T1);
     }
     typename V::Operand values[R];
     for (int r = 0; r < R; ++r) values[r] = V::load(row + r * width + i);
     for (int b = 0; b < B; ++b) {
-      const typename V::Operand w = V::load(weights + b * width + i);
+      const typename V::Operand w = VW::load(weights + b * width + i);
       for (int r = 0; r < R; ++r) sums[r][b] = V::mul_add(sums[r][b], values[r], w);
     }
   }
@@ -129,15 +159,15 @@ inline void tile(const T* rows, int64_t width, const T* weight, T* product, int6
       float sum = total(sums[r][b]);
       for (int64_t j = i; j < width; ++j)
         sum += static_cast<float>(row[r * width + j]) * static_cast<float>(weights[b * width + j]);
-      product[(first + r) * outputs + column + b] = static_cast<T>(sum);
+      product[(first + r) * outputs + column + b] = static_cast<O>(sum);
     }
   }
 }
 
 // One tile of up to R of the rows from `first` on; returns how many it took.
-template <typename T, int R, int B, bool FetchNext>
-inline int64_t next_tile(const T* rows, int64_t first, int64_t last, int64_t width, const T* weight,
-                         T* product, int64_t outputs, int64_t column, const char* next, int64_t next_bytes) {
+template <typename T, int R, int B, bool FetchNext, typename W, typename O>
+inline int64_t next_tile(const T* rows, int64_t first, int64_t last, int64_t width, const W* weight,
+                         O* product, int64_t outputs, int64_t column, const char* next, int64_t next_bytes) {
   if constexpr (R > 1) {
     if (last - first < R)
       return next_tile<T, R - 1, B, FetchNext>(rows, first, last, width, weight, product, outputs, column, next, next_bytes);
@@ -146,13 +176,13 @@ inline int64_t next_tile(const T* rows, int64_t first, int64_t last, int64_t wid
   return R;
 }
 
-template <typename T, int R, int B>
-void columns(const T* rows, int64_t first, int64_t last, int64_t width, const T* weight,
-             T* product, int64_t outputs, int64_t column, int64_t end_column) {
+template <typename T, int R, int B, typename W, typename O>
+void columns(const T* rows, int64_t first, int64_t last, int64_t width, const W* weight,
+             O* product, int64_t outputs, int64_t column, int64_t end_column) {
   // The next tile's weights follow this one's in memory: fetched while this one computes.
   const char* next = reinterpret_cast<const char*>(weight + (column + B) * width);
   const int64_t next_bytes =
-      std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width * int64_t(sizeof(T));
+      std::max<int64_t>(0, std::min<int64_t>(B, end_column - column - B)) * width * int64_t(sizeof(W));
   // Only the first tile fetches: the later ones read this tile's weights from L1 again.
   int64_t r = first;
   if (r < last) r += next_tile<T, R, B, true>(rows, r, last, width, weight, product, outputs, column, next, next_bytes);
@@ -163,8 +193,8 @@ void columns(const T* rows, int64_t first, int64_t last, int64_t width, const T*
 // Outputs [tile_begin * B, tile_end * B) of the product, rows taken in blocks that fit L2. Each
 // tile fetches the next one's weights, up to tile fetch_end (tile_end unless a later call takes
 // the tiles after these).
-template <typename T, int R, int B>
-void tiles(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t outputs, int64_t tile_begin,
+template <typename T, int R, int B, typename W, typename O>
+void tiles(const T* x, int64_t count, int64_t width, const W* w, O* y, int64_t outputs, int64_t tile_begin,
            int64_t tile_end, int64_t fetch_end = 0) {
   fetch_end = std::max(fetch_end, tile_end);
   const int64_t row_bytes = std::max<int64_t>(width, 1) * int64_t(sizeof(T));
@@ -177,8 +207,8 @@ void tiles(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t o
 }
 
 // The outputs past the last whole tile of B.
-template <typename T>
-void last_columns(const T* x, int64_t count, int64_t width, const T* w, T* y, int64_t outputs, int64_t from) {
+template <typename T, typename W, typename O>
+void last_columns(const T* x, int64_t count, int64_t width, const W* w, O* y, int64_t outputs, int64_t from) {
   for (int64_t column = from; column < outputs; ++column)
     columns<T, kMany.rows, 1>(x, 0, count, width, w, y, outputs, column, column + 1);
 }
