@@ -42,13 +42,15 @@ def _seconds(kernel) -> float:
     return time.perf_counter() - started
 
 
-def weight_bytes(config, element_size: int) -> int:
+def weight_bytes(config, element_size: int, head_element_size: int | None = None) -> int:
     """Bytes of weights a Llama-shaped decode step reads for one token: every layer's
-    projections and norms, the final norm and the output matrix (one embedding row is noise)."""
+    projections and norms, the final norm and the output matrix (one embedding row is noise).
+    `head_element_size`: the output matrix's, where the step reads it in another type (the
+    native step's screen, a greedy step's)."""
     hidden, inner = config.hidden_size, config.intermediate_size
     head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     per_layer = (hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
                  + 3 * hidden * inner + 2 * hidden)
-    total = config.num_hidden_layers * per_layer + config.vocab_size * hidden + hidden
-    return total * element_size
+    layers = (config.num_hidden_layers * per_layer + hidden) * element_size
+    return layers + config.vocab_size * hidden * (head_element_size or element_size)

@@ -20,7 +20,9 @@ that call: its own clock splits its steps instead (kernels/decode_step.cpp, `Pha
 first thread's time in products, attention and the rest of its parallel region; the rest
 outside the region is the step less those). The two latter also take steps in turns with the
 fused forward, so that each is compared with it within one process, as
-INFERENCE_COMPILE=auto's trial compares them. With
+INFERENCE_COMPILE=auto's trial compares them. Where the native step screens its output matrix
+(a greedy stream's step, native_step.py), its steps are also taken in turns through the screen,
+whatever the number of rows, and through the whole float32 product. With
 `--baseline TREE` each precision also runs another checkout's engine just before this tree's,
 so that a change is compared within one run (TREE's own copy of this benchmark runs there: copy
 this file and roofline.py in when TREE is older than them).
@@ -138,11 +140,15 @@ def _measure(args: argparse.Namespace) -> dict:
     engine = service.engine
     engine.eos_token_ids = frozenset()  # every stream decodes to its max_tokens
     dtype = next(engine.runner.model.parameters()).dtype
+    native = engine.runner.graph if isinstance(engine.runner.graph, NativeStep) else None
+    # One greedy stream's native step reads the output matrix through its screen, if it has one.
+    screen = native.screens if native is not None and args.temperature == 0 else None
     result = {"dtype": str(dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
               "matrices": str(getattr(engine.runner.fused, "layout", "-")),
-              "weight_bytes": roofline.weight_bytes(engine.runner.model.config, dtype.itemsize),
+              "screen": str(screen).removeprefix("torch.") if screen else None,
+              "weight_bytes": roofline.weight_bytes(engine.runner.model.config, dtype.itemsize,
+                                                    screen.itemsize if screen else None),
               "levels": []}
-    native = engine.runner.graph if isinstance(engine.runner.graph, NativeStep) else None
     rng = random.Random(0)
     for streams in (int(count) for count in args.streams.split(",")):
         # Streams admitted first decode while the others' prompts are fed, at least
@@ -184,10 +190,12 @@ def _measure(args: argparse.Namespace) -> dict:
                 bandwidth = max(roofline.bandwidth(threads=config.threads).values()) if streams == 1 else None
                 rounds.append({"median_ms": statistics.median(round_times), "bandwidth": bandwidth, **split})
         in_turns = _in_turns(engine, args.steps) if engine.runner.graph is not None else None
+        screen_turns = _screen_in_turns(engine, native, args.steps) if screen else None
         result["levels"].append({"streams": streams, "median_ms": statistics.median(times),
                                  "fastest_ms": min(times), "p90_ms": spread(times)["p90"],
                                  "cpu_ms": cpu_seconds * 1e3 / len(times),
-                                 "other_cpu": foreign.cores, "in_turns": in_turns, **_split(rounds)})
+                                 "other_cpu": foreign.cores, "in_turns": in_turns,
+                                 "screen_in_turns": screen_turns, **_split(rounds)})
         engine.abort_all()
     return result
 
@@ -215,6 +223,23 @@ def _in_turns(engine, steps: int) -> dict | None:
         return None
     medians = trial.medians()
     return {"graph_ms": medians[StepPath.GRAPH] * 1e3, "fused_ms": medians[StepPath.FUSED] * 1e3}
+
+
+def _screen_in_turns(engine, native, steps: int) -> dict:
+    """Median steps of the native step through its screen at any number of rows, and with the
+    whole float32 output product, in turns in this process (two of each, then the other first):
+    what native_step.py's SCREENED_ROWS is chosen by."""
+    times = {True: [], False: []}
+    try:
+        for index in range(2 * steps):
+            screened = index % 4 in (0, 3)
+            native.screened = lambda rows, screened=screened: screened
+            started = time.perf_counter()
+            engine.step()
+            times[screened].append(time.perf_counter() - started)
+    finally:
+        del native.screened  # the class's own again
+    return {"screened_ms": statistics.median(times[True]) * 1e3, "whole_ms": statistics.median(times[False]) * 1e3}
 
 
 def _split(rounds: list[dict]) -> dict:
@@ -262,8 +287,9 @@ def _attributed(averages, steps: int) -> dict:
 def _split_table(results: list[dict]) -> str:
     lines = ["| code | precision (matrices) | streams | step ms median (fastest) | CPU ms per step "
              "| products ms | the rest ms (attention) | products share "
-             "| largest of the rest, ms per step | decode step / fused, steps in turns | other CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| largest of the rest, ms per step | decode step / fused, steps in turns "
+             "| screened / whole output product, steps in turns | other CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         for level in result["levels"]:
             largest = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in level["rest_largest"])
@@ -277,15 +303,18 @@ def _split_table(results: list[dict]) -> str:
                 f"| {result['code']} | {result['dtype']} ({result['matrices']}) | {level['streams']} "
                 f"| {level['median_ms']:.1f} ({level['fastest_ms']:.1f}) | {level['cpu_ms']:.1f} "
                 f"{split}| {largest} "
-                f"| {_turns(level.get('in_turns'))} | {_cores(level['other_cpu'])} |")
+                f"| {_turns(level.get('in_turns'), 'graph_ms', 'fused_ms')} "
+                f"| {_turns(level.get('screen_in_turns'), 'screened_ms', 'whole_ms')} "
+                f"| {_cores(level['other_cpu'])} |")
     return "\n".join(lines) + "\n"
 
 
-def _turns(in_turns: dict | None) -> str:
+def _turns(in_turns: dict | None, tried: str, against: str) -> str:
+    """Two medians of steps taken in turns: their ratio, then each."""
     if not in_turns:
         return "-"
-    graph, fused = in_turns["graph_ms"], in_turns["fused_ms"]
-    return f"{graph / fused:.2f}x ({graph:.1f} / {fused:.1f})"
+    first, second = in_turns[tried], in_turns[against]
+    return f"{first / second:.2f}x ({first:.1f} / {second:.1f})"
 
 
 def _cores(value: float | None) -> str:
@@ -313,7 +342,8 @@ def _roofline_table(results: list[dict], bandwidth: dict[str, float]) -> str:
         bandwidths = [entry["bandwidth"] for entry in rounds]
         floors = [result["weight_bytes"] / value * 1e3 for value in bandwidths]
         ratios = [entry["median_ms"] / floor for entry, floor in zip(rounds, floors)]
-        lines.append(f"| {result['code']} | {result['dtype']} | {result['weight_bytes'] / 1e6:.0f} MB "
+        screen = f", output matrix in {result['screen']}" if result.get("screen") else ""
+        lines.append(f"| {result['code']} | {result['dtype']} | {result['weight_bytes'] / 1e6:.0f} MB{screen} "
                      f"| {min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f} "
                      f"| {min(floors):.1f}-{max(floors):.1f} ms "
                      f"| {one['median_ms']:.1f} ({one['fastest_ms']:.1f}) ms "

@@ -32,9 +32,10 @@ from .sampler import StepLogits
 
 # What the C++ multiplies (decode_step.cpp, as dot_rows.cpp).
 DTYPES = (torch.float32, torch.bfloat16)
-# The most rows a step screens in each screen's type (None: any). float16 against the whole
-# float32 product, the screen on and off in turns in one process (the default model, 2-core AVX2
-# AMD EPYC): 0.92x the step at one row, 1.01x at four, 1.04x at sixteen (BENCHMARKS.md).
+# The most rows a step screens in each screen's type (None: any). A float16 screen's step against
+# the whole float32 product's, in turns in one process (`python -m benchmarks step`, the default
+# model on a 2-core AVX2 AMD EPYC): 0.91x at one row, 0.93x at two, 1.01x at four, 1.07x at
+# sixteen (BENCHMARKS.md, "A float16 screen for CPUs without bfloat16").
 SCREENED_ROWS = {torch.bfloat16: None, torch.float16: 2}
 
 
