@@ -68,7 +68,7 @@ class NativeStep:
                                                        fused.scaling)
         self.head = tensor_of(fused.lm_head)
         self.screens: torch.dtype | None = None  # the screen's type, where there is one
-        next((dtype for dtype in own_kernels.screens() if self.screen_in(dtype)), None)
+        any(self.screen_in(dtype) for dtype in own_kernels.screens())  # the first this model can use
         self.num_steps = 0
         self.captured = None  # one call a step already: nothing to capture (captured_steps.py)
 

@@ -309,7 +309,7 @@ class DecodeModel : public torch::CustomClassHolder {
     std::vector<std::vector<float>> own;  // a thread's norm output or activations
     std::vector<Best> best;  // [threads, rows]
     // The screen's: the screened logits, each thread's rows in bfloat16 (a bfloat16 screen's
-    // product takes them so), each row's candidates.
+    // product takes them so; a float16 screen's takes the float32 rows), each row's candidates.
     std::vector<float> screened;
     std::vector<std::vector<float>> own_screen;
     std::vector<std::vector<int64_t>> candidates;
@@ -365,8 +365,10 @@ class DecodeModel : public torch::CustomClassHolder {
     shares_.reset(product_tiles_, threads);
     const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
     if (screening) {
-      buffers_.own_screen.resize(threads);
-      for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
+      if (screen_.matrix.scalar_type() == at::kBFloat16) {
+        buffers_.own_screen.resize(threads);
+        for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
+      }
       room<float>(buffers_.screened, rows * vocab_);
       buffers_.candidates.resize(rows);
     }
