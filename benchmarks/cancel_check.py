@@ -61,18 +61,15 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
         await asyncio.gather(*(tasks[i] for i in survivors), return_exceptions=True)
 
     steady_from = max(r.arrivals[0] for r in records if r.arrivals)
-    live_survivors = [records[i] for i in survivors if records[i].arrivals
-                      and records[i].arrivals[-1] > cancelled_at]
-    after_from = max(cancelled_at, dropped_at or cancelled_at)
-    after_until = min((r.arrivals[-1] for r in live_survivors), default=after_from)
-    before = _gaps_within([records[i] for i in survivors], steady_from, cancelled_at)
-    after = _gaps_within(live_survivors, after_from, after_until)
+    surviving = [records[i] for i in survivors]
+    before, after = survivor_windows(surviving, steady_from, cancelled_at, dropped_at)
     cancelled_count = (after_metrics.get("inference_requests_cancelled_total", 0.0)
                        - before_metrics.get("inference_requests_cancelled_total", 0.0))
     return {
         "streams": len(requests),
         "cancelled": len(victims),
-        "survivors_running_at_cancel": len(live_survivors),
+        "survivors_running_at_cancel": sum(1 for r in surviving
+                                           if r.arrivals and r.arrivals[-1] > cancelled_at),
         "chunks_before_cancel": cancel_after_chunks,
         "itl_before_s": _window(before),
         "itl_after_s": _window(after),
@@ -81,6 +78,19 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
         "server_cancelled_counter_delta": cancelled_count,
         "survivor_errors": [records[i].error for i in survivors if records[i].error],
     }
+
+
+def survivor_windows(survivors: list[RequestRecord], steady_from: float, cancelled_at: float,
+                     dropped_at: float | None) -> tuple[list[float], list[float]]:
+    """The survivors' gaps before the cancel (from `steady_from`, when every stream had its first
+    token) and after it: from the server's drop (the cancel where it never reported one) until
+    the first survivor still decoding then ends. A survivor that ended between the cancel and
+    the drop does not end the window after: that window's batch is the survivors decoding."""
+    before = _gaps_within(survivors, steady_from, cancelled_at)
+    after_from = cancelled_at if dropped_at is None else dropped_at
+    decoding = [r for r in survivors if r.arrivals and r.arrivals[-1] > after_from]
+    after_until = min((r.arrivals[-1] for r in decoding), default=after_from)
+    return before, _gaps_within(decoding, after_from, after_until)
 
 
 def _gaps_within(records: list[RequestRecord], start: float, end: float) -> list[float]:
