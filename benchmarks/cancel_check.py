@@ -21,8 +21,8 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
 
     The survivors' gaps before the cancel (all streams decoding, no prompt in flight) are
     compared with their gaps after it, from the moment the server reports the cancelled
-    streams gone until the first survivor ends, so the batch is the same throughout each
-    window. If a cancelled stream kept costing a step's work, the survivors could not get
+    streams gone until a survivor ends, so the batch is the same throughout each window
+    (`survivor_windows`). If a cancelled stream kept costing a step's work, the survivors could not get
     faster; the server's own gauge and counter say whether it dropped them, and how soon.
     """
     url = f"{server.base_url}/v1/chat/completions"
@@ -83,14 +83,23 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
 def survivor_windows(survivors: list[RequestRecord], steady_from: float, cancelled_at: float,
                      dropped_at: float | None) -> tuple[list[float], list[float]]:
     """The survivors' gaps before the cancel (from `steady_from`, when every stream had its first
-    token) and after it: from the server's drop (the cancel where it never reported one) until
-    the first survivor still decoding then ends. A survivor that ended between the cancel and
-    the drop does not end the window after: that window's batch is the survivors decoding."""
+    token) and after it, from the server's drop (the cancel where it never reported one).
+
+    The window after holds one batch: it ends when a survivor decoding in it ends. Where one
+    ends before each of the others has a gap in the window (an answer that ran out a step or
+    two after the drop), the window starts again at that end, without it: the first stretch in
+    which the same survivors decode, each at least once."""
     before = _gaps_within(survivors, steady_from, cancelled_at)
-    after_from = cancelled_at if dropped_at is None else dropped_at
-    decoding = [r for r in survivors if r.arrivals and r.arrivals[-1] > after_from]
-    after_until = min((r.arrivals[-1] for r in decoding), default=after_from)
-    return before, _gaps_within(decoding, after_from, after_until)
+    start = cancelled_at if dropped_at is None else dropped_at
+    while True:
+        decoding = [r for r in survivors if r.arrivals and r.arrivals[-1] > start]
+        if not decoding:
+            return before, []
+        end = min(r.arrivals[-1] for r in decoding)
+        gaps = [_gaps_within([r], start, end) for r in decoding]
+        if all(gaps):
+            return before, [gap for own in gaps for gap in own]
+        start = end
 
 
 def _gaps_within(records: list[RequestRecord], start: float, end: float) -> list[float]:
