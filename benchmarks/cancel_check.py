@@ -22,8 +22,9 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
     The survivors' gaps before the cancel (all streams decoding, no prompt in flight) are
     compared with their gaps after it, from the moment the server reports the cancelled
     streams gone until a survivor ends, so the batch is the same throughout each window
-    (`survivor_windows`). If a cancelled stream kept costing a step's work, the survivors could not get
-    faster; the server's own gauge and counter say whether it dropped them, and how soon.
+    (`survivor_windows`). If a cancelled stream kept costing a step's work, the survivors could
+    not get faster; the server's own gauge and counters say whether it dropped them, how soon,
+    and whether it counted each cancelled or finished.
     """
     url = f"{server.base_url}/v1/chat/completions"
     model = server.model_name
@@ -59,12 +60,15 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
             await asyncio.sleep(0.05)
         after_metrics = await server.metrics(client)
         await asyncio.gather(*(tasks[i] for i in survivors), return_exceptions=True)
+        final_metrics = await server.metrics(client)
 
     steady_from = max(r.arrivals[0] for r in records if r.arrivals)
     surviving = [records[i] for i in survivors]
     before, after = survivor_windows(surviving, steady_from, cancelled_at, dropped_at)
-    cancelled_count = (after_metrics.get("inference_requests_cancelled_total", 0.0)
-                       - before_metrics.get("inference_requests_cancelled_total", 0.0))
+    cancelled_count = _delta(before_metrics, after_metrics, "inference_requests_cancelled_total")
+    # Every request the server ended itself, with any finish_reason: the survivors, and a
+    # cancelled stream whose answer ran out before its cancel reached the server.
+    finished_count = _delta(before_metrics, final_metrics, "inference_requests_total")
     return {
         "streams": len(requests),
         "cancelled": len(victims),
@@ -76,6 +80,7 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
         "server_running_after": running_after,
         "server_dropped_within_s": None if dropped_at is None else dropped_at - cancelled_at,
         "server_cancelled_counter_delta": cancelled_count,
+        "server_finished_counter_delta": finished_count,
         "survivor_errors": [records[i].error for i in survivors if records[i].error],
     }
 
@@ -100,6 +105,10 @@ def survivor_windows(survivors: list[RequestRecord], steady_from: float, cancell
         if all(gaps):
             return before, [gap for own in gaps for gap in own]
         start = end
+
+
+def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    return after.get(name, 0.0) - before.get(name, 0.0)
 
 
 def _gaps_within(records: list[RequestRecord], start: float, end: float) -> list[float]:

@@ -77,3 +77,34 @@ def test_without_llama_cpp_its_targets_are_not_measured():
     assert verdicts(run)["throughput @16: ours >= 1.1 x llama.cpp F32"] is None
     assert verdicts(run)["multi-turn: ours TTFT p50 at turn 2 <= llama.cpp F32's"] is None
     assert verdicts(run)["multi-turn: ours TTFT p50 at turn 2 <= 1.5 x at turn 1"] is True
+
+
+def cancel_figures(cancelled_counter: float, finished_counter: float,
+                   after_p50: float = 0.015) -> dict:
+    # 16 streams, 7 cancelled: 9 survivors, each finished by the server in its own time.
+    return {"streams": 16, "cancelled": 7, "itl_before_s": {"p50": 0.025, "p90": 0.028, "n": 120},
+            "itl_after_s": {"p50": after_p50, "p90": 0.018, "n": 90},
+            "server_dropped_within_s": 0.063, "server_cancelled_counter_delta": cancelled_counter,
+            "server_finished_counter_delta": finished_counter}
+
+
+def cancel_verdict(figures: dict) -> bool | None:
+    run = DeviceRun("cpu", "CPU", cancel=figures)
+    return next(passed for name, passed in verdicts(run).items() if name.startswith("cancel"))
+
+
+def test_the_cancel_check_passes_when_the_server_counts_every_cancelled_stream_cancelled():
+    assert cancel_verdict(cancel_figures(cancelled_counter=7, finished_counter=9)) is True
+
+
+def test_a_cancelled_stream_whose_answer_ran_out_before_its_cancel_arrived_counts_finished():
+    # The quick bfloat16 runs of 714b7f1: a stream's answer ran out as the client cancelled it.
+    assert cancel_verdict(cancel_figures(cancelled_counter=6, finished_counter=10)) is True
+
+
+def test_the_cancel_check_fails_where_a_cancelled_stream_is_neither_cancelled_nor_finished():
+    assert cancel_verdict(cancel_figures(cancelled_counter=6, finished_counter=9)) is False
+
+
+def test_the_cancel_check_fails_where_the_survivors_got_slower():
+    assert cancel_verdict(cancel_figures(7, 9, after_p50=0.030)) is False
