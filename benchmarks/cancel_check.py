@@ -58,14 +58,14 @@ async def cancel_experiment(server: ServerProcess, requests: list[BenchRequest],
                 dropped_at = time.perf_counter()
                 break
             await asyncio.sleep(0.05)
-        after_metrics = await server.metrics(client)
         await asyncio.gather(*(tasks[i] for i in survivors), return_exceptions=True)
+        # Read once every stream has ended, so that no count of the server's is still to come.
         final_metrics = await server.metrics(client)
 
     steady_from = max(r.arrivals[0] for r in records if r.arrivals)
     surviving = [records[i] for i in survivors]
     before, after = survivor_windows(surviving, steady_from, cancelled_at, dropped_at)
-    cancelled_count = _delta(before_metrics, after_metrics, "inference_requests_cancelled_total")
+    cancelled_count = _delta(before_metrics, final_metrics, "inference_requests_cancelled_total")
     # Every request the server ended itself, with any finish_reason: the survivors, and a
     # cancelled stream whose answer ran out before its cancel reached the server.
     finished_count = _delta(before_metrics, final_metrics, "inference_requests_total")

@@ -31,12 +31,14 @@ def test_the_window_after_runs_from_the_drop_until_the_first_survivor_ends():
     assert after == [GAP] * (6 + 5)
 
 
-# Two published runs of 714b7f1 read N/A: the window after the drop came out empty.
+# Two runs read N/A so: the window after the drop came out empty.
 EARLY_ENDS = {
-    # F32: a survivor sent its last token between the cancel and the server's drop.
+    # 714b7f1's published run (F32): a survivor sent its last token between the cancel and the
+    # server's drop.
     "between_the_cancel_and_the_drop": (record(5, 0.0, 1.125), 14 + 13),
-    # bfloat16: a survivor's answer ran out less than a step after the drop, before any
-    # survivor had a gap in the window; the window starts again at its end (1.3125 s).
+    # 1f896e2's quick bfloat16 run: a survivor's answer ran out less than a step after the
+    # drop, before any survivor had a gap in the window; the window starts again at its end
+    # (1.3125 s).
     "within_a_step_of_the_drop": (record(5, 0.0625, 1.3125), 13 + 13),
 }
 

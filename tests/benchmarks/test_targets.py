@@ -98,7 +98,7 @@ def test_the_cancel_check_passes_when_the_server_counts_every_cancelled_stream_c
 
 
 def test_a_cancelled_stream_whose_answer_ran_out_before_its_cancel_arrived_counts_finished():
-    # The quick bfloat16 runs of 714b7f1: a stream's answer ran out as the client cancelled it.
+    # A quick bfloat16 run of cdbcfed: a stream's answer ran out as the client cancelled it.
     assert cancel_verdict(cancel_figures(cancelled_counter=6, finished_counter=10)) is True
 
 
