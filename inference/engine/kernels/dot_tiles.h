@@ -105,23 +105,17 @@ constexpr bool kBFloat16 = false;
 
 // float16 only as the native step's screen's weight (decode_step.cpp): each vector of halves
 // widened to float32 by F16C's conversion, then multiplied with float32 rows' and added as
-// float32's are. Every CPU with AVX2 has F16C.
+// float32's are (float32's arithmetic, inherited). Every CPU with AVX2 has F16C.
 template <>
-struct Vectors<c10::Half> {
+struct Vectors<c10::Half> : Vectors<float> {
 #if defined(__AVX512F__)
-  using Operand = __m512;
-  static constexpr int64_t step = 16;
   static Operand load(const c10::Half* at) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
   }
-  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm512_fmadd_ps(a, b, sums); }
 #else
-  using Operand = __m256;
-  static constexpr int64_t step = 8;
   static Operand load(const c10::Half* at) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
   }
-  static Sums mul_add(Sums sums, Operand a, Operand b) { return _mm256_fmadd_ps(a, b, sums); }
 #endif
 };
 
