@@ -8,14 +8,15 @@ at one stream on a 2-core AMD EPYC, 2.2 ms of a 12.1 ms F32 step read no weights
 threads enter once a step and wait for each other at barriers, and a step needs no compiler
 and no warm-up: the library our kernels are built in (own_kernels.py) holds it.
 
-A float32 step whose rows all want only their greedy token reads the output matrix in a
-narrower copy and computes in float32 only the few columns that could be the largest
-(decode_step.cpp's `Screen`): the same greedy token, bit for bit, from 57 MB of the default
-model's 538 MB a token fewer. The copy is bfloat16 where this machine's products run it (AVX-512
-BF16), else float16 (F16C widens it to float32): the model keeps it beside the float32 matrix; a
-sampled row needs every logit, so any step with one reads the float32 matrix. A float16 screen
-serves steps of at most two rows, where a step reads its weights and does little else: with
-more, widening the weights costs more than their bytes save (SCREENED_ROWS).
+A step whose rows all want only their greedy token reads the output matrix in a narrower copy
+and computes in full only the few columns that could be the largest (decode_step.cpp's
+`Screen`): the same greedy token, bit for bit, from fewer bytes a token. The copy is int8
+levels with a scale a row where our kernels are built for AVX-512 (the default model's output
+matrix in 28 MB, against 113 in float32 and 57 in bfloat16), else float16 (F16C widens it to
+float32), for a float32 model; a bfloat16 model's is int8 levels. The model keeps the copy beside
+its own matrix; a sampled row needs every logit, so any step with one reads the whole matrix. A
+float16 screen serves steps of at most two rows, where a step reads its weights and does little
+else: with more, widening the weights costs more than their bytes save (SCREENED_ROWS).
 
 It runs where our products and attention both do: a plain Llama with static rotary tables, its
 matrices in our layout (`MatrixLayout.DOT`), float32 or bfloat16, on a CPU. It takes the steps
@@ -36,7 +37,9 @@ DTYPES = (torch.float32, torch.bfloat16)
 # the whole float32 product's, in turns in one process (`python -m benchmarks step`, the default
 # model on a 2-core AVX2 AMD EPYC): 0.91x at one row, 0.93x at two, 1.01x at four, 1.07x at
 # sixteen (BENCHMARKS.md, "A float16 screen for CPUs without bfloat16").
-SCREENED_ROWS = {torch.bfloat16: None, torch.float16: 2}
+# An int8 screen's steps against the whole product's, in turns (an Intel Xeon with AMX; one to
+# sixteen rows): 0.95x-0.98x for a bfloat16 model, 0.89x-0.97x for a float32 one.
+SCREENED_ROWS = {torch.bfloat16: None, torch.float16: 2, torch.int8: None}
 
 
 def why_not(fused, own_attention: bool) -> str | None:
@@ -73,10 +76,15 @@ class NativeStep:
         self.captured = None  # one call a step already: nothing to capture (captured_steps.py)
 
     def screen_in(self, dtype: torch.dtype) -> bool:
-        """Gives the model its output matrix's screen in `dtype` where it can use one: a float32
-        matrix whose rows' norms are finite and whose values `dtype` holds (float16 overflows
-        past 65,504). Whether it did; a screen given before stays where not."""
-        if self.head.dtype != torch.float32 or dtype not in own_kernels.screens():
+        """Gives the model its output matrix's screen in `dtype` where it can use one: int8
+        levels of a finite matrix (either dtype), or a float32 matrix in a narrower float that
+        holds its values (float16 overflows past 65,504) and whose rows' norms are finite.
+        Whether it did; a screen given before stays where not."""
+        if dtype not in own_kernels.screens():
+            return False
+        if dtype == torch.int8:
+            return self._screen_in_levels()
+        if self.head.dtype != torch.float32:
             return False
         # Rounded up a little: the screen's bound must not be smaller than the norm.
         norms = self.head.double().norm(dim=1).mul_(1 + 1e-6).float()
@@ -85,6 +93,21 @@ class NativeStep:
             return False
         self.model.screen_with(narrow, norms)
         self.screens = dtype
+        return True
+
+    def _screen_in_levels(self) -> bool:
+        """An 8-bit screen: each row's scale its largest magnitude over 127, its levels the row
+        over the scale, rounded (a row of zeros: scale 1, levels 0)."""
+        if not self.head.isfinite().all():
+            return False
+        wide = self.head.double()
+        scales = (wide.abs().amax(dim=1) / 127).float()
+        scales[scales == 0] = 1
+        levels = (wide / scales.double().unsqueeze(1)).round_().clamp_(-127, 127).to(torch.int8)
+        if not scales.isfinite().all():
+            return False
+        self.model.screen_levels(levels, scales)
+        self.screens = torch.int8
         return True
 
     def screened(self, rows: int) -> bool:

@@ -54,8 +54,10 @@ class InstructionSet:
     cpu_flags: frozenset[str]  # as /proc/cpuinfo names them
     compile_flags: tuple[str, ...]
     dtypes: tuple[torch.dtype, ...]  # what the kernel multiplies when built for it
-    # What the native step may screen a float32 output matrix in (kernels/decode_step.cpp's
-    # `Screen`), the one it takes first.
+    # What the native step may screen its output matrix in (kernels/decode_step.cpp's `Screen`),
+    # the one it takes first: int8 levels with AVX-512, where a float32 step through them
+    # took 0.97x-1.00x the time of one through a bfloat16 copy at one to sixteen rows, in turns
+    # (an Intel Xeon with AMX; BENCHMARKS.md); float16 with AVX2 alone, where int8 is not measured.
     screens: tuple[torch.dtype, ...]
 
 
@@ -66,9 +68,10 @@ _AVX2 = ("-mavx2", "-mfma", "-mf16c")
 INSTRUCTION_SETS = (
     InstructionSet(_AVX2_FLAGS | {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"},
                    (*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
-                   (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16)),
-    InstructionSet(_AVX2_FLAGS | {"avx512f"}, (*_AVX2, "-mavx512f"), (torch.float32,), (torch.float16,)),
-    InstructionSet(_AVX2_FLAGS, _AVX2, (torch.float32,), (torch.float16,)),
+                   (torch.float32, torch.bfloat16), (torch.int8, torch.bfloat16, torch.float16)),
+    InstructionSet(_AVX2_FLAGS | {"avx512f"}, (*_AVX2, "-mavx512f"), (torch.float32,),
+                   (torch.int8, torch.float16)),
+    InstructionSet(_AVX2_FLAGS, _AVX2, (torch.float32,), (torch.float16, torch.int8)),
 )
 # What decode_attention_rows takes (kernels/decode_attention.cpp: kMostDim); other heads and dtypes
 # (float64 in tests, float16) go to torch's attention or products and sums.
@@ -115,8 +118,8 @@ def dtypes(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
 
 
 def screens(cache_dir: Path | None = None) -> tuple[torch.dtype, ...]:
-    """What the native step may screen a float32 output matrix in here, the first preferred; none
-    if our kernels cannot load."""
+    """What the native step may screen its output matrix in here (a bfloat16 model's: int8
+    alone), the first preferred; none if our kernels cannot load."""
     return () if load(cache_dir) else _outcome[0].screens
 
 

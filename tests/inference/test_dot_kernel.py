@@ -37,11 +37,13 @@ def test_the_widest_instructions_the_cpu_has_are_built_for():
     avx512 = avx2 | {"avx512f", "avx512bw", "avx512vl"}
 
     bf16 = own_kernels.instruction_set(frozenset(avx512 | {"avx512_bf16"}))
-    assert bf16.dtypes == (torch.float32, torch.bfloat16) and bf16.screens == (torch.bfloat16, torch.float16)
+    assert bf16.dtypes == (torch.float32, torch.bfloat16)
+    assert bf16.screens == (torch.int8, torch.bfloat16, torch.float16)
+    assert own_kernels.instruction_set(frozenset(avx512)).screens == (torch.int8, torch.float16)
     assert "-mavx512f" in own_kernels.instruction_set(frozenset(avx512)).compile_flags
     assert own_kernels.instruction_set(frozenset(avx512)).dtypes == (torch.float32,)
     assert "-mavx512f" not in own_kernels.instruction_set(frozenset(avx2)).compile_flags
-    assert own_kernels.instruction_set(frozenset(avx2)).screens == (torch.float16,)
+    assert own_kernels.instruction_set(frozenset(avx2)).screens == (torch.float16, torch.int8)
     assert own_kernels.instruction_set(frozenset({"sse4_2", "avx"})) is None
     assert own_kernels.instruction_set(frozenset(avx2 - {"f16c"})) is None
 

@@ -18,13 +18,15 @@
 // rounded once, residuals added in float32 and rounded. Each row's greedy token is the first of
 // equal maxima of its rounded logits, as the sampler's `greedy`.
 //
-// A float32 step whose rows all want only their greedy token may screen the output matrix: the
-// output product is read in a bfloat16 or float16 copy (half of the bytes: 57 of the default
-// model's 538 MB a token at one stream, where a step only reads), each logit's distance from
-// the float32 one is bounded, and only the columns that could still be the largest are computed
-// in float32, by the same tile arithmetic as the whole product's (`Screen`). The greedy token is
-// the one the whole product gives, bit for bit; a row for which the bound leaves too many
-// columns, or whose screened logits are not all finite, has its whole product computed after all.
+// A step whose rows all want only their greedy token may screen the output matrix: the output
+// product is read in a narrower copy (a float32 model's in bfloat16 or float16, half of the
+// bytes: 57 of the default model's 538 MB a token at one stream, where a step only reads; either
+// model's in int8 levels with a scale a row: 28 MB of a bfloat16 model's 269), each logit's
+// distance from the whole product's is bounded, and only the columns that could still be the
+// largest are computed, by the same tile arithmetic as the whole product's (`Screen`). The
+// greedy token is the one the whole product gives, bit for bit; a row for which the bound leaves
+// too many columns, or whose screened logits are not all finite, has its whole product computed
+// after all.
 #include <torch/custom_class.h>
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -131,8 +133,24 @@ struct Best {
 // arithmetic that computes the bound and compares against it rounds by far less. A column
 // whose screened logit plus its bound falls below the largest screened logit minus its own
 // bound cannot be the largest: the candidates are the others.
+//
+// An 8-bit screen (either model's dtype) keeps each output row w as int8 levels q and a float32
+// scale s, w ~ s q; its product multiplies the rows x as float32 (a bfloat16 model's widened,
+// exactly) by q widened, sums in float32 and multiplies the sum by s. Its logit and the whole
+// product's (the model's own: float32 products, or bfloat16's, whose float32 sums may flush
+// subnormals) differ by at most
+//   |x|_2 |w - s q|_2                                       the levels' rounding,
+//   + n 2^-24 |x|_2 |w|_2 + n 2^-126                        the whole product's sum,
+//   + (n + 1) 2^-24 s |x|_2 |q|_2 + n 2^-149                the screen's sum and scaling,
+// so a column's bound is |x|_2 times its `coefficient`, |w - s q|_2 + (n + 1) 2^-24 (|w|_2 +
+// s |q|_2), computed once from the matrix in float64 and rounded up, plus n 2^-125: doubled, as
+// above. A bfloat16 model's greedy token is the first of the largest of its logits rounded to
+// bfloat16, where columns a little below the largest float32 logit may tie with it: those whose
+// float32 logits reach within 2^-6 of the floor's size below it (`rounded_slack`) are candidates too.
 struct Screen {
-  at::Tensor matrix, norms;  // [vocab, hidden] bfloat16 or float16, [vocab] float32
+  // [vocab, hidden] bfloat16, float16 or int8; [vocab] float32: each column's norm, or an 8-bit
+  // screen's coefficient; [vocab] float32 an 8-bit screen's scales (else undefined)
+  at::Tensor matrix, norms, scales;
   double unit = 0, tiny = 0;  // the type's u and a (above)
   double row_unit = 0, row_tiny = 0;  // u_x and a_x: how the rows are rounded for its product
   // More candidates than this in a row and its whole product is computed: their float32
@@ -149,7 +167,9 @@ struct Screen {
   // The margin of a row of Euclidean norm `x_norm` (rounded up) and `width` elements; its scale
   // not finite where the row's is not.
   Margin margin(double x_norm, int64_t width) const {
-    const double u = unit, a = tiny, ux = row_unit, ax = row_tiny, n = static_cast<double>(width);
+    const double n = static_cast<double>(width);
+    if (scales.defined()) return {static_cast<float>(2 * x_norm), static_cast<float>(2 * n * 0x1p-125 + 1e-30)};
+    const double u = unit, a = tiny, ux = row_unit, ax = row_tiny;
     const double sums = n * 0x1p-24, root = std::sqrt(n) * (1 + sums);
     const double relative = u + ux + u * ux + sums * (1 + (1 + u) * (1 + ux));
     // 1e-30 more: any float32 sum the bfloat16 product flushed to zero.
@@ -243,9 +263,31 @@ class DecodeModel : public torch::CustomClassHolder {
                     norms.dim() == 1 && norms.size(0) == vocab_ && at::isfinite(norms).all().item<bool>(),
                 "DecodeModel.screen_with: a finite float32 norm for each output row");
     if (type == at::kHalf)
-      screen_ = {matrix, norms, 0x1p-11, 0x1p-25, 0, 0};  // the rows multiplied as they are
+      screen_ = {matrix, norms, {}, 0x1p-11, 0x1p-25, 0, 0};  // the rows multiplied as they are
     else
-      screen_ = {matrix, norms, 0x1p-8, 0x1p-126, 0x1p-8, 0x1p-126};
+      screen_ = {matrix, norms, {}, 0x1p-8, 0x1p-126, 0x1p-8, 0x1p-126};
+  }
+
+  // Either model's output matrix as int8 levels [vocab, hidden] and a scale for each row (an
+  // 8-bit screen: Screen): each column's coefficient is computed here, from the model's own
+  // matrix. Any scales and levels make a screen that finds the whole product's greedy tokens;
+  // levels near the matrix keep its candidates few.
+  void screen_levels(const at::Tensor& levels, const at::Tensor& scales) {
+    TORCH_CHECK(levels.device().is_cpu() && levels.scalar_type() == at::kChar && levels.is_contiguous() &&
+                    levels.sizes() == head_.sizes(),
+                "DecodeModel.screen_levels: int8 levels of the output matrix's shape, contiguous");
+    TORCH_CHECK(scales.device().is_cpu() && scales.scalar_type() == at::kFloat && scales.is_contiguous() &&
+                    scales.dim() == 1 && scales.size(0) == vocab_ && at::isfinite(scales).all().item<bool>(),
+                "DecodeModel.screen_levels: a finite float32 scale for each output row");
+    const at::Tensor wide = head_.to(at::kDouble), levels_wide = levels.to(at::kDouble);
+    const at::Tensor scale = scales.to(at::kDouble).unsqueeze(1);
+    const double sums = (static_cast<double>(hidden_) + 1) * 0x1p-24;
+    const at::Tensor rounding = (wide - scale * levels_wide).norm(2, 1);
+    const at::Tensor magnitudes = wide.norm(2, 1) + scale.squeeze(1).abs() * levels_wide.norm(2, 1);
+    const at::Tensor coefficients = (rounding + sums * magnitudes).mul_(1 + 1e-6).to(at::kFloat);
+    TORCH_CHECK(at::isfinite(coefficients).all().item<bool>(),
+                "DecodeModel.screen_levels: a finite output matrix");
+    screen_ = {levels, coefficients, scales, 0, 0, 0, 0};
   }
 
   // token_ids, positions [B] int64 (a row's position: the keys it has cached); table [B, 6]:
@@ -308,8 +350,9 @@ class DecodeModel : public torch::CustomClassHolder {
     std::vector<float> hidden, qkv, queries, keys, attended, out, gate_up;
     std::vector<std::vector<float>> own;  // a thread's norm output or activations
     std::vector<Best> best;  // [threads, rows]
-    // The screen's: the screened logits, each thread's rows in bfloat16 (a bfloat16 screen's
-    // product takes them so; a float16 screen's takes the float32 rows), each row's candidates.
+    // The screen's: the screened logits, each thread's rows as the screen's product takes them
+    // (a bfloat16 screen's in bfloat16, an 8-bit one's in float32; a float16 screen's takes the
+    // float32 rows as they are), each row's candidates.
     std::vector<float> screened;
     std::vector<std::vector<float>> own_screen;
     std::vector<std::vector<int64_t>> candidates;
@@ -365,10 +408,8 @@ class DecodeModel : public torch::CustomClassHolder {
     shares_.reset(product_tiles_, threads);
     const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
     if (screening) {
-      if (screen_.matrix.scalar_type() == at::kBFloat16) {
-        buffers_.own_screen.resize(threads);
-        for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
-      }
+      buffers_.own_screen.resize(threads);
+      for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
       room<float>(buffers_.screened, rows * vocab_);
       buffers_.candidates.resize(rows);
     }
@@ -451,24 +492,10 @@ class DecodeModel : public torch::CustomClassHolder {
       clock.enter(kNorms);
       normalize(h, norm_.const_data_ptr<T>(), rows, x);
       if (screening) {
-        if constexpr (std::is_same_v<T, float>) {
-          clock.enter(kProducts);
-          float* screened = buffers_.screened.data();
-          if (screen_.matrix.scalar_type() == at::kHalf) {
-            multiply<float, c10::Half>(screen_product, x, rows, hidden, screen_.matrix, screened, thread, count,
-                                       nothing);
-          } else {
-#if defined(__AVX512BF16__)
-            // bfloat16's product takes bfloat16 rows.
-            c10::BFloat16* rounded = reinterpret_cast<c10::BFloat16*>(buffers_.own_screen[thread].data());
-            for (int64_t i = 0; i < rows * hidden; ++i) rounded[i] = static_cast<c10::BFloat16>(x[i]);
-            multiply(screen_product, static_cast<const c10::BFloat16*>(rounded), rows, hidden, screen_.matrix,
-                     screened, thread, count, nothing);
-#endif
-          }
-          clock.enter(kGreedy);
-          greedy_through_screen(x, rows, thread, count, logits, greedy_out.mutable_data_ptr<int64_t>());
-        }
+        clock.enter(kProducts);
+        multiply_screen(screen_product, x, rows, thread, count);
+        clock.enter(kGreedy);
+        greedy_through_screen(x, rows, thread, count, logits, greedy_out.mutable_data_ptr<int64_t>());
       }
       if (!screening) {
         clock.enter(kProducts);
@@ -493,45 +520,84 @@ class DecodeModel : public torch::CustomClassHolder {
     }
   }
 
+  // The thread's share of the screen's product of the final norm's rows x (Screen) into the
+  // screened logits, as the screen's type takes them.
+  template <typename T>
+  void multiply_screen(size_t product, const T* x, int64_t rows, int thread, int count) {
+    float* screened = buffers_.screened.data();
+    float* own = buffers_.own_screen[thread].data();
+    const auto nothing = [](int64_t, int64_t) {};
+    const at::ScalarType type = screen_.matrix.scalar_type();
+    if (type == at::kChar) {
+      const float* wide = reinterpret_cast<const float*>(x);
+      if constexpr (!std::is_same_v<T, float>) {
+        for (int64_t i = 0; i < rows * hidden_; ++i) own[i] = static_cast<float>(x[i]);
+        wide = own;
+      }
+      multiply<float, int8_t>(product, wide, rows, hidden_, screen_.matrix, screened, thread, count, nothing);
+    } else if constexpr (std::is_same_v<T, float>) {  // screen_with: a float32 model's alone
+      if (type == at::kHalf) {
+        multiply<float, c10::Half>(product, x, rows, hidden_, screen_.matrix, screened, thread, count, nothing);
+      } else {
+#if defined(__AVX512BF16__)
+        // bfloat16's product takes bfloat16 rows.
+        c10::BFloat16* rounded = reinterpret_cast<c10::BFloat16*>(own);
+        for (int64_t i = 0; i < rows * hidden_; ++i) rounded[i] = static_cast<c10::BFloat16>(x[i]);
+        multiply(product, static_cast<const c10::BFloat16*>(rounded), rows, hidden_, screen_.matrix, screened,
+                 thread, count, nothing);
+#endif
+      }
+    }
+  }
+
   // Each row's greedy token from the screened logits (Screen), the thread's share of the rows:
-  // the candidates, then their float32 logits by the whole product's tile arithmetic, written
-  // where the whole product would write them, and the first of their largest; a row the screen
-  // cannot decide gets its whole product, from this thread alone. Called by every thread of the
-  // step's region.
-  void greedy_through_screen(const float* x, int64_t rows, int thread, int count, float* logits, int64_t* greedy) {
-    const float* screened = buffers_.screened.data();
+  // the candidates, then their logits by the whole product's tile arithmetic, written where the
+  // whole product would write them, and the first of their largest; a row the screen cannot
+  // decide gets its whole product, from this thread alone. Called by every thread of the step's
+  // region.
+  template <typename T>
+  void greedy_through_screen(const T* x, int64_t rows, int thread, int count, T* logits, int64_t* greedy) {
+    float* screened = buffers_.screened.data();
 #pragma omp barrier
-    const float* head = head_.const_data_ptr<float>();
+    const T* head = head_.const_data_ptr<T>();
     const auto [first, end] = range(rows, thread, count);
     for (int64_t b = first; b < end; ++b) {
-      const float* row = x + b * hidden_;
-      float* row_logits = logits + b * vocab_;
+      const T* row = x + b * hidden_;
+      T* row_logits = logits + b * vocab_;
       std::vector<int64_t>& candidates = buffers_.candidates[b];
-      if (!find_candidates(row, screened + b * vocab_, candidates)) {
+      if (!find_candidates(row, screened + b * vocab_, std::is_same_v<T, float> ? 0.0f : 0x1p-6f, candidates)) {
         constexpr int64_t kWidth = chatapp_dot::kFew.outputs;
         const int64_t whole = vocab_ / kWidth;
-        chatapp_dot::tiles<float, chatapp_dot::kFew.rows, kWidth>(row, 1, hidden_, head, row_logits, vocab_, 0, whole);
-        chatapp_dot::last_columns<float>(row, 1, hidden_, head, row_logits, vocab_, whole * kWidth);
+        chatapp_dot::tiles<T, chatapp_dot::kFew.rows, kWidth>(row, 1, hidden_, head, row_logits, vocab_, 0, whole);
+        chatapp_dot::last_columns<T>(row, 1, hidden_, head, row_logits, vocab_, whole * kWidth);
         greedy[b] = largest(row_logits, 0, vocab_).column;
         continue;
       }
       Best best{-INFINITY, vocab_};
       for (const int64_t column : candidates) {
-        chatapp_dot::columns<float, 1, 1>(row, 0, 1, hidden_, head, row_logits, vocab_, column, column + 1);
-        best = best.larger({row_logits[column], column});
+        chatapp_dot::columns<T, 1, 1>(row, 0, 1, hidden_, head, row_logits, vocab_, column, column + 1);
+        best = best.larger({static_cast<float>(row_logits[column]), column});
       }
       greedy[b] = best.column;
     }
   }
 
-  // The columns of one row that may hold its largest float32 logit, in order; false where there
-  // are more than Screen::kMostCandidates or a value is not finite.
-  bool find_candidates(const float* x, const float* screened, std::vector<int64_t>& candidates) const {
+  // The columns of one row that may hold its largest logit, in order; false where there are
+  // more than Screen::kMostCandidates or a value is not finite. `rounded_slack`: the share of
+  // the floor's size below it that a logit rounded to the model's dtype may tie from (Screen).
+  // An 8-bit screen's logits are scaled here, in place.
+  template <typename T>
+  bool find_candidates(const T* x, float* screened, float rounded_slack, std::vector<int64_t>& candidates) const {
     double squares = 0;
-    for (int64_t i = 0; i < hidden_; ++i) squares += static_cast<double>(x[i]) * x[i];
+    for (int64_t i = 0; i < hidden_; ++i) squares += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     // Rounded up, so that the bound stays one.
     const Screen::Margin margin = screen_.margin(std::sqrt(squares) * (1 + 1e-6), hidden_);
     if (!std::isfinite(margin.scale)) return false;
+    if (screen_.scales.defined()) {
+      const float* scales = screen_.scales.const_data_ptr<float>();
+#pragma omp simd
+      for (int64_t c = 0; c < vocab_; ++c) screened[c] *= scales[c];
+    }
     const float* norms = screen_.norms.const_data_ptr<float>();
     float floor = -INFINITY;  // the largest screened logit less its bound
     float nothing = 0;  // NaN where some screened logit is not finite
@@ -541,6 +607,8 @@ class DecodeModel : public torch::CustomClassHolder {
       floor = std::max(floor, screened[c] - margin.bound(norms[c]));
     }
     if (nothing != 0.0f) return false;
+    // Below the floor by a share of its size, and by what rounding near zero keeps apart.
+    floor -= rounded_slack * (std::fabs(floor) + 0x1p-120f);
     candidates.clear();
     for (int64_t c = 0; c < vocab_; ++c) {
       if (screened[c] + margin.bound(norms[c]) >= floor) {
@@ -719,6 +787,7 @@ TORCH_LIBRARY_FRAGMENT(chatapp, m) {
   m.class_<DecodeModel>("DecodeModel")
       .def(torch::init<std::vector<at::Tensor>, int64_t, int64_t, double, double>())
       .def("screen_with", &DecodeModel::screen_with)
+      .def("screen_levels", &DecodeModel::screen_levels)
       .def("step", &DecodeModel::step)
       .def("set_timing", &DecodeModel::set_timing)
       .def("phase_seconds", &DecodeModel::phase_seconds);

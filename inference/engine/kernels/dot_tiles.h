@@ -2,7 +2,7 @@
 // dot product of a row with one contiguous row of the weight, summed in float32 and written as
 // the product's type. Rows, weight and product are of one type, but where the native step
 // screens its output matrix in a narrower type (decode_step.cpp): float32 rows times a float16
-// weight, or bfloat16 rows times a bfloat16 one, into float32. Shared by the `dot_rows` operator
+// or int8 weight, or bfloat16 rows times a bfloat16 one, into float32. Shared by the `dot_rows` operator
 // and the native decode step (decode_step.cpp), which call them on a range of the outputs;
 // dot_rows.cpp says why they are shaped so.
 #pragma once
@@ -115,6 +115,21 @@ struct Vectors<c10::Half> : Vectors<float> {
 #else
   static Operand load(const c10::Half* at) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+  }
+#endif
+};
+
+// int8 only as an 8-bit screen's weight (decode_step.cpp): each vector of levels widened to
+// float32 exactly, then multiplied with float32 rows' as float32's are.
+template <>
+struct Vectors<int8_t> : Vectors<float> {
+#if defined(__AVX512F__)
+  static Operand load(const int8_t* at) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))));
+  }
+#else
+  static Operand load(const int8_t* at) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))));
   }
 #endif
 };
