@@ -12,8 +12,9 @@ A step whose rows all want only their greedy token reads the output matrix in a 
 and computes in full only the few columns that could be the largest (decode_step.cpp's
 `Screen`): the same greedy token, bit for bit, from fewer bytes a token. The copy is int8
 levels with a scale a row where our kernels are built for AVX-512 (the default model's output
-matrix in 28 MB, against 113 in float32 and 57 in bfloat16), else float16 (F16C widens it to
-float32), for a float32 model; a bfloat16 model's is int8 levels. The model keeps the copy beside
+matrix in 28 MB, against 113 in float32 and 57 in bfloat16, the copy a float32 model had before
+it), else float16 (F16C widens it to float32), for a float32 model; a bfloat16 model's is int8
+levels. The model keeps the copy beside
 its own matrix; a sampled row needs every logit, so any step with one reads the whole matrix. A
 float16 screen serves steps of at most two rows, where a step reads its weights and does little
 else: with more, widening the weights costs more than their bytes save (SCREENED_ROWS).
@@ -39,7 +40,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 # sixteen (BENCHMARKS.md, "A float16 screen for CPUs without bfloat16").
 # An int8 screen's steps against the whole product's, in turns (an Intel Xeon with AMX; one to
 # sixteen rows): 0.95x-0.98x for a bfloat16 model, 0.89x-0.97x for a float32 one.
-SCREENED_ROWS = {torch.bfloat16: None, torch.float16: 2, torch.int8: None}
+SCREENED_ROWS = {torch.float16: 2, torch.int8: None}
 
 
 def why_not(fused, own_attention: bool) -> str | None:
@@ -77,9 +78,9 @@ class NativeStep:
 
     def screen_in(self, dtype: torch.dtype) -> bool:
         """Gives the model its output matrix's screen in `dtype` where it can use one: int8
-        levels of a finite matrix (either dtype), or a float32 matrix in a narrower float that
-        holds its values (float16 overflows past 65,504) and whose rows' norms are finite.
-        Whether it did; a screen given before stays where not."""
+        levels of a finite matrix (either dtype), or a float32 matrix in float16 where float16
+        holds its values (it overflows past 65,504) and its rows' norms are finite. Whether it
+        did; a screen given before stays where not."""
         if dtype not in own_kernels.screens():
             return False
         if dtype == torch.int8:

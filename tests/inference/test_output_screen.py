@@ -1,12 +1,11 @@
 """A native step whose rows all want their greedy token reads its output matrix through a screen
-in a narrower type (kernels/decode_step.cpp's `Screen`): a float32 model's in bfloat16, float16
-or int8 levels, a bfloat16 model's in int8 levels. It finds the token the whole product finds,
-bit for bit, ties, near-ties (and a bfloat16 model's logits that its rounding makes equal) and
-values float16 holds only as subnormals included, and hands the sampler no logits; a row the
-screen cannot decide gets its whole product, and a step with a sampled row every logit. Each
-test runs with each screen this machine's build has (float16 and int8 on any, bfloat16 and a
-bfloat16 model's too with AVX-512 BF16), or with the float32 model's where it tests a float's
-rounding."""
+in a narrower type (kernels/decode_step.cpp's `Screen`): a float32 model's in int8 levels or
+float16, a bfloat16 model's in int8 levels. It finds the token the whole product finds, bit for
+bit, ties, near-ties (and a bfloat16 model's logits that its rounding makes equal) and values
+float16 holds only as subnormals included, and hands the sampler no logits; a row the screen
+cannot decide gets its whole product, and a step with a sampled row every logit. Each test runs
+with each screen this machine's build has (int8 and float16 on any, and a bfloat16 model's
+with AVX-512 BF16), or with the float32 model's where it tests a float's rounding."""
 
 import random
 
@@ -266,11 +265,10 @@ def test_levels_far_from_the_matrix_still_find_the_whole_products_greedy_tokens(
 
 
 @pytest.mark.skipif(torch.bfloat16 not in own_kernels.dtypes(), reason="bfloat16 products need AVX-512 BF16")
-def test_a_bfloat16_model_takes_an_8_bit_screen_and_no_float_one():
-    step, _ = native_step((torch.bfloat16, torch.bfloat16))
-    assert step.screens == torch.int8  # its own choice, the float screens refused
-    assert not step.screen_in(torch.bfloat16) and not step.screen_in(torch.float16)
-    assert step.screens == torch.int8
+def test_a_bfloat16_model_takes_an_8_bit_screen_and_no_float16_one():
+    step, _ = native_step((torch.bfloat16, torch.float16))
+    assert step.screens == torch.int8  # its own choice, the float16 screen refused
+    assert not step.screen_in(torch.float16) and step.screens == torch.int8
 
 
 @pytest.mark.skipif(torch.bfloat16 not in own_kernels.dtypes(), reason="bfloat16 products need AVX-512 BF16")

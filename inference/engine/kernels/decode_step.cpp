@@ -19,9 +19,9 @@
 // equal maxima of its rounded logits, as the sampler's `greedy`.
 //
 // A step whose rows all want only their greedy token may screen the output matrix: the output
-// product is read in a narrower copy (a float32 model's in bfloat16 or float16, half of the
-// bytes: 57 of the default model's 538 MB a token at one stream, where a step only reads; either
-// model's in int8 levels with a scale a row: 28 MB of a bfloat16 model's 269), each logit's
+// product is read in a narrower copy (either model's in int8 levels with a scale a row: 28 of
+// the default model's 538 MB a token at one stream in float32, 269 in bfloat16, where a step
+// only reads; a float32 model's in float16, 57 MB, where AVX2 is all there is), each logit's
 // distance from the whole product's is bounded, and only the columns that could still be the
 // largest are computed, by the same tile arithmetic as the whole product's (`Screen`). The
 // greedy token is the one the whole product gives, bit for bit; a row for which the bound leaves
@@ -115,24 +115,23 @@ struct Best {
   }
 };
 
-// The output matrix's screen (see the top): a copy of it in a narrower type, bfloat16 or float16,
-// and each of its rows' Euclidean norm, rounded up. The type rounds a value v to within
-// u |v| + a: u its unit roundoff (bfloat16 2^-8, float16 2^-11), a what rounding near zero may
-// lose (float16's subnormals are 2^-24 apart: 2^-25; bfloat16's product flushes its subnormals:
-// 2^-126). A float16 screen multiplies the float32 rows as they are (F16C widens the weights);
-// bfloat16's product takes rows rounded to bfloat16 too: the rows' rounding is u_x |v| + a_x,
-// u_x = u and a_x = a there, 0 for float16. For a row x and an output row w of n elements, the
-// float32 product's logit and the screen's (products of the rounded values, exact in float32,
+// The output matrix's screen (see the top): a copy of it in a narrower type and a bound on each
+// column's distance from the whole product's logit. A column whose screened logit plus its bound
+// falls below the largest screened logit minus its own bound cannot be the largest: the
+// candidates are the others.
+//
+// A float16 screen (a float32 model's) keeps each of the matrix's rows' Euclidean norm, rounded
+// up. float16 rounds a value v to within u |v| + a: u its unit roundoff, 2^-11, a what rounding
+// near zero may lose (its subnormals are 2^-24 apart: 2^-25). The float32 rows are multiplied as
+// they are (F16C widens the weights). For a row x and an output row w of n elements, the float32
+// product's logit and the screen's (products exact in float32 but for the weight's rounding,
 // summed there) differ by at most
-//   (u + u_x + u u_x) sum |x_i w_i|          the roundings' share of each product,
-//   + (1 + u) a_x |w|_1 + (1 + u_x) a |x|_1 + n a_x a   and what they lose near zero,
-//   + n 2^-24 (1 + (1 + u)(1 + u_x)) sum |x_i w_i|     either sum's, float32,
-// the near-zero terms grown by (1 + n 2^-24) for the screen's sum of them; and sum |x_i w_i| <=
+//   u sum |x_i w_i| + a |x|_1                 the weights' rounding,
+//   + n 2^-24 (2 + u) sum |x_i w_i|           either sum's, float32,
+// the near-zero term grown by (1 + n 2^-24) for the screen's sum of it; and sum |x_i w_i| <=
 // |x|_2 |w|_2 (Cauchy-Schwarz), |v|_1 <= sqrt(n) |v|_2. So a column's bound is its norm times
 // the row's `scale`, plus the row's `offset` (`Margin`), each term doubled: the float32
-// arithmetic that computes the bound and compares against it rounds by far less. A column
-// whose screened logit plus its bound falls below the largest screened logit minus its own
-// bound cannot be the largest: the candidates are the others.
+// arithmetic that computes the bound and compares against it rounds by far less.
 //
 // An 8-bit screen (either model's dtype) keeps each output row w as int8 levels q and a float32
 // scale s, w ~ s q; its product multiplies the rows x as float32 (a bfloat16 model's widened,
@@ -144,18 +143,17 @@ struct Best {
 //   + (n + 1) 2^-24 s |x|_2 |q|_2 + n 2^-149                the screen's sum and scaling,
 // so a column's bound is |x|_2 times its `coefficient`, |w - s q|_2 + (n + 1) 2^-24 (|w|_2 +
 // s |q|_2), computed once from the matrix in float64 and rounded up, plus n 2^-125: doubled, as
-// above. A bfloat16 model's greedy token is the first of the largest of its logits rounded to
+// float16's. A bfloat16 model's greedy token is the first of the largest of its logits rounded to
 // bfloat16, where columns a little below the largest float32 logit may tie with it: those whose
 // float32 logits reach within 2^-6 of the floor's size below it (`rounded_slack`) are candidates too.
 struct Screen {
-  // [vocab, hidden] bfloat16, float16 or int8; [vocab] float32: each column's norm, or an 8-bit
-  // screen's coefficient; [vocab] float32 an 8-bit screen's scales (else undefined)
+  // [vocab, hidden] float16 or int8; [vocab] float32: each column's norm, or an 8-bit screen's
+  // coefficient; [vocab] float32 an 8-bit screen's scales (else undefined)
   at::Tensor matrix, norms, scales;
-  double unit = 0, tiny = 0;  // the type's u and a (above)
-  double row_unit = 0, row_tiny = 0;  // u_x and a_x: how the rows are rounded for its product
-  // More candidates than this in a row and its whole product is computed: their float32
-  // products would cost a fair share of the whole's (the default model's rows have had 2 at the
-  // median, 18 at most, over 256 greedy steps through a bfloat16 screen).
+  double unit = 0, tiny = 0;  // float16's u and a (above)
+  // More candidates than this in a row and its whole product is computed: their products would
+  // cost a fair share of the whole's (the default model's greedy bfloat16 rows have had 11 at the
+  // median, 243 at most, through an 8-bit screen).
   static constexpr int64_t kMostCandidates = 1024;
 
   // A row's bound on each column's distance: scale * the column's norm + offset.
@@ -169,12 +167,10 @@ struct Screen {
   Margin margin(double x_norm, int64_t width) const {
     const double n = static_cast<double>(width);
     if (scales.defined()) return {static_cast<float>(2 * x_norm), static_cast<float>(2 * n * 0x1p-125 + 1e-30)};
-    const double u = unit, a = tiny, ux = row_unit, ax = row_tiny;
+    const double u = unit, a = tiny;
     const double sums = n * 0x1p-24, root = std::sqrt(n) * (1 + sums);
-    const double relative = u + ux + u * ux + sums * (1 + (1 + u) * (1 + ux));
-    // 1e-30 more: any float32 sum the bfloat16 product flushed to zero.
-    return {static_cast<float>(2 * (relative * x_norm + (1 + u) * ax * root)),
-            static_cast<float>(2 * ((1 + ux) * a * root * x_norm + n * ax * a * (1 + sums)) + 1e-30)};
+    // 1e-30 more: a float32 sum flushed to zero, should the CPU flush them.
+    return {static_cast<float>(2 * (u + sums * (2 + u)) * x_norm), static_cast<float>(2 * a * root * x_norm + 1e-30)};
   }
 };
 
@@ -249,23 +245,18 @@ class DecodeModel : public torch::CustomClassHolder {
                   "DecodeModel: a layer's matrices do not fit the model's sizes");
   }
 
-  // A float32 model's output matrix in float16 or bfloat16 (a build with bfloat16 products) and
-  // its rows' norms (Screen), for steps whose rows want only their greedy tokens.
+  // A float32 model's output matrix in float16 and its rows' norms (Screen), for steps whose rows
+  // want only their greedy tokens.
   void screen_with(const at::Tensor& matrix, const at::Tensor& norms) {
     TORCH_CHECK(dtype_ == at::kFloat, "DecodeModel.screen_with: a float32 model's");
-    const at::ScalarType type = matrix.scalar_type();
-    TORCH_CHECK(type == at::kHalf || (chatapp_dot::kBFloat16 && type == at::kBFloat16),
-                "DecodeModel.screen_with: a float16", chatapp_dot::kBFloat16 ? " or bfloat16" : "", " matrix");
+    TORCH_CHECK(matrix.scalar_type() == at::kHalf, "DecodeModel.screen_with: a float16 matrix");
     TORCH_CHECK(matrix.device().is_cpu() && matrix.is_contiguous() && matrix.sizes() == head_.sizes() &&
                     at::isfinite(matrix).all().item<bool>(),
                 "DecodeModel.screen_with: the output matrix's shape, finite, contiguous");
     TORCH_CHECK(norms.device().is_cpu() && norms.scalar_type() == at::kFloat && norms.is_contiguous() &&
                     norms.dim() == 1 && norms.size(0) == vocab_ && at::isfinite(norms).all().item<bool>(),
                 "DecodeModel.screen_with: a finite float32 norm for each output row");
-    if (type == at::kHalf)
-      screen_ = {matrix, norms, {}, 0x1p-11, 0x1p-25, 0, 0};  // the rows multiplied as they are
-    else
-      screen_ = {matrix, norms, {}, 0x1p-8, 0x1p-126, 0x1p-8, 0x1p-126};
+    screen_ = {matrix, norms, {}, 0x1p-11, 0x1p-25};
   }
 
   // Either model's output matrix as int8 levels [vocab, hidden] and a scale for each row (an
@@ -287,7 +278,7 @@ class DecodeModel : public torch::CustomClassHolder {
     const at::Tensor coefficients = (rounding + sums * magnitudes).mul_(1 + 1e-6).to(at::kFloat);
     TORCH_CHECK(at::isfinite(coefficients).all().item<bool>(),
                 "DecodeModel.screen_levels: a finite output matrix");
-    screen_ = {levels, coefficients, scales, 0, 0, 0, 0};
+    screen_ = {levels, coefficients, scales, 0, 0};
   }
 
   // token_ids, positions [B] int64 (a row's position: the keys it has cached); table [B, 6]:
@@ -350,9 +341,8 @@ class DecodeModel : public torch::CustomClassHolder {
     std::vector<float> hidden, qkv, queries, keys, attended, out, gate_up;
     std::vector<std::vector<float>> own;  // a thread's norm output or activations
     std::vector<Best> best;  // [threads, rows]
-    // The screen's: the screened logits, each thread's rows as the screen's product takes them
-    // (a bfloat16 screen's in bfloat16, an 8-bit one's in float32; a float16 screen's takes the
-    // float32 rows as they are), each row's candidates.
+    // The screen's: the screened logits, each thread's rows widened to float32 for an 8-bit
+    // screen's product (a bfloat16 model's), each row's candidates.
     std::vector<float> screened;
     std::vector<std::vector<float>> own_screen;
     std::vector<std::vector<int64_t>> candidates;
@@ -535,18 +525,8 @@ class DecodeModel : public torch::CustomClassHolder {
         wide = own;
       }
       multiply<float, int8_t>(product, wide, rows, hidden_, screen_.matrix, screened, thread, count, nothing);
-    } else if constexpr (std::is_same_v<T, float>) {  // screen_with: a float32 model's alone
-      if (type == at::kHalf) {
-        multiply<float, c10::Half>(product, x, rows, hidden_, screen_.matrix, screened, thread, count, nothing);
-      } else {
-#if defined(__AVX512BF16__)
-        // bfloat16's product takes bfloat16 rows.
-        c10::BFloat16* rounded = reinterpret_cast<c10::BFloat16*>(own);
-        for (int64_t i = 0; i < rows * hidden_; ++i) rounded[i] = static_cast<c10::BFloat16>(x[i]);
-        multiply(product, static_cast<const c10::BFloat16*>(rounded), rows, hidden_, screen_.matrix, screened,
-                 thread, count, nothing);
-#endif
-      }
+    } else if constexpr (std::is_same_v<T, float>) {  // float16 (screen_with): a float32 model's alone
+      multiply<float, c10::Half>(product, x, rows, hidden_, screen_.matrix, screened, thread, count, nothing);
     }
   }
 
