@@ -14,10 +14,10 @@ and computes in full only the few columns that could be the largest (decode_step
 levels with a scale a row where our kernels are built for AVX-512 (the default model's output
 matrix in 28 MB, against 113 in float32 and 57 in bfloat16, the copy a float32 model had before
 it), else float16 (F16C widens it to float32), for a float32 model; a bfloat16 model's is int8
-levels. The model keeps the copy beside
-its own matrix; a sampled row needs every logit, so any step with one reads the whole matrix. A
-float16 screen serves steps of at most two rows, where a step reads its weights and does little
-else: with more, widening the weights costs more than their bytes save (SCREENED_ROWS).
+levels. The model keeps the copy beside its own matrix; a sampled row needs every logit, so any
+step with one reads the whole matrix. A float16 screen serves steps of at most two rows, where
+a step reads its weights and does little else: with more, widening the weights costs more than
+their bytes save (SCREENED_ROWS).
 
 It runs where our products and attention both do: a plain Llama with static rotary tables, its
 matrices in our layout (`MatrixLayout.DOT`), float32 or bfloat16, on a CPU. It takes the steps
@@ -105,8 +105,6 @@ class NativeStep:
         scales = (wide.abs().amax(dim=1) / 127).float()
         scales[scales == 0] = 1
         levels = (wide / scales.double().unsqueeze(1)).round_().clamp_(-127, 127).to(torch.int8)
-        if not scales.isfinite().all():
-            return False
         self.model.screen_levels(levels, scales)
         self.screens = torch.int8
         return True

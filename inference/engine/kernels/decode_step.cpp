@@ -124,8 +124,8 @@ struct Best {
 // up. float16 rounds a value v to within u |v| + a: u its unit roundoff, 2^-11, a what rounding
 // near zero may lose (its subnormals are 2^-24 apart: 2^-25). The float32 rows are multiplied as
 // they are (F16C widens the weights). For a row x and an output row w of n elements, the float32
-// product's logit and the screen's (products exact in float32 but for the weight's rounding,
-// summed there) differ by at most
+// product's logit and the screen's (the rounded weights multiplied and summed by float32's fused
+// multiply-adds, each rounding once) differ by at most
 //   u sum |x_i w_i| + a |x|_1                 the weights' rounding,
 //   + n 2^-24 (2 + u) sum |x_i w_i|           either sum's, float32,
 // the near-zero term grown by (1 + n 2^-24) for the screen's sum of it; and sum |x_i w_i| <=
