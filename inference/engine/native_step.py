@@ -101,10 +101,10 @@ class NativeStep:
         over the scale, rounded (a row of zeros: scale 1, levels 0)."""
         if not self.head.isfinite().all():
             return False
-        wide = self.head.double()
-        scales = (wide.abs().amax(dim=1) / 127).float()
+        # In float32: any levels and scales make a sound screen (the C++ bounds what they are).
+        scales = self.head.float().abs().amax(dim=1) / 127
         scales[scales == 0] = 1
-        levels = (wide / scales.double().unsqueeze(1)).round_().clamp_(-127, 127).to(torch.int8)
+        levels = (self.head.float() / scales.unsqueeze(1)).round_().clamp_(-127, 127).to(torch.int8)
         self.model.screen_levels(levels, scales)
         self.screens = torch.int8
         return True

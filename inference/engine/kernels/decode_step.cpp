@@ -270,12 +270,30 @@ class DecodeModel : public torch::CustomClassHolder {
     TORCH_CHECK(scales.device().is_cpu() && scales.scalar_type() == at::kFloat && scales.is_contiguous() &&
                     scales.dim() == 1 && scales.size(0) == vocab_ && at::isfinite(scales).all().item<bool>(),
                 "DecodeModel.screen_levels: a finite float32 scale for each output row");
-    const at::Tensor wide = head_.to(at::kDouble), levels_wide = levels.to(at::kDouble);
-    const at::Tensor scale = scales.to(at::kDouble).unsqueeze(1);
+    // A row at a time in float64 (the whole matrix in float64 would be 8 bytes a weight).
+    at::Tensor coefficients = at::empty({vocab_}, at::kFloat);
+    const int8_t* q = levels.const_data_ptr<int8_t>();
+    const float* s = scales.const_data_ptr<float>();
+    float* coefficient = coefficients.mutable_data_ptr<float>();
     const double sums = (static_cast<double>(hidden_) + 1) * 0x1p-24;
-    const at::Tensor rounding = (wide - scale * levels_wide).norm(2, 1);
-    const at::Tensor magnitudes = wide.norm(2, 1) + scale.squeeze(1).abs() * levels_wide.norm(2, 1);
-    const at::Tensor coefficients = (rounding + sums * magnitudes).mul_(1 + 1e-6).to(at::kFloat);
+    const auto rows = [&](const auto* head) {
+      at::parallel_for(0, vocab_, 256, [&](int64_t first, int64_t end) {
+        for (int64_t c = first; c < end; ++c) {
+          double rounding = 0, weights = 0, levels_squared = 0;
+          for (int64_t i = 0; i < hidden_; ++i) {
+            const double w = static_cast<double>(head[c * hidden_ + i]), level = q[c * hidden_ + i];
+            rounding += (w - s[c] * level) * (w - s[c] * level);
+            weights += w * w, levels_squared += level * level;
+          }
+          const double magnitudes = std::sqrt(weights) + std::fabs(s[c]) * std::sqrt(levels_squared);
+          coefficient[c] = static_cast<float>((std::sqrt(rounding) + sums * magnitudes) * (1 + 1e-6));
+        }
+      });
+    };
+    if (dtype_ == at::kFloat)
+      rows(head_.const_data_ptr<float>());
+    else
+      rows(head_.const_data_ptr<c10::BFloat16>());
     TORCH_CHECK(at::isfinite(coefficients).all().item<bool>(),
                 "DecodeModel.screen_levels: a finite output matrix");
     screen_ = {levels, coefficients, scales, 0, 0};
@@ -398,8 +416,10 @@ class DecodeModel : public torch::CustomClassHolder {
     shares_.reset(product_tiles_, threads);
     const size_t head_product = 4 * layers_.size(), screen_product = head_product + 1;
     if (screening) {
-      buffers_.own_screen.resize(threads);
-      for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
+      if constexpr (!std::is_same_v<T, float>) {  // multiply_screen widens a bfloat16 model's rows
+        buffers_.own_screen.resize(threads);
+        for (auto& own : buffers_.own_screen) room<float>(own, rows * hidden);
+      }
       room<float>(buffers_.screened, rows * vocab_);
       buffers_.candidates.resize(rows);
     }
@@ -515,12 +535,12 @@ class DecodeModel : public torch::CustomClassHolder {
   template <typename T>
   void multiply_screen(size_t product, const T* x, int64_t rows, int thread, int count) {
     float* screened = buffers_.screened.data();
-    float* own = buffers_.own_screen[thread].data();
     const auto nothing = [](int64_t, int64_t) {};
     const at::ScalarType type = screen_.matrix.scalar_type();
     if (type == at::kChar) {
       const float* wide = reinterpret_cast<const float*>(x);
       if constexpr (!std::is_same_v<T, float>) {
+        float* own = buffers_.own_screen[thread].data();
         for (int64_t i = 0; i < rows * hidden_; ++i) own[i] = static_cast<float>(x[i]);
         wide = own;
       }
@@ -545,7 +565,7 @@ class DecodeModel : public torch::CustomClassHolder {
       const T* row = x + b * hidden_;
       T* row_logits = logits + b * vocab_;
       std::vector<int64_t>& candidates = buffers_.candidates[b];
-      if (!find_candidates(row, screened + b * vocab_, std::is_same_v<T, float> ? 0.0f : 0x1p-6f, candidates)) {
+      if (!find_candidates(row, screened + b * vocab_, candidates)) {
         constexpr int64_t kWidth = chatapp_dot::kFew.outputs;
         const int64_t whole = vocab_ / kWidth;
         chatapp_dot::tiles<T, chatapp_dot::kFew.rows, kWidth>(row, 1, hidden_, head, row_logits, vocab_, 0, whole);
@@ -563,11 +583,12 @@ class DecodeModel : public torch::CustomClassHolder {
   }
 
   // The columns of one row that may hold its largest logit, in order; false where there are
-  // more than Screen::kMostCandidates or a value is not finite. `rounded_slack`: the share of
-  // the floor's size below it that a logit rounded to the model's dtype may tie from (Screen).
-  // An 8-bit screen's logits are scaled here, in place.
+  // more than Screen::kMostCandidates or a value is not finite. An 8-bit screen's logits are
+  // scaled here, in place.
   template <typename T>
-  bool find_candidates(const T* x, float* screened, float rounded_slack, std::vector<int64_t>& candidates) const {
+  bool find_candidates(const T* x, float* screened, std::vector<int64_t>& candidates) const {
+    // The share of the floor's size below it from which a logit rounded to T may tie (Screen).
+    constexpr float rounded_slack = std::is_same_v<T, float> ? 0.0f : 0x1p-6f;
     double squares = 0;
     for (int64_t i = 0; i < hidden_; ++i) squares += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     // Rounded up, so that the bound stays one.

@@ -2,9 +2,9 @@
 // dot product of a row with one contiguous row of the weight, summed in float32 and written as
 // the product's type. Rows, weight and product are of one type, but where the native step
 // screens its output matrix in a narrower type (decode_step.cpp): float32 rows times a float16
-// or int8 weight, into float32. Shared by the `dot_rows` operator
-// and the native decode step (decode_step.cpp), which call them on a range of the outputs;
-// dot_rows.cpp says why they are shaped so.
+// or int8 weight, into float32. Shared by the `dot_rows` operator and the native decode step
+// (decode_step.cpp), which call them on a range of the outputs; dot_rows.cpp says why they are
+// shaped so.
 #pragma once
 
 #include <ATen/ATen.h>
