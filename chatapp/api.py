@@ -217,7 +217,7 @@ async def message_list(request, user, conversation_id: int):
 # The answer views run on a database thread, whole (see answer_endpoint): they only read.
 @answer_endpoint
 def send_message(request, user, conversation_id: int) -> services.AnswerPlan:
-    content = body_of(request).get("content")
+    content = request_input.text(body_of(request), "content", "")
     found = selectors.conversation_get(user=user, conversation_id=conversation_id)
     return services.message_send(user=user, conversation=found, content=services.validate_content(content))
 
@@ -231,7 +231,7 @@ def regenerate(request, user, conversation_id: int) -> services.AnswerPlan:
 
 @answer_endpoint
 def edit(request, user, message_id: int) -> services.AnswerPlan:
-    content = body_of(request).get("content")
+    content = request_input.text(body_of(request), "content", "")
     found = selectors.message_get(user=user, message_id=message_id)
     return services.message_edit_and_resend(user=user, message=found, content=services.validate_content(content))
 

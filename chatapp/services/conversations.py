@@ -99,8 +99,8 @@ class AnswerStart:
     continue_final_message: bool = False  # writing on at the end of a truncated answer
 
 
-def validate_content(content) -> str:
-    if not isinstance(content, str) or not content.strip():
+def validate_content(content: str) -> str:
+    if not content.strip():
         raise ApiError(400, "empty_message", "a message needs some text")
     if len(content) > settings.CHAT_MAX_MESSAGE_CHARS:
         raise ApiError(400, "message_too_long",

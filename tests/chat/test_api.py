@@ -133,7 +133,9 @@ async def test_another_users_objects_answer_404_on_every_endpoint_and_stay_untou
 @pytest.mark.parametrize("body, status, code", [
     ({"content": ""}, 400, "empty_message"),
     ({"content": "   "}, 400, "empty_message"),
-    ({"content": 42}, 400, "empty_message"),
+    ({}, 400, "empty_message"),
+    ({"content": 42}, 400, "invalid_value"),
+    ({"content": None}, 400, "invalid_value"),
     ({"content": "x" * 8001}, 400, "message_too_long"),
     ("{not json", 400, "invalid_json"),
 ])
