@@ -33,11 +33,15 @@ constexpr int64_t kMostBFloat16Rows = 64;
 // Bytes of rows kept in L2 at once.
 constexpr int64_t kRowBlockBytes = 196608;
 // Tiles of rows x outputs. One or two rows (a lone stream) read the weights and little else:
-// their tile takes 2 outputs, two adjacent weight rows, so that a thread's tiles and the fetch of
-// its next tile read one stream of memory front to back. With AVX-512 on an AMD EPYC (Zen 4),
-// one stream's native step with 2 x 2 against 2 x 8 tiles, in turns: float32 7.6-7.9 against
-// 8.6-9.2 ms, bfloat16 4.2-4.6 against 4.6-4.9 (2 x 4: float32 7.5 against 8.5, bfloat16 no
-// change; 2 x 1: a lone sum's chain of multiply-adds, slower). More rows take more rows a tile,
+// their tile takes 4 outputs, adjacent weight rows, so that a thread's tiles and the fetch of
+// its next tile read one stream of memory front to back, and a row's 4 sums are 4 chains of
+// multiply-adds, each waiting on its last. With AVX-512 on an AMD EPYC (Zen 4), one stream's
+// native step with 2 x 2 against 2 x 8 tiles, in turns: float32 7.6-7.9 against 8.6-9.2 ms,
+// bfloat16 4.2-4.6 against 4.6-4.9 (2 x 4: float32 7.5 against 8.5, bfloat16 no change; 2 x 1:
+// a lone sum's chain, slower). On an Intel Xeon with AMX, 2 x 4 against 2 x 2 (the step
+// benchmark, three runs): one float32 stream 14.3-14.9 against 15.6-16.8 ms, bfloat16 the same
+// (9.1 / 9.1-9.3), and the greedy step's int8 screen (16 levels a multiply-add, float32's
+// arithmetic) 0.91x-0.92x the whole product's step against 0.93x-0.95x. More rows take more rows a tile,
 // as many sums as the vector registers hold beside the rows and a weight vector, which reads
 // each weight vector for more of them: with AVX-512's 32 registers, a pass over the default
 // model in bfloat16 took 8.0 / 9.8 / 16.4 ms at 4 / 8 / 16 rows, against 9.8 / 12.8 / 22.3 with
@@ -48,7 +52,7 @@ struct TileShape {
 };
 constexpr int64_t kFewRows = 2;
 #if defined(__AVX512F__)
-constexpr TileShape kFew{2, 2}, kMany{6, 4};
+constexpr TileShape kFew{2, 4}, kMany{6, 4};
 #else
 constexpr TileShape kFew{3, 4}, kMany{3, 4};
 #endif
