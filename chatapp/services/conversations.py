@@ -48,9 +48,11 @@ def conversation_title_by_model(*, conversation_id: int, title: str, replacing: 
 
 
 def _title(title: str) -> str:
+    """The user's name for a conversation, on one line: every run of whitespace, line breaks
+    included, one space (the list and the heading show one line)."""
     if len(title) > 200:
         raise ApiError(400, "title_too_long", "a title holds at most 200 characters")
-    return title.strip()
+    return " ".join(title.split())
 
 
 def title_from(content: str) -> str:

@@ -79,6 +79,16 @@ async def test_conversations_are_created_renamed_listed_newest_first_and_deleted
     assert await sync_to_async(Conversation.objects.filter(pk=second["id"]).exists)()  # soft delete
 
 
+async def test_a_title_is_kept_on_one_line_and_one_over_200_characters_is_refused(api):
+    created = (await post(api, "/api/conversations", {"title": "  Trip\nto\t\tLisbon \r\n"})).json()
+    too_long = await api.patch(f"/api/conversations/{created['id']}", {"title": "x" * 201},
+                               content_type="application/json")
+
+    assert created["title"] == "Trip to Lisbon"
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "title_too_long"
+    assert (await api.get(f"/api/conversations/{created['id']}")).json()["title"] == "Trip to Lisbon"
+
+
 async def test_conversations_are_paginated_and_searchable_by_title_and_content(api, user):
     def make():
         for i in range(25):
