@@ -48,6 +48,7 @@ const SENTENCES = {
   forbidden: "You are not allowed to do that.",
   bad_request: PAGE_OUTDATED,
   body_too_large: "That is too much to send at once. Please shorten it.",
+  uri_too_long: "That search is too long to send. Please shorten it.",
   server_error: `Something went wrong on the server. ${TRY_AGAIN}`,
   server_unreachable: "The server can't be reached right now. Please try again in a moment.",
   server_timeout: "The server took too long to answer. Please try again.",

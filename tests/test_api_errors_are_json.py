@@ -100,6 +100,17 @@ def test_nginxs_own_bad_request_is_json_under_the_api_and_its_page_elsewhere(ngi
     assert (page.status_code, page.headers["content-type"]) == (400, "text/html")
 
 
+def test_an_address_too_long_for_nginx_is_json_under_the_api_and_its_page_elsewhere(nginx_in_front):
+    port = nginx_in_front()
+    long_query = "?q=" + "x" * 20_000  # past nginx's 8 KB for a request line
+
+    api = httpx2.get(f"http://127.0.0.1:{port}/api/conversations{long_query}")
+    page = httpx2.get(f"http://127.0.0.1:{port}/{long_query}")
+
+    assert_json_error(api, 414, "uri_too_long")
+    assert (page.status_code, page.headers["content-type"]) == (414, "text/html")
+
+
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
     port, nobody_listens = ports.free_port(), ports.free_port()
     site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstreams=(f"127.0.0.1:{nobody_listens}",))
