@@ -1,6 +1,9 @@
 """Every error under /api/ answers `{"error": {"code", "message"}}`, whether Django or nginx gives
 it, on daphne directly and behind nginx; pages outside /api/ keep their HTML."""
 
+import json
+import socket
+
 import httpx2
 import pytest
 
@@ -109,6 +112,41 @@ def test_an_address_too_long_for_nginx_is_json_under_the_api_and_its_page_elsewh
 
     assert_json_error(api, 414, "uri_too_long")
     assert (page.status_code, page.headers["content-type"]) == (414, "text/html")
+
+
+def raw_request(port: int, request_line: str, *headers: str) -> tuple[int, str, bytes]:
+    """Status, content type and body of a request no HTTP client would send (nginx closes after it)."""
+    lines = [request_line, f"Host: 127.0.0.1:{port}", "Connection: close", *headers, "", ""]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall("\r\n".join(lines).encode())
+        answer = b"".join(iter(lambda: connection.recv(65536), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *fields = head.decode().split("\r\n")
+    content_type = next((f.split(":", 1)[1].strip() for f in fields if f.lower().startswith("content-type:")), "")
+    return int(status_line.split()[1]), content_type, body
+
+
+# Requests nginx refuses while reading them, some before it has a path to go by: the status
+# nginx gives each under the API, and the request.
+UNREADABLE = {
+    "a NUL in the path": (400, "GET {prefix}%00 HTTP/1.1"),
+    "a broken escape in the path": (400, "GET {prefix}%zz HTTP/1.1"),
+    "a transfer coding nginx does not know": (501, "POST {prefix}auth/login HTTP/1.1", "Transfer-Encoding: gzip"),
+    "an HTTP version nginx does not speak": (505, "GET {prefix}auth/session HTTP/2.0"),
+}
+
+
+@pytest.mark.parametrize("case", UNREADABLE.values(), ids=UNREADABLE.keys())
+def test_a_request_nginx_cannot_read_is_json_under_the_api_and_its_page_elsewhere(nginx_in_front, case):
+    port = nginx_in_front()
+    status, request_line, *headers = case
+
+    api_status, api_type, api_body = raw_request(port, request_line.format(prefix="/api/"), *headers)
+    page_status, page_type, _ = raw_request(port, request_line.format(prefix="/"), *headers)
+
+    assert (api_status, api_type) == (status, "application/json"), api_body[:200]
+    assert json.loads(api_body)["error"]["code"] == "bad_request"
+    assert (page_status, page_type) == (400, "text/html")  # nginx's own page, as a bad request
 
 
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
