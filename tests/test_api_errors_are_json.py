@@ -131,6 +131,7 @@ def raw_request(port: int, request_line: str, *headers: str) -> tuple[int, str, 
 UNREADABLE = {
     "a NUL in the path": (400, "GET {prefix}%00 HTTP/1.1"),
     "a broken escape in the path": (400, "GET {prefix}%zz HTTP/1.1"),
+    "a NUL in an absolute address": (400, "GET http://127.0.0.1{prefix}%00 HTTP/1.1"),
     "a transfer coding nginx does not know": (501, "POST {prefix}auth/login HTTP/1.1", "Transfer-Encoding: gzip"),
     "an HTTP version nginx does not speak": (505, "GET {prefix}auth/session HTTP/2.0"),
 }

@@ -41,12 +41,12 @@ constexpr int64_t kRowBlockBytes = 196608;
 // a lone sum's chain, slower). On an Intel Xeon with AMX, 2 x 4 against 2 x 2 (the step
 // benchmark, three runs): one float32 stream 14.3-14.9 against 15.6-16.8 ms, bfloat16 the same
 // (9.1 / 9.1-9.3), and the greedy step's int8 screen (16 levels a multiply-add, float32's
-// arithmetic) 0.91x-0.92x the whole product's step against 0.93x-0.95x. More rows take more rows a tile,
-// as many sums as the vector registers hold beside the rows and a weight vector, which reads
-// each weight vector for more of them: with AVX-512's 32 registers, a pass over the default
-// model in bfloat16 took 8.0 / 9.8 / 16.4 ms at 4 / 8 / 16 rows, against 9.8 / 12.8 / 22.3 with
-// AVX2's 3 x 4 (16 registers) on an AVX-512 BF16 AMD EPYC. AVX2's few-row tile is not measured
-// against a narrower one.
+// arithmetic) 0.91x-0.92x the whole product's step against 0.93x-0.95x. More rows take more
+// rows a tile, as many sums as the vector registers hold beside the rows and a weight vector,
+// which reads each weight vector for more of them: with AVX-512's 32 registers, a pass over the
+// default model in bfloat16 took 8.0 / 9.8 / 16.4 ms at 4 / 8 / 16 rows, against 9.8 / 12.8 /
+// 22.3 with AVX2's 3 x 4 (16 registers) on an AVX-512 BF16 AMD EPYC. AVX2's few-row tile is not
+// measured against a narrower one.
 struct TileShape {
   int rows, outputs;
 };
