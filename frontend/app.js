@@ -263,6 +263,9 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
     },
     onStart: (start) => {
       conversationSettings.used(start.model);
+      // A first message has named the conversation by now (its rows are written before the
+      // stream starts): the list and the heading take that name while the answer is written.
+      if (!sidebar.titleOf(id)) sidebar.refresh();
       if (!entry.el) return;
       entry.el.dataset.messageId = String(start.message_id);
       // An answer's own stream says it; a watch stream's prefix does not (the history did).

@@ -52,6 +52,19 @@ def test_the_menu_button_shows_on_a_phone_and_not_on_a_desktop(chat):
     assert not chat.locator("#close-sidebar").is_visible()
 
 
+def test_on_a_phone_the_heading_gives_the_title_a_line_of_its_own_beside_no_model_picker(chat, user):
+    conversation = factories.conversation(owner=user, title="Packing list for the trip")
+    chat.set_viewport_size({"width": 390, "height": 800})
+    chat.evaluate(f"location.hash = '#/c/{conversation.pk}'")
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Packing list for the trip'")
+
+    title = chat.locator("#conversation-title").bounding_box()
+    picker = chat.locator("#model-picker").bounding_box()
+
+    assert title["width"] > 300  # it was squeezed to a letter beside the picker
+    assert picker["y"] >= title["y"] + title["height"]
+
+
 # --- the address names the open conversation ---
 def test_back_and_forward_move_between_conversations_and_an_edited_address_opens_one(chat, user):
     first = factories.conversation(owner=user, title="First")
@@ -76,6 +89,19 @@ def test_back_and_forward_move_between_conversations_and_an_edited_address_opens
     chat.go_back()
     wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Second'")
     assert chat.console_errors == []
+
+
+def test_a_new_conversation_is_named_by_its_first_line_while_its_first_answer_is_written(chat, upstream):
+    upstream.script.stall_after = 1  # the answer stays open until the test stops it
+
+    send(chat, "Plan a week in Lisbon\nwith museums and food")
+    chat.wait_for_selector('#messages .message[data-role="assistant"] .message-content:has-text("Hello")')
+
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Plan a week in Lisbon'")
+    assert chat.locator('#conversation-list [aria-current="true"]').inner_text() == "Plan a week in Lisbon"
+    assert last_answer(chat).get_attribute("data-status") == "streaming"
+    chat.click("#stop")
+    wait_for_end(chat)
 
 
 def test_a_conversation_opened_from_a_bookmarked_address_is_shown_with_its_messages(page, stack, user):
