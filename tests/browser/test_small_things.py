@@ -52,7 +52,7 @@ def test_the_menu_button_shows_on_a_phone_and_not_on_a_desktop(chat):
     assert not chat.locator("#close-sidebar").is_visible()
 
 
-def test_on_a_phone_the_heading_gives_the_title_a_line_of_its_own_beside_no_model_picker(chat, user):
+def test_on_a_phone_the_title_has_a_line_of_its_own_above_the_model_picker(chat, user):
     conversation = factories.conversation(owner=user, title="Packing list for the trip")
     chat.set_viewport_size({"width": 390, "height": 800})
     chat.evaluate(f"location.hash = '#/c/{conversation.pk}'")
