@@ -127,7 +127,7 @@ def raw_request(port: int, request_line: str, *headers: str) -> tuple[int, str, 
 
 
 # Requests nginx refuses while reading them, some before it has a path to go by: the status
-# nginx gives each under the API, and the request.
+# nginx gives each, and the request.
 UNREADABLE = {
     "a NUL in the path": (400, "GET {prefix}%00 HTTP/1.1"),
     "a broken escape in the path": (400, "GET {prefix}%zz HTTP/1.1"),
@@ -147,7 +147,7 @@ def test_a_request_nginx_cannot_read_is_json_under_the_api_and_its_page_elsewher
 
     assert (api_status, api_type) == (status, "application/json"), api_body[:200]
     assert json.loads(api_body)["error"]["code"] == "bad_request"
-    assert (page_status, page_type) == (400, "text/html")  # nginx's own page, as a bad request
+    assert (page_status, page_type) == (status, "text/html")
 
 
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
