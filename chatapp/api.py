@@ -190,7 +190,9 @@ def _conversation_page(user, query: str, page) -> dict:
 async def conversation(request, user, conversation_id: int):
     found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     if request.method == "DELETE":
-        await on_database_thread(services.conversation_delete)(conversation=found)
+        stopped = await on_database_thread(services.conversation_delete)(conversation=found)
+        for generation_id in stopped:
+            await tell_relay_to_stop(generation_id)
         return JsonResponse({}, status=204)
     if request.method == "PATCH":
         body = body_of(request)

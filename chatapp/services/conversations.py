@@ -9,11 +9,12 @@ from django.db import connection, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from common.vocabulary import MessageStatus
+from common.vocabulary import CancelledBy, GenerationStatus, MessageStatus
 
 from .. import conversation_settings, selectors
 from ..errors import ApiError, not_found
 from ..models import Conversation, Generation, Message
+from .generations import IllegalTransition, generation_stop
 
 
 # --- conversations ---
@@ -35,9 +36,33 @@ def conversation_update(*, conversation: Conversation, title: str | None = None,
     return conversation
 
 
-def conversation_delete(*, conversation: Conversation) -> None:
+@transaction.atomic
+def conversation_delete(*, conversation: Conversation) -> list[int]:
+    """Deletes the conversation (softly: its audit rows keep pointing at it) and records a Stop
+    of its answer still streaming, which nobody will read now: returns those generations, whose
+    relays the caller tells. The user's row lock orders this with every answer's start
+    (`answer_write`), so no answer starts in a conversation already deleted."""
+    _lock_user(conversation.owner_id)
     conversation.deleted_at = timezone.now()
     conversation.save(update_fields=["deleted_at"])
+    streaming = Generation.objects.filter(conversation=conversation, status=GenerationStatus.STREAMING)
+    stopped = []
+    for generation in streaming:
+        try:
+            # Nobody says how much was seen: the audit keeps all that was sent.
+            generation_stop(generation=generation, seen_chars=None, cancelled_by=CancelledBy.USER)
+        except IllegalTransition:
+            continue  # it ended meanwhile
+        stopped.append(generation.pk)
+    return stopped
+
+
+def _lock_user(user_id: int) -> None:
+    """The user's row, locked until the transaction ends: answers start and conversations go
+    one at a time per user, across processes."""
+    if connection.features.has_select_for_update:
+        # (SQLite has no row locks: every transaction of ours there takes the file's write lock.)
+        get_user_model().objects.select_for_update().filter(pk=user_id).exists()
 
 
 def conversation_title_by_model(*, conversation_id: int, title: str, replacing: str) -> bool:
@@ -183,9 +208,9 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     (409). A conversation that changed since the plan's read is refused too: the prompt already
     sent upstream would no longer match it.
     """
-    if connection.features.has_select_for_update:
-        # (SQLite has no row locks: every transaction of ours there takes the file's write lock.)
-        get_user_model().objects.select_for_update().filter(pk=plan.user.pk).exists()
+    _lock_user(plan.user.pk)
+    if not Conversation.objects.alive().filter(pk=plan.conversation.pk).exists():
+        raise not_found("conversation")  # deleted since the plan's read
     history = _check_limits(plan.user, plan.conversation)
     if [(m.pk, m.status) for m in history] != plan.seen:
         raise ApiError(409, "conversation_changed",

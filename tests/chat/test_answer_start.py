@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connections, transaction
 
+from chatapp import services
 from chatapp.models import Conversation, Generation, Message
 from tests import factories
 from tests.chat.streams import Browser, read_events, text_of
@@ -156,10 +157,15 @@ def another_answer_said(conversation):
     factories.message(conversation, role="assistant", content="meanwhile")
 
 
-@pytest.mark.parametrize("rival, code", [(busy, "conversation_busy"),
-                                         (another_answer_said, "conversation_changed")])
+def deleted(conversation):
+    services.conversation_delete(conversation=conversation)
+
+
+@pytest.mark.parametrize("rival, status, code", [(busy, 409, "conversation_busy"),
+                                                 (another_answer_said, 409, "conversation_changed"),
+                                                 (deleted, 404, "not_found")])
 async def test_a_start_that_loses_the_race_for_its_conversation_closes_its_upstream_and_stores_nothing(
-        api, user, conversation, upstream, rival, code):
+        api, user, conversation, upstream, rival, status, code):
     upstream.script.stall_after = 0
     with user_row_locked(user, before_commit=lambda: rival(conversation)) as release:
         sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
@@ -169,9 +175,9 @@ async def test_a_start_that_loses_the_race_for_its_conversation_closes_its_upstr
         response = await sending
     hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
 
-    assert response.status_code == 409 and response.json()["error"]["code"] == code
+    assert response.status_code == status and response.json()["error"]["code"] == code
     assert hung_up
-    assert await sync_to_async(rows)() == (1, 1, 0)  # the rival's message alone
+    assert await sync_to_async(rows)() == (1, 0 if rival is deleted else 1, 0)  # the rival's rows alone
 
 
 async def test_a_start_whose_write_fails_closes_its_upstream_and_raises(api, user, conversation, upstream):

@@ -60,6 +60,26 @@ async def test_a_stop_sent_before_the_relay_listens_still_ends_the_stream_and_fr
     assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
 
 
+async def test_deleting_a_conversation_stops_its_streaming_answer_and_frees_the_upstream(
+        api, conversation, upstream):
+    upstream.script.chunks = ["Alpha", " beta", " gamma"]
+    upstream.script.stall_after = 2  # then silence, until hung up
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    await browser.post({"content": "go"})
+    await browser.read_until(deltas=2)
+
+    deleted = await api.delete(f"/api/conversations/{conversation.pk}")
+    await browser.read_until(events=("done",))
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    assert deleted.status_code == 204
+    assert browser.events[-1][1]["status"] == "stopped"
+    assert hung_up
+    assert (generation.status, generation.finish_reason, generation.cancelled_by) == ("stopped", "cancelled", "user")
+    assert generation.final_text == "Alpha beta"  # the audit keeps all that was sent
+
+
 async def ended_for_want_of_a_reader(api, conversation, upstream) -> Generation:
     """An answer whose page left after two deltas and never came back: no grace in these
     settings, so it ends at once as the departed client's, with all the text sent."""
