@@ -39,7 +39,8 @@ let isSignedIn = false;
 const sidebar = createSidebar({
   open: (id) => openConversation(id),
   deleted: (id) => {
-    live.get(id)?.generation.stop(api.stop);
+    // The server stopped the conversation's answer with it: end the reading, send no Stop.
+    live.get(id)?.generation.stop(async () => {});
     if (id === conversationId) showConversation(null);
   },
   failed: (error) => handleError(error),

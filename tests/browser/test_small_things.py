@@ -104,6 +104,25 @@ def test_a_new_conversation_is_named_by_its_first_line_while_its_first_answer_is
     wait_for_end(chat)
 
 
+def test_deleting_the_open_conversation_while_its_answer_is_written_stops_the_answer_quietly(chat, upstream):
+    upstream.script.stall_after = 1  # the answer stays open until something stops it
+    send(chat, "Write me a long story")
+    chat.wait_for_selector('#messages .message[data-role="assistant"] .message-content:has-text("Hello")')
+    generation = Generation.objects.get()
+
+    chat.once("dialog", lambda dialog: dialog.accept())
+    chat.click(f'li[data-conversation-id="{generation.conversation_id}"] .conversation-delete')
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
+    hung_up = upstream.hung_up.wait(10)
+
+    generation.refresh_from_db()
+    assert hung_up
+    assert (generation.status, generation.cancelled_by) == ("stopped", "user")
+    assert chat.locator(f'li[data-conversation-id="{generation.conversation_id}"]').count() == 0
+    assert chat.locator("#alert").is_hidden()
+    assert chat.console_errors == []
+
+
 def test_a_conversation_opened_from_a_bookmarked_address_is_shown_with_its_messages(page, stack, user):
     conversation = factories.conversation(owner=user, title="Bookmarked")
     factories.message(conversation, content="What I asked before")
