@@ -4,7 +4,7 @@ import httpx2
 import pytest
 
 # favicon.ico: what a browser asks for on pages that name no icon (Django's admin, the staff pages).
-APP_FILES = ["/", "/index.html", "/app.js", "/style.css", "/favicon.svg", "/favicon.ico", "/vendor/marked.js"]
+APP_FILES = ["/", "/index.html", "/app.js", "/style.css", "/staff.css", "/favicon.svg", "/favicon.ico", "/vendor/marked.js"]
 NOT_FOR_BROWSERS = ["/package.json", "/package-lock.json", "/tests/api.test.mjs", "/tests/helpers.mjs",
                     "/scripts/vendor.mjs", "/node_modules/dompurify/package.json", "/vendor/README.md",
                     "/.gitignore", "/vendor/../package.json"]

@@ -12,7 +12,8 @@ from django.utils.safestring import SafeString, mark_safe
 BAR_COLOR = "#2563eb"
 # Two series differ by color and by dash, so they stay apart without color vision.
 SERIES_STYLES = [("#2563eb", ""), ("#dc2626", ' stroke-dasharray="6 4"')]
-FONT = 'font-family="system-ui, sans-serif" font-size="12" fill="#1f2937"'
+# Text and gridlines in the page's own colour (currentColor): the charts follow its dark mode.
+FONT = 'font-family="system-ui, sans-serif" font-size="12" fill="currentColor"'
 MAX_LABEL_CHARS = 22
 MAX_X_LABELS = 8
 
@@ -101,7 +102,7 @@ def line_chart(title: str, labels: list[str], series: list[tuple[str, list[float
         value = y_max * tick / 5
         y = y_at(value)
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" '
-                     f'stroke="#e5e7eb"/>')
+                     f'stroke="currentColor" stroke-opacity="0.15"/>')
         parts.append(_text(left - 6, y, f"{value:g}{unit}", "end"))
     label_every = math.ceil(len(labels) / MAX_X_LABELS) or 1
     for index in range(0, len(labels), label_every):

@@ -64,3 +64,25 @@ def test_an_admin_sees_the_streaming_answer_and_its_stop_ends_it_as_stopped_by_a
     assert last_answer(page).locator(".message-state").inner_text() == "Stopped by an administrator"
     assert admin_page.locator("#no-streams").is_visible()
     assert admin_page.console_errors == [] and page.console_errors == []
+
+
+@pytest.mark.parametrize("path", ["/staff/live/", "/staff/audit/"])
+def test_the_staff_pages_and_their_charts_follow_the_dark_colour_scheme(
+        admin_page, stack_with_fake_upstream, path):
+    factories.generation(factories.message(factories.conversation(), role="assistant"), status="completed")
+    sign_in(admin_page, stack_with_fake_upstream, factories.user(is_staff=True, password=PASSWORD))
+    admin_page.emulate_media(color_scheme="dark")
+
+    admin_page.goto(stack_with_fake_upstream + path)
+    admin_page.locator("h1").wait_for()
+    colours = admin_page.evaluate("""() => {
+        const colour = (el, name) => el && getComputedStyle(el)[name];
+        return [colour(document.body, 'backgroundColor'), colour(document.body, 'color'),
+                colour(document.querySelector('svg text'), 'fill')];
+    }""")
+
+    background, text, chart_text = colours
+    assert background == "rgb(20, 22, 26)"
+    assert text == "rgb(230, 232, 235)"
+    assert chart_text == (text if path == "/staff/audit/" else None)  # the live page draws no chart
+    assert admin_page.console_errors == []
