@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import StepLayout, attend
-from .matrices import MatrixLayout, build, packed_rows
+from .matrices import MatrixLayout, build, choose_dot_row_limit, packed_rows
 
 # Rotary embeddings whose angles depend on the position alone, not on the sequence's length:
 # their tables can be computed once.
@@ -107,6 +107,8 @@ class FusedLlama:
         replace the plain."""
         weights = [getattr(layer, name) for layer in self.layers for name in _Layer.MATRICES]
         chosen, matrices = build(layout, [*weights, self.lm_head], cache_dir)
+        if chosen is MatrixLayout.DOT:
+            choose_dot_row_limit(matrices[: len(weights)])  # the output matrix multiplies few rows
         for layer in self.layers:
             for name in _Layer.MATRICES:
                 setattr(layer, name, matrices.pop(0))

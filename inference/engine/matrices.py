@@ -38,6 +38,15 @@ PROBE_ROWS = (1, 4)
 PROBE_ROUNDS = 7
 # Row counts a packed matrix may pad a single row to (PackedMatrix.min_rows).
 PADDED_ROWS = (1, 2, 4)
+# Rows at which our kernel's product is timed against torch's (at::linear on the same [out, in]
+# weights) where ours serves, in this order, to find the most rows ours multiplies
+# (`choose_dot_row_limit`): the fused forward's steps, decode rows beside prompt chunks of up to
+# INFERENCE_PREFILL_CHUNK (512). Passes through every layer's matrices, as a step makes them: on
+# an Intel Xeon with AMX (300 MB of L3) two layers' passes, whose weights stayed cached, put the
+# float32 crossing at 32 rows, the whole model's at 48-64 (ours 81 / 105 ms at 48 / 64 rows,
+# torch's 85 / 93); bfloat16 crossed at 16 (35 against 29 ms; at 64 rows 114 against 38, AMX).
+LIMIT_ROWS = (8, 16, 32, 64, 128, 256, 512)
+LIMIT_ROUNDS = 3
 # Counts of rows a packed product is given in each doubling of the count above EXACT_ROWS
 # (`packed_rows`): oneDNN keeps a kernel with its memory for every count it was given.
 ROW_COUNTS_PER_DOUBLING = 8
@@ -86,6 +95,50 @@ class DotMatrix:
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.ops.chatapp.dot_rows(rows, self.weight)
+
+
+def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
+    """Times our product against torch's through `matrices` (the layers', in forward order) at
+    each of LIMIT_ROWS in turn, ours and torch's alternating, until torch's is the faster, and
+    sets the most rows ours multiplies at their precision (dot_rows.cpp) to the last count
+    before; the limit. Once per process for a model's matrices."""
+    dtype = matrices[0].weight.dtype
+    shapes = (dtype, tuple(tuple(m.weight.shape) for m in matrices))
+    if shapes in _measured_limits:  # a model loaded again in this process
+        return torch.ops.chatapp.dot_rows_limit(dtype, _measured_limits[shapes])
+    torch_products = [_TorchProduct(matrix.weight) for matrix in matrices]
+    torch.ops.chatapp.dot_rows_limit(dtype, LIMIT_ROWS[-1])  # ours multiplies every count timed
+    limit, timed = 1, []
+    with torch.inference_mode():
+        for count in LIMIT_ROWS:
+            inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in matrices}
+            passes: dict[bool, list[float]] = {True: [], False: []}
+            for turn in range(LIMIT_ROUNDS):
+                for is_ours in (turn % 2 == 0, turn % 2 == 1):
+                    passes[is_ours].append(_pass(matrices if is_ours else torch_products, inputs))
+            ours, theirs = statistics.median(passes[True]), statistics.median(passes[False])
+            timed.append(f"{count} rows {ours * 1e3:.1f} / {theirs * 1e3:.1f}")
+            if ours > theirs:
+                break
+            limit = count
+    _measured_limits[shapes] = limit
+    torch.ops.chatapp.dot_rows_limit(dtype, limit)
+    logger.info("products of more than %d rows go to torch's (%s; a pass, ours / torch's: %s ms)",
+                limit, str(dtype).removeprefix("torch."), ", ".join(timed))
+    return limit
+
+
+_measured_limits: dict[tuple, int] = {}
+
+
+class _TorchProduct:
+    """torch's product of rows by a DotMatrix's [out, in] weight, what dot_rows hands over to."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight, self.width = weight, weight.shape[1]
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(rows, self.weight)
 
 
 def dot_matrices(weights: list[torch.Tensor]) -> list[DotMatrix]:

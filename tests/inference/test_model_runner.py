@@ -197,6 +197,33 @@ def test_a_machine_that_slows_down_while_the_layouts_are_timed_still_keeps_the_f
     assert len(timed) == passes
 
 
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="needs our own kernel")
+def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(monkeypatch):
+    # As on an Intel Xeon at float32: ours the faster up to 32 rows, torch's from 64.
+    passes = []
+
+    def timed_pass(built, inputs):
+        rows = next(iter(inputs.values())).shape[0]
+        passes.append(rows)
+        is_ours = isinstance(built[0], matrices.DotMatrix)
+        return rows * (1.0 if is_ours else 1.2 if rows < 64 else 0.8) / 1000
+
+    monkeypatch.setattr(matrices, "_pass", timed_pass)
+    before = torch.ops.chatapp.dot_rows_limit(torch.float32)
+    built = matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)])
+    try:
+        limit = matrices.choose_dot_row_limit(built)
+        again = matrices.choose_dot_row_limit(matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)]))
+        set_then = torch.ops.chatapp.dot_rows_limit(torch.float32)
+    finally:
+        torch.ops.chatapp.dot_rows_limit(torch.float32, before)
+
+    assert limit == again == set_then == 32
+    # Counts past the first that torch won are not timed, nor is a model's second load.
+    assert sorted(set(passes)) == [8, 16, 32, 64]
+    assert len(passes) == 4 * 2 * matrices.LIMIT_ROUNDS
+
+
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_logits(monkeypatch):
     def timed_pass(built, inputs):  # packed wins, and reads four rows faster than one

@@ -29,6 +29,9 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
+#include <optional>
+
 #include "dot_tiles.h"
 
 namespace {
@@ -53,6 +56,27 @@ void multiply(const at::Tensor& rows, const at::Tensor& weight, at::Tensor& prod
   else multiply<T, kMany.rows, kMany.outputs>(rows, weight, product);
 }
 
+// The most rows ours multiplies at each precision; more go to at::linear. kMost*Rows until the
+// loader measures the two on this machine's own matrices (matrices.py, `choose_dot_row_limit`):
+// where torch's arithmetic is the faster (an Intel Xeon's oneMKL at float32, its AMX at
+// bfloat16) the crossing comes at a few dozen rows, on an AMD EPYC at hundreds.
+std::atomic<int64_t> most_float_rows{kMostFloatRows};
+std::atomic<int64_t> most_bfloat16_rows{kMostBFloat16Rows};
+
+std::atomic<int64_t>& most_rows_of(at::ScalarType dtype) {
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "dot_rows: float32 or bfloat16");
+  return dtype == at::kFloat ? most_float_rows : most_bfloat16_rows;
+}
+
+int64_t dot_rows_limit(at::ScalarType dtype, std::optional<int64_t> rows) {
+  std::atomic<int64_t>& most = most_rows_of(dtype);
+  if (rows.has_value()) {
+    TORCH_CHECK(*rows >= 0, "dot_rows_limit: rows must not be negative");
+    most.store(*rows);
+  }
+  return most.load();
+}
+
 at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
   TORCH_CHECK(rows_in.dim() == 2 && weight.dim() == 2 && rows_in.size(1) == weight.size(1),
               "dot_rows: rows [R, in] and weight [out, in]");
@@ -60,8 +84,7 @@ at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
   TORCH_CHECK(rows_in.scalar_type() == dtype && (dtype == at::kFloat || (kBFloat16 && dtype == at::kBFloat16)),
               "dot_rows: rows and weight both float32", kBFloat16 ? " or both bfloat16" : "");
   TORCH_CHECK(weight.is_contiguous(), "dot_rows: the weight must be contiguous");
-  const int64_t most_rows = dtype == at::kFloat ? kMostFloatRows : kMostBFloat16Rows;
-  if (rows_in.size(0) > most_rows) return at::linear(rows_in, weight);
+  if (rows_in.size(0) > most_rows_of(dtype).load(std::memory_order_relaxed)) return at::linear(rows_in, weight);
   const at::Tensor rows = rows_in.contiguous();
   // Allocated directly, not through the dispatcher (at::empty): 121 products a step.
   at::Tensor product = at::detail::empty_cpu({rows.size(0), weight.size(0)}, dtype);
@@ -79,6 +102,8 @@ at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
 
 TORCH_LIBRARY(chatapp, m) {
   m.def("dot_rows(Tensor rows, Tensor weight) -> Tensor");
+  // The most rows dot_rows multiplies itself at `dtype`: set where `rows` is given; the limit.
+  m.def("dot_rows_limit(ScalarType dtype, int? rows=None) -> int", dot_rows_limit);
 }
 
 TORCH_LIBRARY_IMPL(chatapp, CPU, m) {
