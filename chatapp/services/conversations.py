@@ -206,11 +206,9 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     The checks are made again under the user's row lock, which makes them race-free across
     processes: of two starts in one conversation, the second to lock finds the first streaming
     (409). A conversation that changed since the plan's read is refused too: the prompt already
-    sent upstream would no longer match it.
+    sent upstream would no longer match it, and one deleted meanwhile answers 404.
     """
     _lock_user(plan.user.pk)
-    if not Conversation.objects.alive().filter(pk=plan.conversation.pk).exists():
-        raise not_found("conversation")  # deleted since the plan's read
     history = _check_limits(plan.user, plan.conversation)
     if [(m.pk, m.status) for m in history] != plan.seen:
         raise ApiError(409, "conversation_changed",
@@ -233,5 +231,6 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     changes = {"updated_at": timezone.now(), **({"model": plan.chosen_model} if plan.chosen_model else {})}
     if plan.title is not None:
         changes["title"] = Case(When(title_set_by_user=False, then=Value(plan.title)), default=F("title"))
-    Conversation.objects.filter(pk=plan.conversation.pk).update(**changes)
+    if not Conversation.objects.alive().filter(pk=plan.conversation.pk).update(**changes):
+        raise not_found("conversation")  # deleted since the plan's read: nothing here is kept
     return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message)

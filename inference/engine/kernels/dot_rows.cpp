@@ -84,7 +84,9 @@ at::Tensor dot_rows(const at::Tensor& rows_in, const at::Tensor& weight) {
   TORCH_CHECK(rows_in.scalar_type() == dtype && (dtype == at::kFloat || (kBFloat16 && dtype == at::kBFloat16)),
               "dot_rows: rows and weight both float32", kBFloat16 ? " or both bfloat16" : "");
   TORCH_CHECK(weight.is_contiguous(), "dot_rows: the weight must be contiguous");
-  if (rows_in.size(0) > most_rows_of(dtype).load(std::memory_order_relaxed)) return at::linear(rows_in, weight);
+  if (rows_in.size(0) > most_rows_of(dtype).load(std::memory_order_relaxed)) {
+    return at::linear(rows_in, weight);
+  }
   const at::Tensor rows = rows_in.contiguous();
   // Allocated directly, not through the dispatcher (at::empty): 121 products a step.
   at::Tensor product = at::detail::empty_cpu({rows.size(0), weight.size(0)}, dtype);
