@@ -209,6 +209,7 @@ def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(mon
         return rows * (1.0 if is_ours else 1.2 if rows < 64 else 0.8) / 1000
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
+    monkeypatch.setattr(matrices, "_measured_limits", {})  # nothing measured yet in this process
     before = torch.ops.chatapp.dot_rows_limit(torch.float32)
     built = matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)])
     try:
