@@ -10,7 +10,7 @@ import time
 
 from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
@@ -54,18 +54,41 @@ def answer_endpoint(plan_answer):
 
 
 def _json_errors(methods: tuple[str, ...], view):
-    """The method check, and an ApiError raised anywhere in the view as its JSON answer."""
+    """The method check, and an ApiError raised anywhere in the view as its JSON answer.
+
+    Besides its own methods an address answers those HTTP asks of every server (RFC 9110 9.1):
+    HEAD wherever GET (the views take it for GET), and OPTIONS; a 405 names them in `Allow`."""
+    allowed = {*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())}
+    allow = ", ".join(sorted(allowed))
 
     @functools.wraps(view)
     async def checked(request, *args, **kwargs):
-        if request.method not in methods:
-            return error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
-        try:
-            return await view(request, *args, **kwargs)
-        except ApiError as error:
-            return error_response(error.status, error.code, error.message)
+        if request.method not in allowed:
+            response = error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
+        elif request.method == "OPTIONS":
+            response = HttpResponse(headers={"Content-Length": "0"})
+        else:
+            try:
+                response = await view(request, *args, **kwargs)
+            except ApiError as error:
+                response = error_response(error.status, error.code, error.message)
+            if request.method == "HEAD":
+                response = _head_of(response)
+        response["Allow"] = allow
+        return response
 
     return checked
+
+
+def _head_of(response: HttpResponse | StreamingHttpResponse) -> HttpResponse:
+    """A HEAD's answer: the GET's status and headers without its body. A stream's is never
+    started: the server would drop its bytes, and follow it to its end (a watch: for as long as
+    the answer streams)."""
+    head = HttpResponse(status=response.status_code, headers=dict(response.items()))
+    head.cookies = response.cookies
+    if not response.streaming:
+        head["Content-Length"] = str(len(response.content))
+    return head
 
 
 def user_of(request, login_required: bool = True):
