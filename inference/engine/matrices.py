@@ -47,6 +47,12 @@ PADDED_ROWS = (1, 2, 4)
 # torch's 85 / 93); bfloat16 crossed at 16 (35 against 29 ms; at 64 rows 114 against 38, AMX).
 LIMIT_ROWS = (8, 16, 32, 64, 128, 256, 512)
 LIMIT_ROUNDS = 3
+# Past this many rows a count is timed through a share of the matrices (the first, in forward
+# order) with the arithmetic of this many rows through all of them: past it a product is bound by
+# its arithmetic, not by reading weights, and whole-model passes cost seconds. Where ours is the
+# faster at every count (float32, an AMD EPYC with AVX-512) the whole model's passes took 9.6 s
+# at load, 6.6 of them at 256 and 512 rows; the shares took 2.9 s and set the same limit.
+LIMIT_WHOLE_ROWS = 64
 # Counts of rows a packed product is given in each doubling of the count above EXACT_ROWS
 # (`packed_rows`): oneDNN keeps a kernel with its memory for every count it was given.
 ROW_COUNTS_PER_DOUBLING = 8
@@ -98,10 +104,10 @@ class DotMatrix:
 
 
 def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
-    """Times our product against torch's through `matrices` (the layers', in forward order) at
-    each of LIMIT_ROWS in turn, ours and torch's alternating, until torch's is the faster, and
-    sets the most rows ours multiplies at their precision (dot_rows.cpp) to the last count
-    before; the limit. Once per process for a model's matrices."""
+    """Times our product against torch's through `matrices` (the layers', in forward order; past
+    LIMIT_WHOLE_ROWS a share of them) at each of LIMIT_ROWS in turn, ours and torch's alternating,
+    until torch's is the faster, and sets the most rows ours multiplies at their precision
+    (dot_rows.cpp) to the last count before; the limit. Once per process for a model's matrices."""
     dtype = matrices[0].weight.dtype
     shapes = (dtype, tuple(tuple(m.weight.shape) for m in matrices))
     if shapes in _measured_limits:  # a model loaded again in this process
@@ -111,13 +117,16 @@ def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
     limit, timed = 1, []
     with torch.inference_mode():
         for count in LIMIT_ROWS:
-            inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in matrices}
+            share = max(1, min(len(matrices), len(matrices) * LIMIT_WHOLE_ROWS // count))
+            timed_ours, timed_theirs = matrices[:share], torch_products[:share]
+            inputs = {m.width: torch.randn(count, m.width, dtype=dtype) for m in timed_ours}
             passes: dict[bool, list[float]] = {True: [], False: []}
             for turn in range(LIMIT_ROUNDS):
                 for is_ours in (turn % 2 == 0, turn % 2 == 1):
-                    passes[is_ours].append(_pass(matrices if is_ours else torch_products, inputs))
+                    passes[is_ours].append(_pass(timed_ours if is_ours else timed_theirs, inputs))
             ours, theirs = statistics.median(passes[True]), statistics.median(passes[False])
-            timed.append(f"{count} rows {ours * 1e3:.1f} / {theirs * 1e3:.1f}")
+            through = "" if share == len(matrices) else f" through {share} of {len(matrices)} matrices"
+            timed.append(f"{count} rows {ours * 1e3:.1f} / {theirs * 1e3:.1f}{through}")
             if ours > theirs:
                 break
             limit = count

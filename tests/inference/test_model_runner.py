@@ -225,6 +225,33 @@ def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(mon
     assert len(passes) == 4 * 2 * matrices.LIMIT_ROUNDS
 
 
+@pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="needs our own kernel")
+def test_past_whole_model_rows_the_limit_is_timed_on_a_share_of_the_matrices_with_as_much_arithmetic(monkeypatch):
+    # As on an AMD EPYC at float32: ours the faster at every count, all of them timed.
+    shares = {}
+
+    def timed_pass(built, inputs):
+        rows = next(iter(inputs.values())).shape[0]
+        shares.setdefault(rows, set()).add(len(built))
+        return rows * len(built) * (1.0 if isinstance(built[0], matrices.DotMatrix) else 1.2) / 1e6
+
+    monkeypatch.setattr(matrices, "_pass", timed_pass)
+    monkeypatch.setattr(matrices, "_measured_limits", {})
+    before = torch.ops.chatapp.dot_rows_limit(torch.float32)
+    built = matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)] * 8)
+    try:
+        limit = matrices.choose_dot_row_limit(built)
+    finally:
+        torch.ops.chatapp.dot_rows_limit(torch.float32, before)
+
+    whole = matrices.LIMIT_WHOLE_ROWS
+    assert limit == matrices.LIMIT_ROWS[-1]
+    assert {rows: share for rows, share in shares.items() if rows <= whole} == {
+        rows: {16} for rows in matrices.LIMIT_ROWS if rows <= whole}
+    assert {rows: share for rows, share in shares.items() if rows > whole} == {
+        rows: {16 * whole // rows} for rows in matrices.LIMIT_ROWS if rows > whole}
+
+
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_a_step_padded_to_the_rows_packed_matrices_read_fastest_gives_the_plain_logits(monkeypatch):
     def timed_pass(built, inputs):  # packed wins, and reads four rows faster than one
