@@ -80,15 +80,23 @@ def _json_errors(methods: tuple[str, ...], view):
     return checked
 
 
-def _head_of(response: HttpResponse | StreamingHttpResponse) -> HttpResponse:
+def _head_of(response: HttpResponse | StreamingHttpResponse) -> HttpResponse | StreamingHttpResponse:
     """A HEAD's answer: the GET's status and headers without its body. A stream's is never
     started: the server would drop its bytes, and follow it to its end (a watch: for as long as
-    the answer streams)."""
-    head = HttpResponse(status=response.status_code, headers=dict(response.items()))
-    head.cookies = response.cookies
-    if not response.streaming:
+    the answer streams); its head is a stream of nothing, so that no Content-Length is added."""
+    headers = dict(response.items())
+    if response.streaming:
+        head = StreamingHttpResponse(_no_events(), status=response.status_code, headers=headers)
+    else:
+        head = HttpResponse(status=response.status_code, headers=headers)
         head["Content-Length"] = str(len(response.content))
+    head.cookies = response.cookies
     return head
+
+
+async def _no_events():
+    for nothing in ():
+        yield nothing
 
 
 def user_of(request, login_required: bool = True):

@@ -51,7 +51,8 @@ LIMIT_ROUNDS = 3
 # order) with the arithmetic of this many rows through all of them: past it a product is bound by
 # its arithmetic, not by reading weights, and whole-model passes cost seconds. Where ours is the
 # faster at every count (float32, an AMD EPYC with AVX-512) the whole model's passes took 9.6 s
-# at load, 6.6 of them at 256 and 512 rows; the shares took 2.9 s and set the same limit.
+# at load, 6.6 of them at 256 and 512 rows; the shares took about 3 s and set 512 in two loads
+# of three, 128 in the third (there ours and torch's were within 2-4%, the whole model's too).
 LIMIT_WHOLE_ROWS = 64
 # Counts of rows a packed product is given in each doubling of the count above EXACT_ROWS
 # (`packed_rows`): oneDNN keeps a kernel with its memory for every count it was given.

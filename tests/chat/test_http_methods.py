@@ -50,6 +50,7 @@ def test_head_of_an_answers_stream_gives_its_headers_and_does_not_follow_it(sign
 
     assert (head.status_code, head.headers["content-type"]) == (200, "text/event-stream")
     assert head.content == b""
+    assert "content-length" not in head.headers  # a stream has no length to give
 
 
 def test_head_of_another_users_answer_is_the_same_404_as_its_get(signed_in_daphne, other_user):
