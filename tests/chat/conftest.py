@@ -1,3 +1,4 @@
+import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -59,3 +60,14 @@ async def api(user):
 @pytest.fixture
 def conversation(user):
     return factories.conversation(owner=user)
+
+
+@pytest.fixture
+def signed_in_daphne(user):
+    """A real daphne on the test database (the test client never closes connections, and drops
+    a HEAD's body itself) and a client signed in to it, its CSRF token in hand as a page's."""
+    with servers.daphne_on(servers.shared_database_url()) as base_url, \
+            httpx2.Client(base_url=base_url, timeout=30) as client:
+        servers.sign_in(client, user)
+        client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
+        yield client

@@ -19,16 +19,6 @@ from tests.fakes.upstream import Script
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def signed_in_daphne(user):
-    """A real daphne on the test database (the test client never closes connections) and a
-    client signed in to it."""
-    with servers.daphne_on(servers.shared_database_url()) as base_url, \
-            httpx2.Client(base_url=base_url, timeout=30) as client:
-        servers.sign_in(client, user)
-        yield client
-
-
 def connections_opened(client) -> int:
     return client.get("/api/_probe/connections").json()["opened"]
 

@@ -3,22 +3,13 @@ wherever it answers GET (the GET's status and headers, no body: a stream's too, 
 OPTIONS with what it allows, and a refused method's 405 names them in `Allow` (RFC 9110 9.1,
 15.5.6). On a real daphne: Django's test client drops a HEAD's body itself."""
 
-import httpx2
 import pytest
 
 from chatapp.models import Generation, Message
-from tests import factories, servers
+from common.vocabulary import MessageStatus
+from tests import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
-
-
-@pytest.fixture
-def signed_in_daphne(user):
-    with servers.daphne_on(servers.shared_database_url()) as base_url, \
-            httpx2.Client(base_url=base_url, timeout=30) as client:
-        servers.sign_in(client, user)
-        client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
-        yield client
 
 
 @pytest.fixture
@@ -26,7 +17,7 @@ def streaming_answer(conversation):
     """An answer streaming now (its row says so; nothing will end it): a watch of it follows
     until the browser leaves."""
     factories.message(conversation, content="Hello")
-    answer = factories.message(conversation, role=Message.Role.ASSISTANT, status="streaming")
+    answer = factories.message(conversation, role=Message.Role.ASSISTANT, status=MessageStatus.STREAMING)
     return factories.generation(answer, status=Generation.Status.STREAMING)
 
 
