@@ -5,6 +5,7 @@ sentences, and the message length limit shown before sending."""
 import pytest
 
 from chatapp.models import Generation, Message
+from harness import waiting
 from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests import factories
 from tests.browser.conftest import running_stack, sign_in
@@ -114,6 +115,9 @@ def test_deleting_the_open_conversation_while_its_answer_is_written_stops_the_an
     chat.click(f'li[data-conversation-id="{generation.conversation_id}"] .conversation-delete')
     wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
     hung_up = upstream.hung_up.wait(10)
+    # The delete records the Stop; the relay writes the row's end once it has hung up.
+    waiting.wait_until(lambda: Generation.objects.get(pk=generation.pk).status not in Generation.LIVE_STATUSES,
+                       30, "the stopped answer's final write")
 
     generation.refresh_from_db()
     assert hung_up
