@@ -11,6 +11,7 @@ import time
 from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
@@ -80,7 +81,7 @@ def _json_errors(methods: tuple[str, ...], view):
     return checked
 
 
-def _head_of(response: HttpResponse | StreamingHttpResponse) -> HttpResponse | StreamingHttpResponse:
+def _head_of(response: HttpResponseBase) -> HttpResponseBase:
     """A HEAD's answer: the GET's status and headers without its body. A stream's is never
     started: the server would drop its bytes, and follow it to its end (a watch: for as long as
     the answer streams); its head is a stream of nothing, so that no Content-Length is added."""

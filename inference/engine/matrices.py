@@ -113,7 +113,9 @@ def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
     shapes = (dtype, tuple(tuple(m.weight.shape) for m in matrices))
     if shapes in _measured_limits:  # a model loaded again in this process
         return torch.ops.chatapp.dot_rows_limit(dtype, _measured_limits[shapes])
-    torch_products = [_TorchProduct(matrix.weight) for matrix in matrices]
+    # torch's product of the same [out, in] weights, what dot_rows hands over to (at::linear
+    # without a bias multiplies by the weight's transpose, as PlainMatrix does).
+    torch_products = [PlainMatrix(matrix.weight.t()) for matrix in matrices]
     torch.ops.chatapp.dot_rows_limit(dtype, LIMIT_ROWS[-1])  # ours multiplies every count timed
     limit, timed = 1, []
     with torch.inference_mode():
@@ -126,7 +128,7 @@ def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
                 for is_ours in (turn % 2 == 0, turn % 2 == 1):
                     passes[is_ours].append(_pass(timed_ours if is_ours else timed_theirs, inputs))
             ours, theirs = statistics.median(passes[True]), statistics.median(passes[False])
-            through = "" if share == len(matrices) else f" through {share} of {len(matrices)} matrices"
+            through = f" through {share} of {len(matrices)} matrices" if share < len(matrices) else ""
             timed.append(f"{count} rows {ours * 1e3:.1f} / {theirs * 1e3:.1f}{through}")
             if ours > theirs:
                 break
@@ -139,16 +141,6 @@ def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
 
 
 _measured_limits: dict[tuple, int] = {}
-
-
-class _TorchProduct:
-    """torch's product of rows by a DotMatrix's [out, in] weight, what dot_rows hands over to."""
-
-    def __init__(self, weight: torch.Tensor):
-        self.weight, self.width = weight, weight.shape[1]
-
-    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.linear(rows, self.weight)
 
 
 def dot_matrices(weights: list[torch.Tensor]) -> list[DotMatrix]:

@@ -16,22 +16,12 @@ pytestmark = pytest.mark.skipif(own_kernels.load() is not None,
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
-@pytest.fixture
-def limit_of():
-    """Sets the most rows ours multiplies at a precision for one test (a model loaded in this
-    process measured its own); the limits before come back after."""
-    before = {dtype: torch.ops.chatapp.dot_rows_limit(dtype) for dtype in own_kernels.dtypes()}
-    yield lambda dtype, rows: torch.ops.chatapp.dot_rows_limit(dtype, rows)
-    for dtype, rows in before.items():
-        torch.ops.chatapp.dot_rows_limit(dtype, rows)
-
-
 @pytest.mark.parametrize("dtype", own_kernels.dtypes(), ids=str)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 64, 65, 100, 128, 129, 300, 512, 513])
-def test_the_product_equals_torchs_for_every_count_of_rows(rows, dtype, limit_of):
+def test_the_product_equals_torchs_for_every_count_of_rows(rows, dtype, dot_row_limit):
     # Widths off the kernel's vectors (8 to 32 elements) and 4-output tiles; 100 rows span two of
     # its row blocks at this width. Ours multiplies every count here.
-    limit_of(dtype, 1024)
+    dot_row_limit(dtype, 1024)
     weight = torch.randn(963, 577, dtype=torch.float64)
     values = torch.randn(rows, 577, dtype=torch.float64)
 
@@ -43,12 +33,12 @@ def test_the_product_equals_torchs_for_every_count_of_rows(rows, dtype, limit_of
 
 
 @pytest.mark.parametrize("dtype", own_kernels.dtypes(), ids=str)
-def test_rows_past_the_limit_are_torchs_product_and_rows_within_it_ours(dtype, limit_of):
+def test_rows_past_the_limit_are_torchs_product_and_rows_within_it_ours(dtype, dot_row_limit):
     weight, values = torch.randn(963, 577, dtype=dtype), torch.randn(9, 577, dtype=dtype)
-    limit_of(dtype, 1024)
+    dot_row_limit(dtype, 1024)
     ours = torch.ops.chatapp.dot_rows(values, weight)
 
-    assert limit_of(dtype, 8) == 8
+    assert dot_row_limit(dtype, 8) == 8
     past, within = torch.ops.chatapp.dot_rows(values, weight), torch.ops.chatapp.dot_rows(values[:8], weight)
 
     assert torch.equal(past, torch.nn.functional.linear(values, weight))

@@ -198,7 +198,7 @@ def test_a_machine_that_slows_down_while_the_layouts_are_timed_still_keeps_the_f
 
 
 @pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="needs our own kernel")
-def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(monkeypatch):
+def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(monkeypatch, dot_row_limit):
     # As on an Intel Xeon at float32: ours the faster up to 32 rows, torch's from 64.
     passes = []
 
@@ -210,14 +210,10 @@ def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(mon
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
     monkeypatch.setattr(matrices, "_measured_limits", {})  # nothing measured yet in this process
-    before = torch.ops.chatapp.dot_rows_limit(torch.float32)
     built = matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)])
-    try:
-        limit = matrices.choose_dot_row_limit(built)
-        again = matrices.choose_dot_row_limit(matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)]))
-        set_then = torch.ops.chatapp.dot_rows_limit(torch.float32)
-    finally:
-        torch.ops.chatapp.dot_rows_limit(torch.float32, before)
+    limit = matrices.choose_dot_row_limit(built)
+    again = matrices.choose_dot_row_limit(matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)]))
+    set_then = dot_row_limit(torch.float32)
 
     assert limit == again == set_then == 32
     # Counts past the first that torch won are not timed, nor is a model's second load.
@@ -226,7 +222,8 @@ def test_products_of_more_rows_than_ours_was_measured_faster_at_go_to_torchs(mon
 
 
 @pytest.mark.skipif(not matrices.can_dot(torch.ones(1, device=models.DEVICE)), reason="needs our own kernel")
-def test_past_whole_model_rows_the_limit_is_timed_on_a_share_of_the_matrices_with_as_much_arithmetic(monkeypatch):
+def test_past_whole_model_rows_the_limit_is_timed_on_a_share_of_the_matrices_with_as_much_arithmetic(
+        monkeypatch, dot_row_limit):
     # As on an AMD EPYC at float32: ours the faster at every count, all of them timed.
     shares = {}
 
@@ -237,12 +234,7 @@ def test_past_whole_model_rows_the_limit_is_timed_on_a_share_of_the_matrices_wit
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
     monkeypatch.setattr(matrices, "_measured_limits", {})
-    before = torch.ops.chatapp.dot_rows_limit(torch.float32)
-    built = matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)] * 8)
-    try:
-        limit = matrices.choose_dot_row_limit(built)
-    finally:
-        torch.ops.chatapp.dot_rows_limit(torch.float32, before)
+    limit = matrices.choose_dot_row_limit(matrices.dot_matrices([torch.randn(24, 40), torch.randn(40, 24)] * 8))
 
     whole = matrices.LIMIT_WHOLE_ROWS
     assert limit == matrices.LIMIT_ROWS[-1]

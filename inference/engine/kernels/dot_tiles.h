@@ -22,9 +22,9 @@ namespace chatapp_dot {
 // this machine (dot_rows.cpp, `dot_rows_limit`): compute decides there, not reading the weight,
 // and whose arithmetic is faster depends on the precision and the CPU. On an AMD EPYC, float32
 // with AVX-512: ours took 0.34-0.62x torch's time (oneMKL's) for a pass over the default model
-// at 16-512 rows (a prompt chunk is at most 512 by default); with AVX2 the two were equal at 64 and 128 rows. bfloat16: torch's
-// (oneDNN's) is as fast at 64 rows and 1.11-1.35x faster from 100 to 512 (an AVX-512 BF16 AMD
-// EPYC, both measured in turns in one process; BENCHMARKS.md).
+// at 16-512 rows (a prompt chunk is at most 512 by default); with AVX2 the two were equal at 64
+// and 128 rows. bfloat16: torch's (oneDNN's) is as fast at 64 rows and 1.11-1.35x faster from
+// 100 to 512 (an AVX-512 BF16 AMD EPYC, both measured in turns in one process; BENCHMARKS.md).
 #if defined(__AVX512F__)
 constexpr int64_t kMostFloatRows = 512;
 #else
