@@ -20,7 +20,7 @@ from dotenv import load_dotenv
 
 from common import env
 from stack import commands, nginx, web
-from stack.supervisor import Supervisor
+from stack.supervisor import Prerequisite, Supervisor
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 LOCAL_ENV_FILE = REPO_DIR / ".env"
@@ -47,8 +47,8 @@ def main() -> int:
             return finished.returncode
 
     supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
-    for name, command in _processes(public_port, web_processes, nginx_binary is not None):
-        supervisor.add(name, command)
+    for name, command, after in _processes(public_port, web_processes, nginx_binary is not None):
+        supervisor.add(name, command, after)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: supervisor.stop())
     print(f"\nchatapp: http://127.0.0.1:{public_port}/  (admin: /admin/; Ctrl-C stops)\n", flush=True)
@@ -74,21 +74,25 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
 
 def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):
     if (REPO_DIR / "inference" / "__main__.py").exists():
-        yield "inference", commands.inference()
+        yield "inference", commands.inference(), None
     # Each its own child of the supervisor: one that crashes restarts while the others serve.
     for name, port in zip(web_processes.names(), web_processes.ports):
-        yield name, commands.daphne(port)
+        yield name, commands.daphne(port), None
     if env.string("REDIS_URL"):
         # One local worker also runs the periodic schedule (beat), e.g. ending interrupted streams.
-        yield "worker", commands.celery_worker(REPO_DIR / "var" / "celerybeat-schedule")
+        yield "worker", commands.celery_worker(REPO_DIR / "var" / "celerybeat-schedule"), None
     else:
         # Without a broker nothing runs the schedule: this runs it (ends the streams a dead daphne
         # left open, purges what CHAT_RETENTION_DAYS let expire).
-        yield "reaper", commands.reaper()
+        yield "reaper", commands.reaper(), None
     if with_nginx:
         site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}",
                                upstreams=tuple(f"127.0.0.1:{port}" for port in web_processes.ports))
-        yield "nginx", nginx.command(nginx.render(site, REPO_DIR / "var" / "nginx"))
+        # Not before the web processes listen (stack/supervisor.py, Prerequisite, says why).
+        names = web_processes.names()
+        after = Prerequisite(web_processes.all_listening,
+                             f"{', '.join(names)} {'listens' if len(names) == 1 else 'listen'}")
+        yield "nginx", nginx.command(nginx.render(site, REPO_DIR / "var" / "nginx")), after
 
 
 def _load_local_environment() -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -36,7 +37,23 @@ class Backoff:
         return min(self.cap_s, self.first_s * 2 ** max(crashes_in_a_row - 1, 0))
 
 
+@dataclass(frozen=True)
+class Prerequisite:
+    """What a child waits for before its first start, and for how long at most.
+
+    nginx waits for its web processes to listen: a request it passed on to one still starting
+    would find nothing, and nginx would then count that process failed for 10 s after it came
+    up. Bounded, so that one that never listens (crashing at start) cannot keep nginx, and the
+    page saying the app is unreachable, from starting at all. A restart does not wait.
+    """
+
+    holds: Callable[[], bool]
+    description: str  # what holds once it is met: "web-1, web-2 listen"
+    at_most_s: float = 60.0
+
+
 class ChildState(Enum):
+    PENDING = "pending"  # not started yet: its prerequisite does not hold
     RUNNING = "running"
     WAITING = "waiting"  # crashed; starts again at `restart_at`
     STOPPED = "stopped"
@@ -46,6 +63,7 @@ class ChildState(Enum):
 class Child:
     name: str
     command: list[str]
+    after: Prerequisite | None = None
     state: ChildState = ChildState.STOPPED
     process: subprocess.Popen | None = None
     started_at: float = 0.0
@@ -66,8 +84,8 @@ class Supervisor:
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
     _stop_requested: bool = False
 
-    def add(self, name: str, command: list[str]) -> None:
-        self._children[name] = Child(name, command)
+    def add(self, name: str, command: list[str], after: Prerequisite | None = None) -> None:
+        self._children[name] = Child(name, command, after)
 
     def stop(self) -> None:
         self._stop_requested = True
@@ -75,15 +93,22 @@ class Supervisor:
     def run(self) -> int:
         """Starts every child and keeps them running until `stop()`; then stops them all. Returns 0."""
         self.pid_dir.mkdir(parents=True, exist_ok=True)
+        began = time.monotonic()
         try:
             for child in self._children.values():
-                self._start(child)
+                if child.after is None:
+                    self._start(child)
+                else:
+                    child.state = ChildState.PENDING
+                    self._say(_OWN_NAME, f"{child.name} starts once {child.after.description}")
             while not self._stop_requested:
                 self._handle_exits(timeout_s=min(_TICK_S, self._until_next_restart_s()))
                 now = time.monotonic()
                 for child in self._children.values():
                     if child.state is ChildState.WAITING and child.restart_at <= now:
                         self._start(child)
+                    elif child.state is ChildState.PENDING:
+                        self._start_when_due(child, waited_s=now - began)
         finally:  # also when a command cannot start at all: leave no child behind
             self._stop_all()
         return 0
@@ -101,6 +126,14 @@ class Supervisor:
                          name=f"{child.name}-output").start()
         threading.Thread(target=self._await_exit, args=(child, process), daemon=True,
                          name=f"{child.name}-wait").start()
+
+    def _start_when_due(self, child: Child, waited_s: float) -> None:
+        if child.after.holds():
+            self._start(child)
+        elif waited_s >= child.after.at_most_s:
+            self._say(_OWN_NAME, f"{child.name} has waited {child.after.at_most_s:g} s for this: "
+                                  f"{child.after.description}; starting it anyway")
+            self._start(child)
 
     def _await_exit(self, child: Child, process: subprocess.Popen) -> None:
         self._exits.put((child, process, process.wait()))

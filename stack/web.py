@@ -7,6 +7,7 @@ over them, one process serves, whatever was asked.
 """
 
 import os
+import socket
 from dataclasses import dataclass
 
 
@@ -20,6 +21,15 @@ class WebProcesses:
         if len(self.ports) == 1:
             return ["web"]
         return [f"web-{number}" for number in range(1, len(self.ports) + 1)]
+
+    def all_listening(self) -> bool:
+        return all(listening(port) for port in self.ports)
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on this loopback port."""
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def default_count() -> int:

@@ -4,7 +4,6 @@ failed start, not a traceback, and a machine without nginx is told once what tha
 
 import os
 import signal
-import socket
 import subprocess
 import uuid
 from urllib.parse import urlsplit
@@ -17,12 +16,7 @@ import pytest
 from harness import child_process, ports, waiting
 from harness.child_process import REPO_DIR
 from stack import commands
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
+from stack.web import listening
 
 pytestmark = pytest.mark.process  # every test here starts the stack
 
@@ -138,6 +132,26 @@ def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through
     assert healthy_meanwhile == [True] * 4
     assert second_after == second
     assert "web-1 exited" in output and "web-2 exited" not in output
+
+
+@pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
+def test_nginx_takes_no_request_before_every_web_process_listens(nginx_binary, stack_database):
+    """A request nginx passed on to a web process still starting would find nothing, and nginx
+    would then count that process failed for 10 s after it came up: with the other one killed
+    meanwhile, nothing would serve."""
+    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
+    env = stack_env(stack_database, public_port, daphne_port)
+
+    # The page itself is nginx's own file: asking for it reaches no web process.
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"http://127.0.0.1:{public_port}/",
+                               timeout_s=120) as stack:
+        web_processes_listening = [listening(daphne_port), listening(daphne_port + 1)]
+        waiting.wait_until(lambda: waiting.healthy(f"http://127.0.0.1:{public_port}/healthz"), 60,
+                           "the stack to answer")
+        output = stack.log_text()
+
+    assert web_processes_listening == [True, True]
+    assert "nginx starts once web-1, web-2 listen" in output
 
 
 @pytest.mark.parametrize("name, value, told", [

@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 
 from harness import waiting
-from stack.supervisor import Backoff, Supervisor
+from stack.supervisor import Backoff, Prerequisite, Supervisor
 
 
 def test_restart_delays_double_from_the_first_up_to_the_cap():
@@ -20,10 +20,10 @@ def test_restart_delays_double_from_the_first_up_to_the_cap():
 
 
 @contextmanager
-def supervising(tmp_path, backoff: Backoff, **commands):
+def supervising(tmp_path, backoff: Backoff, after: dict[str, Prerequisite] | None = None, **commands):
     supervisor = Supervisor(cwd=tmp_path, pid_dir=tmp_path / "run", backoff=backoff, out=io.StringIO())
     for name, command in commands.items():
-        supervisor.add(name, command)
+        supervisor.add(name, command, (after or {}).get(name))
     result = {}
     thread = threading.Thread(target=lambda: result.update(status=supervisor.run()))
     thread.start()
@@ -101,3 +101,51 @@ def test_every_line_a_child_prints_carries_its_name(tmp_path):
         waiting.wait_until(lambda: "hello from web" in supervisor.out.getvalue(), 10, "the line")
 
     assert re.search(r"^\S+ web +\| hello from web$", supervisor.out.getvalue(), re.MULTILINE)
+
+
+class FileAppears:
+    """A prerequisite: a file exists. Counts how often the supervisor asked."""
+
+    def __init__(self, path):
+        self.path, self.asked = path, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.path.exists()
+
+
+def test_a_child_with_a_prerequisite_starts_only_once_it_holds(tmp_path):
+    ready = FileAppears(tmp_path / "web-listens")
+    after = {"nginx": Prerequisite(ready, "web listens")}
+    with supervising(tmp_path, Backoff(), after, web=["sleep", "600"], nginx=["sleep", "600"]) as (supervisor, _):
+        waiting.wait_until(lambda: pid_in(tmp_path, "web") and ready.asked >= 3, 10, "three checks")
+        started_before = pid_in(tmp_path, "nginx")
+
+        ready.path.touch()
+
+        waiting.wait_until(lambda: pid_in(tmp_path, "nginx"), 10, "nginx to start")
+    assert started_before is None
+    assert "nginx starts once web listens" in supervisor.out.getvalue()
+
+
+def test_a_prerequisite_that_never_holds_delays_the_start_at_most_its_limit(tmp_path):
+    after = {"nginx": Prerequisite(lambda: False, "web listens", at_most_s=0.3)}
+    with supervising(tmp_path, Backoff(), after, nginx=["sleep", "600"]) as (supervisor, _):
+        waiting.wait_until(lambda: pid_in(tmp_path, "nginx"), 10, "nginx to start")
+
+    assert "nginx has waited 0.3 s for this: web listens; starting it anyway" in supervisor.out.getvalue()
+
+
+def test_a_child_with_a_prerequisite_restarts_without_waiting_again(tmp_path):
+    ready = FileAppears(tmp_path / "web-listens")
+    ready.path.touch()
+    after = {"nginx": Prerequisite(ready, "web listens")}
+    backoff = Backoff(first_s=0.05, cap_s=0.2, healthy_after_s=60)
+    with supervising(tmp_path, backoff, after, nginx=["sleep", "600"]):
+        waiting.wait_until(lambda: pid_in(tmp_path, "nginx"), 10, "nginx to start")
+        first = pid_in(tmp_path, "nginx")
+        ready.path.unlink()
+
+        os.kill(first, signal.SIGKILL)
+
+        waiting.wait_until(lambda: pid_in(tmp_path, "nginx") not in (None, first), 10, "nginx to come back")
