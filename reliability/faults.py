@@ -113,6 +113,10 @@ def saw(answer: Answer) -> str:
     return f"{answer.seen_chars} code points{error}, {ending}"
 
 
+def sessions(count: int) -> str:
+    return f"{count} session" if count == 1 else f"{count} sessions"
+
+
 def stored(row: dict | None) -> str:
     if row is None:
         return "no row"
@@ -180,21 +184,22 @@ class Faults:
         row = await final_row(answer, timeout_s=60)
         after = await self.full_answer()
         return FaultResult(
-            f"PostgreSQL: the stack's {terminated[0]} sessions terminated mid-answer", saw(answer),
+            f"PostgreSQL: the stack's {sessions(terminated[0])} terminated mid-answer", saw(answer),
             stored(row), f"next answer: {saw(after)}",
             answer.outcome is Outcome.FINISHED and same_text(answer, row) and after.outcome is Outcome.FINISHED)
 
     async def database_backends_idle(self) -> FaultResult:
-        for _ in range(10):  # every database thread holds a connection
-            await self.client.http.get("/api/conversations")
+        # At the same time, so that every database thread holds a connection (one after another
+        # they may all land on one thread).
+        await asyncio.gather(*(self.client.http.get("/api/conversations") for _ in range(20)))
         terminated = await asyncio.to_thread(self.terminate_backends)
         statuses = [(await self.client.http.get("/api/conversations")).status_code for _ in range(20)]
         after = await self.full_answer()
         failed = [s for s in statuses if s != 200]
         return FaultResult(
-            f"PostgreSQL: the stack's {terminated} sessions terminated while idle",
+            f"PostgreSQL: the stack's {sessions(terminated)} terminated while idle",
             f"{len(failed)} of 20 requests after it failed ({failed or 'none'})", "-",
-            f"next answer: {saw(after)}", len(failed) <= 1 and after.outcome is Outcome.FINISHED)
+            f"next answer: {saw(after)}", not failed and after.outcome is Outcome.FINISHED)
 
     async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None]:
         """An answer Stopped at its first delta and read on to `done`: seconds from the Stop's
