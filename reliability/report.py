@@ -27,6 +27,13 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
+def _stack_shape(figures: dict) -> str:
+    """What runs beside daphne, and on what (stack/__main__.py decides from the same settings)."""
+    if figures["with_redis"]:
+        return f"a Celery worker, nginx) on {figures['database']} and Redis"
+    return f"the in-process reaper, nginx) on {figures['database']} without Redis"
+
+
 def render_soak(command: str, plan, figures: dict, criteria: list[Criterion]) -> str:
     machine = inference_notes(threads=0)
     answers, stored = figures["answers"], figures["stored"]
@@ -45,7 +52,7 @@ def render_soak(command: str, plan, figures: dict, criteria: list[Criterion]) ->
         f"min of the same load as a warm-up, whose answers are checked but whose resources are not "
         f"sampled) across {plan.users} users "
         f"(seed {plan.seed}), the whole stack (`python -m stack`: inference with the real model, daphne, "
-        "a Celery worker, nginx) on PostgreSQL and Redis, every request through nginx. Each question "
+        f"{_stack_shape(figures)}, every request through nginx. Each question "
         f"goes to a new conversation; answers are capped at CHAT_MAX_TOKENS={plan.max_tokens} so that "
         f"they turn over. {plan.cancel_share:.0%} are cancelled at a random point (0-{plan.max_cancel_chars} "
         "code points in), half by closing the stream, half by Stop with the length seen and then closing.", "",

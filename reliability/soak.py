@@ -163,6 +163,8 @@ def soak(plan: SoakPlan, database_server_url: str, redis_url: str) -> dict:
         }
         figures["survivors"] = stack.stop()
     figures["started_at"], figures["finished_at"] = started_at, time.time()
+    figures["database"] = "PostgreSQL" if database_server_url else "SQLite"
+    figures["with_redis"] = bool(redis_url)
     return figures
 
 
