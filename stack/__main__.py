@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
 from common import env
-from stack import commands, nginx, web
+from stack import commands, nginx, ports, web
 from stack.supervisor import Prerequisite, Supervisor
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -69,7 +69,30 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
     web_processes = web.plan(asked, first_port=daphne_port, with_redis=bool(env.string("REDIS_URL")),
                              on_sqlite=(env.string("DATABASE_URL") or "sqlite:").startswith("sqlite:"),
                              with_nginx=nginx_binary is not None)
+    _refuse_ports_in_use(public_port, web_processes, with_nginx=nginx_binary is not None)
     return public_port, web_processes, nginx_binary
+
+
+def _refuse_ports_in_use(public_port: int, web_processes: web.WebProcesses, with_nginx: bool) -> None:
+    """Raises when another program listens on a port the stack's servers need: else nginx or
+    daphne would fail to bind it at every restart, for as long as the stack ran, under an
+    address that answers with that other program. (The inference service's port is left to it:
+    INFERENCE_URL may name a server of the user's own there.)"""
+    ours = {public_port, *web_processes.ports}
+    if not ports.free(public_port):
+        raise env.BadVariable(_in_use("CHATAPP_PORT", public_port, public_port,
+                                      ports.free_run_after(public_port, 1, ours)))
+    taken = [port for port in web_processes.ports if not ports.free(port)] if with_nginx else []
+    if taken:
+        first = web_processes.ports[0]
+        raise env.BadVariable(_in_use("CHATAPP_DAPHNE_PORT", first, taken[0],
+                                      ports.free_run_after(first, len(web_processes.ports), ours)))
+
+
+def _in_use(variable: str, value: int, port: int, instead: int | None) -> str:
+    would_do = f"{variable}={instead} would do" if instead else "no free port above it"
+    return (f"{variable}={value}: {ports.HOST}:{port} is in use by another program (a chatapp "
+            f"already running?); stop it, or choose another port: {would_do}")
 
 
 def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):

@@ -7,8 +7,9 @@ over them, one process serves, whatever was asked.
 """
 
 import os
-import socket
 from dataclasses import dataclass
+
+from stack.ports import listening
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,6 @@ class WebProcesses:
 
     def all_listening(self) -> bool:
         return all(listening(port) for port in self.ports)
-
-
-def listening(port: int) -> bool:
-    """Whether something accepts connections on this loopback port."""
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def default_count() -> int:

@@ -3,7 +3,9 @@ every child on Ctrl-C or SIGTERM; its first words: a setting that is not allowed
 failed start, not a traceback, and a machine without nginx is told once what that means."""
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import uuid
 from urllib.parse import urlsplit
@@ -16,7 +18,7 @@ import pytest
 from harness import child_process, ports, waiting
 from harness.child_process import REPO_DIR
 from stack import commands
-from stack.web import listening
+from stack.ports import listening
 
 pytestmark = pytest.mark.process  # every test here starts the stack
 
@@ -172,6 +174,29 @@ def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_t
     assert name in lines[0] and "Traceback" not in lines[0]
     for words in told:
         assert words in lines[0]
+
+
+@pytest.mark.parametrize("variable", ["CHATAPP_PORT", "CHATAPP_DAPHNE_PORT"])
+def test_a_port_another_program_holds_is_one_line_naming_the_variable_and_a_free_port(nginx_binary, tmp_path,
+                                                                                      variable):
+    """Before: the stack started, printed its address (another program's) and restarted nginx or
+    daphne, each failing to bind, for as long as it ran."""
+    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
+    env = {**os.environ, **stack_env(f"sqlite:///{tmp_path / 'stack.sqlite3'}", public_port, daphne_port),
+           "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
+    held = public_port if variable == "CHATAPP_PORT" else daphne_port
+
+    with socket.create_server(("127.0.0.1", held)):
+        finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env, capture_output=True,
+                                  text=True, timeout=120)
+
+    lines = [line for line in (finished.stdout + finished.stderr).splitlines() if line.strip()]
+    assert finished.returncode == 2
+    assert len(lines) == 1, "\n".join(lines)
+    assert f"127.0.0.1:{held}" in lines[0] and "in use" in lines[0]
+    suggested = re.search(rf"{variable}=(\d+) would do", lines[0])
+    assert suggested and not listening(int(suggested.group(1)))
+    assert int(suggested.group(1)) not in (public_port, held)
 
 
 def test_without_nginx_on_the_path_the_stack_says_once_that_daphne_serves_the_port_itself(stack_database, tmp_path):

@@ -1,6 +1,9 @@
 """How many web processes `make run` starts: as asked behind nginx on Redis and PostgreSQL, else
-one, saying why."""
+one, saying why; and which of their ports are free before it starts them."""
 
+import socket
+
+from stack import ports as stack_ports
 from stack import web
 
 
@@ -42,3 +45,27 @@ def test_one_process_asked_is_one_process_with_nothing_to_explain():
 
 def test_the_default_is_one_process_per_core_this_process_may_use():
     assert web.default_count() >= 1
+
+
+def test_a_port_something_listens_on_is_not_free():
+    with socket.create_server((stack_ports.HOST, 0)) as server:
+        assert not stack_ports.free(server.getsockname()[1])
+
+
+def test_a_port_whose_last_connection_is_still_closing_is_free_as_nginx_and_daphne_bind():
+    with socket.create_server((stack_ports.HOST, 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection((stack_ports.HOST, port))
+        accepted, _ = server.accept()
+        accepted.close()  # the side that closes first keeps the port in TIME_WAIT
+    client.close()
+
+    assert stack_ports.free(port)
+
+
+def test_a_run_of_free_ports_suggested_instead_skips_the_stacks_other_ports_and_taken_ones():
+    with socket.create_server((stack_ports.HOST, 0)) as server:
+        taken = server.getsockname()[1]
+        first = stack_ports.free_run_after(taken - 3, 2, avoiding={taken - 2})
+
+    assert first is not None and first > taken
