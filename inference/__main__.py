@@ -1,9 +1,12 @@
-"""`python -m inference [--host H] [--port P] [--model PATH]`; defaults from the environment."""
+"""`python -m inference [--host H] [--port P] [--model PATH] [--check]`; defaults from the
+environment. A setting that cannot be used is one line on stderr and exit status 2, not a
+traceback; `--check` only reads the settings (`make run` asks before it starts anything)."""
 
 import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 import uvicorn
 
@@ -16,8 +19,17 @@ def main() -> None:
     parser.add_argument("--host", help="interface to bind (INFERENCE_HOST)")
     parser.add_argument("--port", type=int, help="port (INFERENCE_PORT)")
     parser.add_argument("--model", help="HF model directory or .gguf file (INFERENCE_MODEL)")
+    parser.add_argument("--check", action="store_true", help="read the settings, then exit: 0, or 2 "
+                        "with one line naming what is wrong")
     arguments = parser.parse_args()
-    config = InferenceConfig.from_env(host=arguments.host, port=arguments.port, model=arguments.model)
+    try:
+        config = InferenceConfig.from_env(host=arguments.host, port=arguments.port, model=arguments.model)
+        _refuse_missing_model(config.model)
+    except ValueError as error:
+        print(f"inference: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if arguments.check:
+        return
     if config.huge_pages and (environ := huge_pages.environment(dict(os.environ))) is not None:
         # glibc reads its tunables only when a process starts; torch is not imported yet.
         # The same command line, the interpreter's own options (-X, -u) included.
@@ -28,6 +40,14 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(InferenceService(config))
     uvicorn.run(app, host=config.host, port=config.port, log_level="info", timeout_keep_alive=30)
+
+
+def _refuse_missing_model(model: str) -> None:
+    """The loader's first question, asked before torch is imported: nothing is downloaded, so a
+    model that is not on this disk never loads."""
+    if model and not Path(model).exists():
+        raise ValueError(f"INFERENCE_MODEL={model} does not exist: a Hugging Face model directory or a "
+                         ".gguf file would do (empty: the default model)")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ def main() -> int:
     if web_processes.why_one:
         print(f"chatapp: {web_processes.why_one}", flush=True)
 
+    if _starts_inference() and subprocess.run(commands.inference_check(), cwd=REPO_DIR).returncode:
+        return 2  # its one line is above
     for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"]):
         finished = subprocess.run([sys.executable, "manage.py", *step], cwd=REPO_DIR)
         if finished.returncode:
@@ -96,7 +98,7 @@ def _in_use(variable: str, value: int, port: int, instead: int | None) -> str:
 
 
 def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):
-    if (REPO_DIR / "inference" / "__main__.py").exists():
+    if _starts_inference():
         yield "inference", commands.inference(), None
     # Each its own child of the supervisor: one that crashes restarts while the others serve.
     for name, port in zip(web_processes.names(), web_processes.ports):
@@ -116,6 +118,10 @@ def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bo
         after = Prerequisite(web_processes.all_listening,
                              f"{', '.join(names)} {'listens' if len(names) == 1 else 'listen'}")
         yield "nginx", nginx.command(nginx.render(site, REPO_DIR / "var" / "nginx")), after
+
+
+def _starts_inference() -> bool:
+    return (REPO_DIR / "inference" / "__main__.py").exists()
 
 
 def _load_local_environment() -> None:

@@ -22,6 +22,11 @@ def inference(port: int | None = None) -> list[str]:
     return [sys.executable, "-m", INFERENCE_MODULE, *where]
 
 
+def inference_check() -> list[str]:
+    """Reads the inference service's settings and exits: 2 with one line when one cannot be used."""
+    return [sys.executable, "-m", INFERENCE_MODULE, "--check"]
+
+
 def celery_worker(schedule: Path) -> list[str]:
     """One worker that also runs the periodic schedule (beat), keeping it in `schedule`."""
     return [sys.executable, "-m", "celery", "-A", "chatapp", "worker", "--beat",

@@ -161,6 +161,10 @@ def test_nginx_takes_no_request_before_every_web_process_listens(nginx_binary, s
     ("CHAT_MAX_TOKENS", "0", ["at least 1", "CHAT_MAX_TOKENS=1"]),
     ("CHAT_MAX_TOKENS", "lots", ["an integer", "CHAT_MAX_TOKENS=512"]),
     ("CHATAPP_PORT", "eighty", ["an integer", "CHATAPP_PORT=8000"]),
+    # The inference service's own: before, it repeated its traceback at every restart.
+    ("INFERENCE_DTYPE", "fp8", ["must be one of", "bfloat16"]),
+    ("INFERENCE_MAX_RUNNING", "0", ["at least 1"]),
+    ("INFERENCE_MODEL", "/no/such/model", ["does not exist", "a .gguf file"]),
 ])
 def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_that_would_do(name, value, told):
     env = {**os.environ, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40, name: value}
