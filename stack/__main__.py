@@ -4,7 +4,8 @@ Starts what exists: the inference service (once `inference/` has one), CHATAPP_W
 daphne processes (stack/web.py: one without Redis, PostgreSQL or nginx), a Celery worker when REDIS_URL is
 set (else the `reap_streams` command runs the periodic tasks in-process), and nginx in front of the daphne
 processes when nginx is installed. One supervisor (stack/supervisor.py) owns them all: it starts a
-crashed child again while the others keep serving; Ctrl-C or SIGTERM stops every child.
+crashed child again while the others keep serving; Ctrl-C, SIGTERM or closing the terminal stops
+every child.
 """
 
 import os
@@ -51,7 +52,8 @@ def main() -> int:
     supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
     for name, command, after in _processes(public_port, web_processes, nginx_binary is not None):
         supervisor.add(name, command, after)
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP: the terminal was closed. Its default ends the supervisor alone, leaving the children.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: supervisor.stop())
     print(f"\nchatapp: http://127.0.0.1:{public_port}/  (admin: /admin/; Ctrl-C stops)\n", flush=True)
     return supervisor.run()

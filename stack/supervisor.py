@@ -25,6 +25,15 @@ STOP_TIMEOUT_S = 10.0
 _TICK_S = 0.2
 # The name the supervisor's own lines carry ("web started (pid=…)").
 _OWN_NAME = "system"
+# In front of each child's command on Linux: the kernel sends the child SIGTERM when the
+# supervisor dies, even killed outright (kill -9, the OOM killer), which leaves it no time to stop
+# them (PR_SET_PDEATHSIG, kept across the exec). A small Python that then becomes the command,
+# not Popen's `preexec_fn`, which may deadlock in a process with threads. A supervisor already
+# gone before the request was made is not noticed by it: hence the parent's pid, compared after.
+_DIES_WITH_PARENT = ("import ctypes, os, signal, sys; "
+                     "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "  # 1: PR_SET_PDEATHSIG
+                     "os.getppid() == int(sys.argv[1]) or sys.exit(1); "
+                     "os.execvp(sys.argv[2], sys.argv[2:])")
 
 
 @dataclass(frozen=True)
@@ -116,7 +125,7 @@ class Supervisor:
     def _start(self, child: Child) -> None:
         # A group of its own, so that stopping a child also stops what it started (nginx's
         # workers), and the terminal's Ctrl-C reaches only us: we stop the children in order.
-        process = subprocess.Popen(child.command, cwd=self.cwd, stdout=subprocess.PIPE,
+        process = subprocess.Popen(_dying_with_us(child.command), cwd=self.cwd, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, process_group=0,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})  # lines as they come
         child.process, child.state, child.started_at = process, ChildState.RUNNING, time.monotonic()
@@ -188,6 +197,12 @@ class Supervisor:
 
     def _pid_file(self, child: Child) -> Path:
         return self.pid_dir / f"{child.name}.pid"
+
+
+def _dying_with_us(command: list[str]) -> list[str]:
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _DIES_WITH_PARENT, str(os.getpid()), *command]
 
 
 def _signal_group(pgid: int, signum: int) -> None:

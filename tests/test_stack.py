@@ -1,5 +1,5 @@
 """`make run`'s supervisor brings up what exists, restarts each web process on its own, and stops
-every child on Ctrl-C or SIGTERM; its first words: a setting that is not allowed is one line and a
+every child on Ctrl-C, SIGTERM or a closed terminal; its first words: a setting that is not allowed is one line and a
 failed start, not a traceback, and a machine without nginx is told once what that means."""
 
 import os
@@ -57,8 +57,11 @@ def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str
     }
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_or_sigterm(
+# SIGHUP: the terminal it runs in was closed. Before, it ended the supervisor alone, and every
+# child, each in a process group of its own, ran on.
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["ctrl-c", "sigterm", "closed-terminal"])
+def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_sigterm_or_a_closed_terminal(
         nginx_binary, stack_database, stop_signal):
     public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
     env = stack_env(stack_database, public_port, daphne_port)

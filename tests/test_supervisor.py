@@ -6,10 +6,16 @@ import io
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 from contextlib import contextmanager
 
+import psutil
+import pytest
+
 from harness import waiting
+from harness.child_process import REPO_DIR
 from stack.supervisor import Backoff, Prerequisite, Supervisor
 
 
@@ -149,3 +155,33 @@ def test_a_child_with_a_prerequisite_restarts_without_waiting_again(tmp_path):
         os.kill(first, signal.SIGKILL)
 
         waiting.wait_until(lambda: pid_in(tmp_path, "nginx") not in (None, first), 10, "nginx to come back")
+
+
+def gone(pid: int) -> bool:
+    """Ended: no such process, or one that ended and waits to be reaped by whoever adopted it."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.process
+def test_children_stop_when_the_supervisor_is_killed_outright(tmp_path):
+    """kill -9 or the kernel's OOM killer leaves the supervisor no time to stop them: before,
+    they ran on, holding the stack's ports, each in a process group of its own."""
+    script = ("import pathlib, sys; from stack.supervisor import Supervisor; "
+              "supervisor = Supervisor(cwd=pathlib.Path(sys.argv[1]), pid_dir=pathlib.Path(sys.argv[1]) / 'run'); "
+              "supervisor.add('web', ['sleep', '600']); supervisor.run()")
+    supervisor = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO_DIR,
+                                  stdout=subprocess.DEVNULL)
+    try:
+        waiting.wait_until(lambda: pid_in(tmp_path, "web"), 20, "the child to start")
+        child = pid_in(tmp_path, "web")
+
+        supervisor.kill()
+        supervisor.wait()
+
+        waiting.wait_until(lambda: gone(child), 10, "the child to stop")
+    finally:
+        if (child := pid_in(tmp_path, "web")) and not gone(child):
+            os.kill(child, signal.SIGKILL)
