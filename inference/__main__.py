@@ -19,11 +19,13 @@ def main() -> None:
     parser.add_argument("--host", help="interface to bind (INFERENCE_HOST)")
     parser.add_argument("--port", type=int, help="port (INFERENCE_PORT)")
     parser.add_argument("--model", help="HF model directory or .gguf file (INFERENCE_MODEL)")
-    parser.add_argument("--check", action="store_true", help="read the settings, then exit: 0, or 2 "
-                        "with one line naming what is wrong")
+    parser.add_argument("--check", action="store_true",
+                        help="read the settings, then exit: 0, or 2 with one line saying what is "
+                             "wrong")
     arguments = parser.parse_args()
     try:
-        config = InferenceConfig.from_env(host=arguments.host, port=arguments.port, model=arguments.model)
+        config = InferenceConfig.from_env(host=arguments.host, port=arguments.port,
+                                          model=arguments.model)
         _refuse_missing_model(config.model)
     except ValueError as error:
         print(f"inference: {error}", file=sys.stderr, flush=True)
@@ -46,8 +48,8 @@ def _refuse_missing_model(model: str) -> None:
     """The loader's first question, asked before torch is imported: nothing is downloaded, so a
     model that is not on this disk never loads."""
     if model and not Path(model).exists():
-        raise ValueError(f"INFERENCE_MODEL={model} does not exist: a Hugging Face model directory or a "
-                         ".gguf file would do (empty: the default model)")
+        raise ValueError(f"INFERENCE_MODEL={model} does not exist: a Hugging Face model directory "
+                         "or a .gguf file would do (empty: the default model)")
 
 
 if __name__ == "__main__":

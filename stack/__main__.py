@@ -77,7 +77,8 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
     return public_port, web_processes, nginx_binary
 
 
-def _refuse_ports_in_use(public_port: int, web_processes: web.WebProcesses, with_nginx: bool) -> None:
+def _refuse_ports_in_use(public_port: int, web_processes: web.WebProcesses,
+                         with_nginx: bool) -> None:
     """Raises when another program listens on a port the stack's servers need: else nginx or
     daphne would fail to bind it at every restart, for as long as the stack ran, under an
     address that answers with that other program. (The inference service's port is left to it:

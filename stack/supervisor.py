@@ -31,7 +31,8 @@ _OWN_NAME = "system"
 # not Popen's `preexec_fn`, which may deadlock in a process with threads. A supervisor already
 # gone before the request was made is not noticed by it: hence the parent's pid, compared after.
 _DIES_WITH_PARENT = ("import ctypes, os, signal, sys; "
-                     "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "  # 1: PR_SET_PDEATHSIG
+                     # 1: PR_SET_PDEATHSIG
+                     "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "
                      "os.getppid() == int(sys.argv[1]) or sys.exit(1); "
                      "os.execvp(sys.argv[2], sys.argv[2:])")
 
@@ -125,8 +126,9 @@ class Supervisor:
     def _start(self, child: Child) -> None:
         # A group of its own, so that stopping a child also stops what it started (nginx's
         # workers), and the terminal's Ctrl-C reaches only us: we stop the children in order.
-        process = subprocess.Popen(_dying_with_us(child.command), cwd=self.cwd, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, process_group=0,
+        process = subprocess.Popen(_dying_with_us(child.command), cwd=self.cwd,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   process_group=0,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})  # lines as they come
         child.process, child.state, child.started_at = process, ChildState.RUNNING, time.monotonic()
         self._pid_file(child).write_text(f"{process.pid}\n")

@@ -1,6 +1,7 @@
 """`make run`'s supervisor brings up what exists, restarts each web process on its own, and stops
-every child on Ctrl-C, SIGTERM or a closed terminal; its first words: a setting that is not allowed is one line and a
-failed start, not a traceback, and a machine without nginx is told once what that means."""
+every child on Ctrl-C, SIGTERM or a closed terminal; its first words: a setting that is not
+allowed is one line and a failed start, not a traceback, and a machine without nginx is told once
+what that means."""
 
 import os
 import re
@@ -61,7 +62,7 @@ def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str
 # child, each in a process group of its own, ran on.
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
                          ids=["ctrl-c", "sigterm", "closed-terminal"])
-def test_the_stack_serves_the_app_through_nginx_and_stops_cleanly_on_ctrl_c_sigterm_or_a_closed_terminal(
+def test_the_stack_serves_the_app_through_nginx_and_stops_on_ctrl_c_sigterm_or_a_closed_terminal(
         nginx_binary, stack_database, stop_signal):
     public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
     env = stack_env(stack_database, public_port, daphne_port)
@@ -148,8 +149,8 @@ def test_nginx_takes_no_request_before_every_web_process_listens(nginx_binary, s
     env = stack_env(stack_database, public_port, daphne_port)
 
     # The page itself is nginx's own file: asking for it reaches no web process.
-    with child_process.running(commands.whole_stack(), env=env, ready_url=f"http://127.0.0.1:{public_port}/",
-                               timeout_s=120) as stack:
+    page = f"http://127.0.0.1:{public_port}/"
+    with child_process.running(commands.whole_stack(), env=env, ready_url=page, timeout_s=120) as stack:
         web_processes_listening = [listening(daphne_port), listening(daphne_port + 1)]
         waiting.wait_until(lambda: waiting.healthy(f"http://127.0.0.1:{public_port}/healthz"), 60,
                            "the stack to answer")
@@ -184,18 +185,19 @@ def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_t
 
 
 @pytest.mark.parametrize("variable", ["CHATAPP_PORT", "CHATAPP_DAPHNE_PORT"])
-def test_a_port_another_program_holds_is_one_line_naming_the_variable_and_a_free_port(nginx_binary, tmp_path,
-                                                                                      variable):
+def test_a_port_another_program_holds_is_one_line_naming_the_variable_and_a_free_port(
+        nginx_binary, tmp_path, variable):
     """Before: the stack started, printed its address (another program's) and restarted nginx or
     daphne, each failing to bind, for as long as it ran."""
     public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
-    env = {**os.environ, **stack_env(f"sqlite:///{tmp_path / 'stack.sqlite3'}", public_port, daphne_port),
+    database = f"sqlite:///{tmp_path / 'stack.sqlite3'}"
+    env = {**os.environ, **stack_env(database, public_port, daphne_port),
            "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
     held = public_port if variable == "CHATAPP_PORT" else daphne_port
 
     with socket.create_server(("127.0.0.1", held)):
-        finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env, capture_output=True,
-                                  text=True, timeout=120)
+        finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env,
+                                  capture_output=True, text=True, timeout=120)
 
     lines = [line for line in (finished.stdout + finished.stderr).splitlines() if line.strip()]
     assert finished.returncode == 2

@@ -26,7 +26,8 @@ def test_restart_delays_double_from_the_first_up_to_the_cap():
 
 
 @contextmanager
-def supervising(tmp_path, backoff: Backoff, after: dict[str, Prerequisite] | None = None, **commands):
+def supervising(tmp_path, backoff: Backoff, after: dict[str, Prerequisite] | None = None,
+                **commands):
     supervisor = Supervisor(cwd=tmp_path, pid_dir=tmp_path / "run", backoff=backoff, out=io.StringIO())
     for name, command in commands.items():
         supervisor.add(name, command, (after or {}).get(name))
@@ -123,7 +124,8 @@ class FileAppears:
 def test_a_child_with_a_prerequisite_starts_only_once_it_holds(tmp_path):
     ready = FileAppears(tmp_path / "web-listens")
     after = {"nginx": Prerequisite(ready, "web listens")}
-    with supervising(tmp_path, Backoff(), after, web=["sleep", "600"], nginx=["sleep", "600"]) as (supervisor, _):
+    with supervising(tmp_path, Backoff(), after, web=["sleep", "600"],
+                     nginx=["sleep", "600"]) as (supervisor, _):
         waiting.wait_until(lambda: pid_in(tmp_path, "web") and ready.asked >= 3, 10, "three checks")
         started_before = pid_in(tmp_path, "nginx")
 
@@ -139,7 +141,8 @@ def test_a_prerequisite_that_never_holds_delays_the_start_at_most_its_limit(tmp_
     with supervising(tmp_path, Backoff(), after, nginx=["sleep", "600"]) as (supervisor, _):
         waiting.wait_until(lambda: pid_in(tmp_path, "nginx"), 10, "nginx to start")
 
-    assert "nginx has waited 0.3 s for this: web listens; starting it anyway" in supervisor.out.getvalue()
+    told = "nginx has waited 0.3 s for this: web listens; starting it anyway"
+    assert told in supervisor.out.getvalue()
 
 
 def test_a_child_with_a_prerequisite_restarts_without_waiting_again(tmp_path):
@@ -154,7 +157,8 @@ def test_a_child_with_a_prerequisite_restarts_without_waiting_again(tmp_path):
 
         os.kill(first, signal.SIGKILL)
 
-        waiting.wait_until(lambda: pid_in(tmp_path, "nginx") not in (None, first), 10, "nginx to come back")
+        waiting.wait_until(lambda: pid_in(tmp_path, "nginx") not in (None, first), 10,
+                           "nginx to come back")
 
 
 def gone(pid: int) -> bool:
@@ -170,7 +174,8 @@ def test_children_stop_when_the_supervisor_is_killed_outright(tmp_path):
     """kill -9 or the kernel's OOM killer leaves the supervisor no time to stop them: before,
     they ran on, holding the stack's ports, each in a process group of its own."""
     script = ("import pathlib, sys; from stack.supervisor import Supervisor; "
-              "supervisor = Supervisor(cwd=pathlib.Path(sys.argv[1]), pid_dir=pathlib.Path(sys.argv[1]) / 'run'); "
+              "here = pathlib.Path(sys.argv[1]); "
+              "supervisor = Supervisor(cwd=here, pid_dir=here / 'run'); "
               "supervisor.add('web', ['sleep', '600']); supervisor.run()")
     supervisor = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=REPO_DIR,
                                   stdout=subprocess.DEVNULL)
