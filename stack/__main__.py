@@ -120,7 +120,7 @@ def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bo
         names = web_processes.names()
         after = Prerequisite(web_processes.all_listening,
                              f"{', '.join(names)} {'listens' if len(names) == 1 else 'listen'}")
-        yield "nginx", nginx.command(nginx.render(site, REPO_DIR / "var" / "nginx")), after
+        yield "nginx", nginx.command(nginx.render(site, nginx.local_directory(public_port))), after
 
 
 def _starts_inference() -> bool:

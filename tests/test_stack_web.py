@@ -4,7 +4,7 @@ one, saying why; and which of their ports are free before it starts them."""
 import socket
 
 from stack import ports as stack_ports
-from stack import web
+from stack import nginx, web
 
 
 def test_several_processes_take_consecutive_ports_from_the_first():
@@ -69,3 +69,12 @@ def test_a_run_of_free_ports_suggested_instead_skips_the_stacks_other_ports_and_
         first = stack_ports.free_run_after(taken - 3, 2, avoiding={taken - 2})
 
     assert first is not None and first > taken
+
+
+def test_stacks_on_two_public_ports_keep_each_its_own_nginx_configuration():
+    # CI's two workers ran two stacks at once: one's nginx, started once its web processes
+    # listened, read the other's configuration, written meanwhile to the same file.
+    first, second = nginx.local_directory(8000), nginx.local_directory(8100)
+
+    assert first != second
+    assert first.parent == second.parent == nginx.REPO_DIR / "var" / "nginx"
