@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
 import uvicorn
 
@@ -26,7 +25,6 @@ def main() -> None:
     try:
         config = InferenceConfig.from_env(host=arguments.host, port=arguments.port,
                                           model=arguments.model)
-        _refuse_missing_model(config.model)
     except ValueError as error:
         print(f"inference: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -42,14 +40,6 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(InferenceService(config))
     uvicorn.run(app, host=config.host, port=config.port, log_level="info", timeout_keep_alive=30)
-
-
-def _refuse_missing_model(model: str) -> None:
-    """The loader's first question, asked before torch is imported: nothing is downloaded, so a
-    model that is not on this disk never loads."""
-    if model and not Path(model).exists():
-        raise ValueError(f"INFERENCE_MODEL={model} does not exist: a Hugging Face model directory "
-                         "or a .gguf file would do (empty: the default model)")
 
 
 if __name__ == "__main__":

@@ -122,6 +122,10 @@ class InferenceConfig:
             raise ValueError(f"INFERENCE_PREFILL_STRETCH must be above 1, got {self.prefill_stretch}")
         if self.threads < 0:
             raise ValueError(f"INFERENCE_THREADS must be 0 (torch's default) or more, got {self.threads}")
+        # Nothing is downloaded: a model that is not on this disk never loads.
+        if self.model and not Path(self.model).exists():
+            raise ValueError(f"INFERENCE_MODEL={self.model} does not exist: a Hugging Face model "
+                             "directory or a .gguf file would do (empty: the default model)")
 
     @classmethod
     def from_env(cls, **overrides) -> "InferenceConfig":
