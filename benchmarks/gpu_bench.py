@@ -114,6 +114,9 @@ def bench(args) -> int:
         print(f"server log tail:\n{server.log_tail()}", flush=True)
         raise
     finally:
+        # The whole log beside the results: a lent machine is gone after the call, and its
+        # compile, capture and fallback lines are what explain the figures.
+        Path(args.json).with_name("server.log").write_text(server.log_text())
         server.close()
 
     dtype = getattr(torch, server_env["INFERENCE_DTYPE"])

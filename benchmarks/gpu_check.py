@@ -16,8 +16,9 @@ archive cut into parts, staged on the machine one call at a time).
   there:  the printed calls, back to back: each runs `python3 -m benchmarks.gpu_check run`,
           which checks CUDA (and stops if there is none), stages the part it carries and, once
           every part is staged, installs the wheels, runs the benchmark, then
-          tests/inference with CHATAPP_TEST_DEVICE=cuda in the time left, and writes gpu-check.json,
-          gpu-section.md and pytest-cuda.xml to $OUT (when set) and the section to BENCHMARKS.md.
+          tests/inference with CHATAPP_TEST_DEVICE=cuda in the time left, and writes
+          gpu-check.json, server.log (the server's whole log), gpu-section.md and pytest-cuda.xml
+          to $OUT (when set) and the section to BENCHMARKS.md.
   here:   .venv/bin/python -m benchmarks.gpu_check publish PATH/gpu-check.json
           writes BENCHMARKS.md's GPU section (between <!-- gpu:start --> and <!-- gpu:end -->).
 
