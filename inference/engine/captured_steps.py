@@ -126,8 +126,11 @@ class CapturedSteps:
         shape = self.kv_cache.shape
         elements = bucket.tokens * self._token_elements
         if self._flat is None or self._flat[0].numel() < elements:
-            # Every graph read the old buffers: each is captured again on its bucket's next step.
+            # Every graph read the old buffers: each is captured again on its bucket's next step,
+            # into a pool of its own: the graphs dropped here were the last users of theirs, which
+            # torch's allocator then refuses to capture into (an internal assert, on the H100).
             self._replays.clear()
+            self._pool = None
             self._flat = None
             keys = torch.zeros(elements, dtype=shape.dtype, device=self.device)
             self._flat = (keys, torch.zeros_like(keys))

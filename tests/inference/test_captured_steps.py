@@ -6,6 +6,7 @@ own keys, values, id and position alone), so that what a replay returns can be t
 an uncaptured call on the step's own batch returns; the last runs the compiled step itself.
 """
 
+import dataclasses
 import random
 
 import pytest
@@ -24,33 +25,35 @@ SHAPE = CacheShape(num_layers=2, num_kv_heads=3, head_dim=8, dtype=torch.float64
 def rows_summed(token_ids, positions, keys, values):
     """A step whose every output row depends on that row's inputs alone: its keys and values
     before its position, its id and position."""
-    visible = (torch.arange(keys.shape[3])[None, :] < positions[:, None]).to(keys.dtype)  # [rows, length]
+    visible = (torch.arange(keys.shape[3], device=keys.device)[None, :] < positions[:, None]).to(keys.dtype)
     seen = torch.einsum("lrktd,rt->rlkd", keys + 2 * values, visible)  # [rows, layers, kv_heads, dim]
     logits = seen.flatten(1) + token_ids[:, None] * 1000.0 + positions[:, None]
     return logits, logits.argmax(dim=-1), seen.transpose(0, 1), -seen.transpose(0, 1)
 
 
-def cache_with(lengths: list[int], max_tokens: int = 64 * BLOCK_TOKENS) -> tuple[KVCache, list]:
+def cache_with(lengths: list[int], max_tokens: int = 64 * BLOCK_TOKENS, shape: CacheShape = SHAPE
+               ) -> tuple[KVCache, list]:
     """A cache whose rows hold random keys and values, one row for each length; the decodes of a
     step over them (each row `length - 1` keys cached)."""
-    cache = KVCache(SHAPE, max_tokens=max_tokens, max_rows=8, group_size=2)
+    cache = KVCache(shape, max_tokens=max_tokens, max_rows=8, group_size=2)
     generator = torch.Generator().manual_seed(len(lengths))
     decodes = []
     for length in lengths:
         slot = cache.allocate(length + 2)
         for tensor in cache.tensors(slot.group):
-            tensor[:, slot.row].copy_(torch.randn(tensor[:, slot.row].shape, generator=generator, dtype=SHAPE.dtype))
+            keys = torch.randn(tensor[:, slot.row].shape, generator=generator, dtype=shape.dtype)
+            tensor[:, slot.row].copy_(keys)
         decodes.append(decode_of(slot, length - 1))
     return cache, decodes
 
 
-def step_inputs(decodes) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.tensor([17 + index for index in range(len(decodes))])
-    return ids, torch.cat([decode.positions for decode in decodes])
+def step_inputs(decodes, device: torch.device = SHAPE.device) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.tensor([17 + index for index in range(len(decodes))], device=device)
+    return ids, torch.cat([decode.positions for decode in decodes]).to(device)
 
 
 def uncaptured(cache, decodes):
-    ids, positions = step_inputs(decodes)
+    ids, positions = step_inputs(decodes, cache.shape.device)
     return rows_summed(ids, positions, *group_view.gather(cache, decodes))
 
 
@@ -100,15 +103,24 @@ def test_a_row_whose_group_ends_before_its_buckets_length_reads_zeros_there_not_
         torch.testing.assert_close(ours, theirs)
 
 
-def test_a_larger_bucket_grows_the_static_tensors_and_every_bucket_is_captured_again():
-    cache, decodes = cache_with([40, 50, 9])
-    captured = CapturedSteps(rows_summed, cache, cuda_graphs=False)
+needs_cuda = pytest.mark.skipif(models.DEVICE.type != "cuda", reason="CUDA graphs need a GPU (make gpu-check)")
+
+
+# On the lent H100 the capture after a growth failed inside torch's allocator (an internal assert
+# at capture_begin): the graphs dropped at the growth had been the last users of their memory
+# pool, and the next capture asked for that pool again.
+@pytest.mark.parametrize("cuda_graphs", [False, pytest.param(True, marks=needs_cuda)],
+                         ids=["static tensors", "CUDA graphs"])
+def test_a_larger_bucket_grows_the_static_tensors_and_every_bucket_is_captured_again(cuda_graphs):
+    shape = dataclasses.replace(SHAPE, device=models.DEVICE) if cuda_graphs else SHAPE
+    cache, decodes = cache_with([40, 50, 9], shape=shape)
+    captured = CapturedSteps(rows_summed, cache, cuda_graphs=cuda_graphs)
     captured.run(*step_inputs(decodes[:1]), decodes[:1])
     captured.run(*step_inputs(decodes), decodes)  # more rows: the buffers grow
 
     assert captured.buckets == [Bucket(4, BLOCK_TOKENS)]
     replayed = captured.run(*step_inputs(decodes[:1]), decodes[:1])
-    assert captured.num_captures == 3
+    assert captured.refused is None and captured.num_captures == 3
     torch.testing.assert_close(replayed[0], uncaptured(cache, decodes[:1])[0])
 
 
@@ -153,9 +165,6 @@ def test_a_capture_that_fails_leaves_every_later_step_uncaptured_and_says_why():
     assert captured.run(*step_inputs(decodes), decodes) is None
     assert captured.refused
     assert captured.run(*step_inputs(decodes), decodes) is None and captured.num_captures == 0
-
-
-needs_cuda = pytest.mark.skipif(models.DEVICE.type != "cuda", reason="CUDA graphs need a GPU (make gpu-check)")
 
 
 @pytest.fixture(scope="module", params=[CaptureMode.CALLS, pytest.param(CaptureMode.AUTO, marks=needs_cuda)],
