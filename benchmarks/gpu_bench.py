@@ -120,6 +120,7 @@ def bench(args) -> int:
         server.close()
 
     dtype = getattr(torch, server_env["INFERENCE_DTYPE"])
+    loader.steady_attention(torch.device(plan.device))  # the ceiling with the server's attention
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
     model = model.to(plan.device).eval()
     pad_id = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id

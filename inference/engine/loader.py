@@ -55,6 +55,20 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
+def steady_attention(device: torch.device) -> None:
+    """On a GPU, torch's attention without cuDNN's backend, for this whole process, as vLLM runs it.
+
+    torch puts cuDNN's attention first on Hopper (cuDNN 9.15 on), and cuDNN builds a plan for each
+    new shape, which takes milliseconds of the host: every step that feeds a prompt meets new
+    shapes (its chunk's length, each group's cached length). On the lent H100 (torch 2.11) each
+    attention call of such a step took 2-22 ms, about 150 ms a step at 16 streams against 3 ms a
+    decode step replayed (BENCHMARKS.md, the GPU section). cuDNN's planning is the likely cause,
+    not yet measured with it off there (no device time was left); flash and memory-efficient
+    attention, next in torch's order, plan nothing."""
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
     """The precision to load in; "auto" is the fastest one the device multiplies natively."""
     if requested != "auto":
@@ -116,6 +130,7 @@ def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
     else:
         name = model_name or path.name
     target = resolve_device(device)
+    steady_attention(target)
     chosen = resolve_dtype(dtype, target)
     logger.info("precision: %s on %s (INFERENCE_DTYPE=%s)", str(chosen).removeprefix("torch."),
                 target, dtype)

@@ -67,3 +67,16 @@ def test_this_cpus_flags_decide_auto():
     expected = torch.bfloat16 if loader.cpu_has_bf16(loader.cpu_flags()) else torch.float32
 
     assert loader.resolve_dtype("auto", torch.device("cpu")) == expected
+
+
+def test_on_a_gpu_attention_leaves_out_cudnns_backend_which_plans_every_new_shape_anew():
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        loader.steady_attention(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+
+        loader.steady_attention(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
