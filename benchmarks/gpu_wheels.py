@@ -30,6 +30,8 @@ PLATFORM_FLAGS = ["--python-version", "3.12", "--implementation", "cp", "--platf
                   "manylinux2014_x86_64"]
 RUN_COMMAND = ("set -o pipefail; PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_check run 2>&1 "
                "| tee $OUT/gpu-check.log")
+PROBE_COMMAND = ("set -o pipefail; PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_probe "
+                 "--json $OUT/probe.json 2>&1 | tee $OUT/probe.log")
 
 
 def prepare(model_package: str) -> int:
@@ -65,6 +67,8 @@ def prepare(model_package: str) -> int:
         timeout = 560 if index == count - 1 else 120
         print(f"  run(command={RUN_COMMAND!r}, carry=['.gpucheck/{index + 1}'], "
               f"timeout_s={timeout})")
+    print("With 3 minutes of device time left, at once (the wheels stay installed while warm):")
+    print(f"  run(command={PROBE_COMMAND!r}, timeout_s=200)")
     print("Then here: .venv/bin/python -m benchmarks.gpu_check publish FILES_AT/gpu-check.json")
     return 0
 

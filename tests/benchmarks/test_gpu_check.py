@@ -24,7 +24,8 @@ def test_the_gpu_checks_tooling_and_the_engines_test_helpers_import_without_the_
                     raise ModuleNotFoundError(f"{{name}} (not on the lent GPU machine)")
 
         sys.meta_path.insert(0, WebStackRefused())
-        import benchmarks.gpu_check, benchmarks.gpu_bench, benchmarks.server_process, benchmarks.sse_client
+        import benchmarks.gpu_check, benchmarks.gpu_bench, benchmarks.gpu_probe
+        import benchmarks.server_process, benchmarks.sse_client
         import tests.conftest, tests.inference.models, tests.inference.serving
     """)
 
