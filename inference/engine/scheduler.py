@@ -129,7 +129,9 @@ class Scheduler:
 
         As many as keep the step within a stretch of a plain decode step, by what steps cost on
         this machine (step_cost.py). A prompt costs each decoding stream the same delay however
-        it is cut, so the cut is only for smoothness, and a stall is worth less when it holds up
+        it is cut, so the cut is only for smoothness (unless a step with prompt tokens costs far
+        more than a decode step whatever it feeds, as on a GPU: then each cut pays that again,
+        and `tokens_within` feeds more a step), and a stall is worth less when it holds up
         fewer people: the stretch is `prefill_stretch` among `prefill_stretch_streams` or more
         decoding streams, and grows as they get fewer so that the stall summed over them stays
         the same (stretch 1.7 among 16 streams is 3.8 among 4). The people waiting for a first

@@ -96,9 +96,18 @@ class StepCost:
 
     def tokens_within(self, num_decoding: int, stretch: float) -> int | None:
         """Prompt tokens that can join `num_decoding` decode tokens while the step costs at most
-        `stretch` times a step of those decode tokens alone (0 where even one would not)."""
+        `stretch` times a step of those decode tokens alone, or, where a step with prompt tokens
+        costs more than that however few it feeds, while that extra cost is at most 1/stretch
+        of the stall the step adds (0 where not even one token would keep either).
+
+        The second way is for a machine whose steps with prompt tokens run far slower than its
+        decode steps whatever their size (a GPU: the fused forward launch by launch against a
+        replayed graph, 15 ms against 3 at 16 streams): each cut of a prompt pays the difference
+        again, so the cut that the stretch asks for (the fewest tokens a step) was the dearest."""
         fit = self.fit()
         if fit is None:
             return None
-        allowed = stretch * fit.seconds(StepMix.DECODE, num_decoding) - fit.seconds(StepMix.PROMPT, num_decoding)
+        decode = fit.seconds(StepMix.DECODE, num_decoding)
+        prompt = fit.seconds(StepMix.PROMPT, num_decoding)
+        allowed = max(stretch * decode - prompt, (stretch - 1.0) * (prompt - decode))
         return max(0, int(allowed / fit.per_token + 1e-6))  # a whole count must not round down by a hair

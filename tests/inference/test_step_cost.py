@@ -37,8 +37,11 @@ def test_decode_only_steps_that_run_another_way_keep_their_own_fixed_part():
     # 20 decode tokens alone cost 30 ms; with a prompt beside them twice that, 60 ms, is
     # 25 ms + 1 ms x (20 + 15): 15 prompt tokens.
     assert cost.tokens_within(20, stretch=2.0) == 15
-    # Where the prompt's fixed part alone passes the stretch, not one token.
-    assert cost.tokens_within(20, stretch=1.1) == 0
+    # Where the prompt's fixed part alone passes the stretch, the tokens that make its 15 ms more
+    # than a decode step's at most 1/1.1 of the stall: 0.1 x 15 ms of tokens, 1 (none before:
+    # then a step fed the least the scheduler allows, each paying the 15 ms again).
+    assert cost.tokens_within(20, stretch=1.1) == 1
+    assert cost.tokens_within(20, stretch=1.5) == 7  # 0.5 x 15 ms
 
 
 def test_steps_all_of_one_size_teach_nothing():
@@ -68,17 +71,21 @@ def test_the_engine_tells_steps_of_decode_tokens_only_from_steps_with_prompt_tok
     assert engine.step_cost.seen == {StepMix.PROMPT: 1, StepMix.DECODE: 5}
 
 
-def newcomer_tokens_fed_beside(num_decoding: int, num_newcomers: int = 1, **limits) -> int:
+def newcomer_tokens_fed_beside(num_decoding: int, num_newcomers: int = 1,
+                               fixed: dict[StepMix, float] | None = None, per_token: float = 0.001,
+                               **limits) -> int:
     """Prompt tokens `num_newcomers` newcomers get, all told, in their first step beside
-    `num_decoding` decoding streams, on a machine where a step costs 50 ms plus 1 ms a token."""
+    `num_decoding` decoding streams, on a machine where a step costs its kind's fixed part (50 ms
+    unless told) plus `per_token` a token."""
     engine = models.engine(models.tiny_model(), prefill_chunk=512, prefill_chunk_min=8, **limits)
     for number in range(num_decoding):
         engine.add_request(f"running-{number}", [5] * 4, SamplingParams(max_tokens=50))
     while engine.scheduler.waiting or any(s.is_prefilling for s in engine.scheduler.running):
         engine.step()  # their prompts first: now they all decode
     engine.step_cost.reset()  # forget the real steps: this machine's costs are set below
-    for tokens in [1, 30] * 20:
-        engine.step_cost.observe(StepMix.PROMPT, tokens, 0.050 + 0.001 * tokens)
+    for mix, seconds in (fixed or {StepMix.PROMPT: 0.050}).items():
+        for tokens in [1, 30] * 20:
+            engine.step_cost.observe(mix, tokens, seconds + per_token * tokens)
     for number in range(num_newcomers):
         engine.add_request(f"newcomer-{number}", list(range(3, 403)), SamplingParams(max_tokens=2))
 
@@ -113,3 +120,15 @@ def test_a_crowd_of_prompts_larger_than_the_streams_stretches_the_step_for_itsel
 
     assert few == 52  # 1.0 x (0.050 + 0.002) / 0.001, as for one newcomer
     assert crowd == 104  # 2.0 x (0.050 + 0.002) / 0.001
+
+
+def test_where_any_step_with_a_prompt_costs_far_more_than_a_decode_step_a_prompt_is_not_cut_small():
+    # The lent H100: a replayed decode step of 16 streams 3 ms, a step with prompt tokens (the
+    # fused forward, launch by launch) 15 ms however few it feeds, 20 us a token. No cut keeps
+    # such a step within 1.7 decode steps, and each cut pays the 12 ms again: fed 8 tokens a step
+    # (the least), a 400-token prompt cost every stream 50 steps of 15 ms instead of one.
+    gpu = {StepMix.DECODE: 0.003, StepMix.PROMPT: 0.015}
+    fed = newcomer_tokens_fed_beside(16, fixed=gpu, per_token=0.00002, prefill_stretch=1.7,
+                                     prefill_stretch_streams=16, max_running=17)
+
+    assert fed == 400  # the whole prompt: 0.7 x 12 ms of tokens (420) may join the 12 ms paid
