@@ -29,7 +29,8 @@ class Plan:
 
 # A GPU server keeps every stream of the top level running: 256 streams of up to about 600
 # tokens need this many cache tokens (about 6 GB of bf16 keys and values for this model). Its
-# decode steps compiled (`auto` compiles on a CPU only), replayed from CUDA graphs by default.
+# decode steps compiled before it serves (`auto` compiles while serving and then times both ways
+# in turns: the first levels would measure those), replayed from CUDA graphs by default.
 GPU_SERVER_ENV = {"INFERENCE_DTYPE": "bfloat16", "INFERENCE_MAX_RUNNING": "256",
                   "INFERENCE_MAX_CACHED_TOKENS": "262144", "INFERENCE_COMPILE": "on"}
 # The server's step counters (inference/metrics.py), read around each level: which way its steps ran.
