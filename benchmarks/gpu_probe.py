@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import gpu_wheels
+from . import engine_by_hand, gpu_wheels
 from .gpu_bench import GPU_SERVER_ENV
 
 PROMPT_TOKENS = 100
@@ -49,16 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(site))
 
     from inference.config import InferenceConfig
-    from inference.service import InferenceService
 
     started = time.time()
-    service = InferenceService(InferenceConfig.from_env())
-    service.load()
-    service.stop()  # stepped here, by hand
-    if service.engine is None:
-        raise RuntimeError(f"the model did not load: {service.error!r}")
-    engine = service.engine
-    engine.eos_token_ids = frozenset()
+    engine = engine_by_hand.loaded(InferenceConfig.from_env())
     results = {"load_s": round(time.time() - started, 1), "levels": []}
     rng = random.Random(0)
     for streams in (int(count) for count in args.streams.split(",")):

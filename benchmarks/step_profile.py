@@ -49,7 +49,7 @@ import time
 from inference import huge_pages
 from inference.config import InferenceConfig
 
-from . import roofline
+from . import engine_by_hand, roofline
 from .latency import spread
 from .machine_load import ForeignLoad
 
@@ -129,16 +129,9 @@ def _measure(args: argparse.Namespace) -> dict:
 
     from inference.engine import SamplingParams
     from inference.engine.native_step import NativeStep
-    from inference.service import InferenceService
 
     config = InferenceConfig.from_env(threads=InferenceConfig.from_env().threads or 2)
-    service = InferenceService(config)
-    service.load()
-    service.stop()  # the engine is stepped here, by hand
-    if service.engine is None:
-        raise RuntimeError(f"the model did not load: {service.error!r}")
-    engine = service.engine
-    engine.eos_token_ids = frozenset()  # every stream decodes to its max_tokens
+    engine = engine_by_hand.loaded(config)
     dtype = next(engine.runner.model.parameters()).dtype
     native = engine.runner.graph if isinstance(engine.runner.graph, NativeStep) else None
     # One greedy stream's native step reads the output matrix through its screen, if it has one.
