@@ -21,6 +21,7 @@ from dotenv import load_dotenv
 
 from common import env
 from stack import commands, nginx, ports, web
+from stack.files import StackFiles
 from stack.supervisor import Prerequisite, Supervisor
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -49,8 +50,9 @@ def main() -> int:
                   file=sys.stderr, flush=True)
             return finished.returncode
 
-    supervisor = Supervisor(cwd=REPO_DIR, pid_dir=REPO_DIR / "var" / "run")
-    for name, command, after in _processes(public_port, web_processes, nginx_binary is not None):
+    files = StackFiles(public_port)
+    supervisor = Supervisor(cwd=REPO_DIR, pid_dir=files.pids)
+    for name, command, after in _processes(files, web_processes, nginx_binary is not None):
         supervisor.add(name, command, after)
     # SIGHUP: the terminal was closed. Its default ends the supervisor alone, leaving the children.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -100,7 +102,7 @@ def _in_use(variable: str, value: int, port: int, instead: int | None) -> str:
             f"already running?); stop it, or choose another port: {would_do}")
 
 
-def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bool):
+def _processes(files: StackFiles, web_processes: web.WebProcesses, with_nginx: bool):
     if _starts_inference():
         yield "inference", commands.inference(), None
     # Each its own child of the supervisor: one that crashes restarts while the others serve.
@@ -108,19 +110,19 @@ def _processes(public_port: int, web_processes: web.WebProcesses, with_nginx: bo
         yield name, commands.daphne(port), None
     if env.string("REDIS_URL"):
         # One local worker also runs the periodic schedule (beat), e.g. ending interrupted streams.
-        yield "worker", commands.celery_worker(REPO_DIR / "var" / "celerybeat-schedule"), None
+        yield "worker", commands.celery_worker(files.beat_schedule), None
     else:
         # Without a broker nothing runs the schedule: this runs it (ends the streams a dead daphne
         # left open, purges what CHAT_RETENTION_DAYS let expire).
         yield "reaper", commands.reaper(), None
     if with_nginx:
-        site = nginx.NginxSite(listen=f"127.0.0.1:{public_port}",
+        site = nginx.NginxSite(listen=f"127.0.0.1:{files.public_port}",
                                upstreams=tuple(f"127.0.0.1:{port}" for port in web_processes.ports))
         # Not before the web processes listen (stack/supervisor.py, Prerequisite, says why).
         names = web_processes.names()
         after = Prerequisite(web_processes.all_listening,
                              f"{', '.join(names)} {'listens' if len(names) == 1 else 'listen'}")
-        yield "nginx", nginx.command(nginx.render(site, nginx.local_directory(public_port))), after
+        yield "nginx", nginx.command(nginx.render(site, files.nginx)), after
 
 
 def _starts_inference() -> bool:

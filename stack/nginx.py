@@ -31,14 +31,6 @@ MISSING = ("nginx not found on PATH: daphne serves port {port} itself, so Django
            "install nginx (apt-get install nginx) or put its directory on PATH, then `make run` again")
 
 
-def local_directory(public_port: int) -> Path:
-    """Where `make run` renders the configuration of the nginx serving `public_port`, its pid file
-    and its temporary files: one directory per public port, because nginx reads its configuration
-    again at each restart, long after the start. Two stacks of one checkout (CI's two workers,
-    or two `make run` on different ports) would otherwise each restart into the other's."""
-    return REPO_DIR / "var" / "nginx" / str(public_port)
-
-
 def render(site: NginxSite, directory: Path, site_template: str | None = None) -> Path:
     """Writes nginx.conf and the site into `directory`; returns the main config's path.
 

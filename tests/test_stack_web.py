@@ -4,7 +4,8 @@ one, saying why; and which of their ports are free before it starts them."""
 import socket
 
 from stack import ports as stack_ports
-from stack import nginx, web
+from stack import web
+from stack.files import StackFiles
 
 
 def test_several_processes_take_consecutive_ports_from_the_first():
@@ -71,10 +72,13 @@ def test_a_run_of_free_ports_suggested_instead_skips_the_stacks_other_ports_and_
     assert first is not None and first > taken
 
 
-def test_stacks_on_two_public_ports_keep_each_its_own_nginx_configuration():
+def test_stacks_on_two_public_ports_keep_each_its_own_files():
     # CI's two workers ran two stacks at once: one's nginx, started once its web processes
-    # listened, read the other's configuration, written meanwhile to the same file.
-    first, second = nginx.local_directory(8000), nginx.local_directory(8100)
+    # listened, read the other's configuration, written meanwhile to the same file; their
+    # supervisors wrote the same pid files and their Celery beats one schedule.
+    first, second = StackFiles(8000), StackFiles(8100)
+    places = ("nginx", "pids", "beat_schedule")
 
-    assert first != second
-    assert first.parent == second.parent == nginx.REPO_DIR / "var" / "nginx"
+    for one in (first, second):
+        assert all(getattr(one, place).parent == one.root for place in places)
+    assert not first.root.is_relative_to(second.root) and not second.root.is_relative_to(first.root)
