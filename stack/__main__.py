@@ -13,7 +13,6 @@ import secrets
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -21,10 +20,9 @@ from dotenv import load_dotenv
 
 from common import env
 from stack import commands, nginx, ports, web
-from stack.files import StackFiles
+from stack.files import REPO_DIR, StackFiles
 from stack.supervisor import Prerequisite, Supervisor
 
-REPO_DIR = Path(__file__).resolve().parent.parent
 LOCAL_ENV_FILE = REPO_DIR / ".env"
 
 

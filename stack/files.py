@@ -8,7 +8,7 @@ operator would signal; Celery beat's schedule is a database that one beat writes
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parent.parent  # the checkout: the stack runs from it
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+from stack.files import REPO_DIR
+
 TEMPLATES_DIR = REPO_DIR / "nginx"
 _TEMP_FOLDERS = ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"]
 

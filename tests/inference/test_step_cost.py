@@ -123,10 +123,12 @@ def test_a_crowd_of_prompts_larger_than_the_streams_stretches_the_step_for_itsel
 
 
 def test_where_any_step_with_a_prompt_costs_far_more_than_a_decode_step_a_prompt_is_not_cut_small():
-    # The lent H100: a replayed decode step of 16 streams 3 ms, a step with prompt tokens (the
-    # fused forward, launch by launch) 15 ms however few it feeds, 20 us a token. No cut keeps
-    # such a step within 1.7 decode steps, and each cut pays the 12 ms again: fed 8 tokens a step
-    # (the least), a 400-token prompt cost every stream 50 steps of 15 ms instead of one.
+    # A GPU as the lent H100's probe suggests: a replayed decode step of 16 streams 3 ms (3.27
+    # measured), a step with prompt tokens (the fused forward, launch by launch) 15 ms however
+    # few it feeds (assumed: 155 measured, most of it cuDNN's attention, since turned off), 20 us
+    # a token (assumed). No cut keeps such a step within 1.7 decode steps, and each cut pays the
+    # 12 ms again: fed 8 tokens a step (the least), a 400-token prompt cost every stream 50 steps
+    # of 15 ms instead of one.
     gpu = {StepMix.DECODE: 0.003, StepMix.PROMPT: 0.015}
     fed = newcomer_tokens_fed_beside(16, fixed=gpu, per_token=0.00002, prefill_stretch=1.7,
                                      prefill_stretch_streams=16, max_running=17)
