@@ -6,6 +6,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from common import env
+from common.inference_address import DEFAULT_URL as DEFAULT_INFERENCE_URL
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ try:
     ALLOWED_HOSTS = env.words("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
     CSRF_TRUSTED_ORIGINS = env.words("CSRF_TRUSTED_ORIGINS")
     # One or several replicas, comma-separated (chatapp/upstream/inference_replicas.py).
-    INFERENCE_URL = env.string("INFERENCE_URL", "http://127.0.0.1:8001").rstrip("/")
+    INFERENCE_URL = env.string("INFERENCE_URL", DEFAULT_INFERENCE_URL).rstrip("/")
     INFERENCE_METRICS_INTERVAL_SECONDS = env.number("INFERENCE_METRICS_INTERVAL_SECONDS", 2.0, minimum=0.1)
     INFERENCE_AVOID_SECONDS = env.number("INFERENCE_AVOID_SECONDS", 10.0, minimum=0)
     INFERENCE_RESOLVE_REPLICAS = env.boolean("INFERENCE_RESOLVE_REPLICAS", False)

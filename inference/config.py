@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from common import env
+from common.inference_address import DEFAULT_HOST, DEFAULT_PORT
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
@@ -21,8 +22,8 @@ def _default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class InferenceConfig:
-    host: str = "127.0.0.1"
-    port: int = 8001
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
     # A Hugging Face model directory or a .gguf file; empty means the default model's GGUF file.
     model: str = ""
     # The name clients send as `model`; empty means the model directory's or file's name.

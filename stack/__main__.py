@@ -18,8 +18,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 
-from common import env
+from common import env, inference_address
 from stack import commands, nginx, ports, web
+from stack.readiness import Announcer, Check
 from stack.files import REPO_DIR, StackFiles
 from stack.supervisor import Prerequisite, Supervisor
 
@@ -52,11 +53,27 @@ def main() -> int:
     supervisor = Supervisor(cwd=REPO_DIR, pid_dir=files.pids)
     for name, command, after in _processes(files, web_processes, nginx_binary is not None):
         supervisor.add(name, command, after)
+    address = f"http://127.0.0.1:{public_port}/"
+    announcer = Announcer(_readiness(public_port), say=supervisor.announce,
+                          ready=f"\nchatapp: ready at {address}  (admin: /admin/; Ctrl-C stops)\n")
     # SIGHUP: the terminal was closed. Its default ends the supervisor alone, leaving the children.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, lambda *_: supervisor.stop())
-    print(f"\nchatapp: http://127.0.0.1:{public_port}/  (admin: /admin/; Ctrl-C stops)\n", flush=True)
-    return supervisor.run()
+        signal.signal(signum, lambda *_: (announcer.stop(), supervisor.stop()))
+    print(f"chatapp: starting; {address} once it answers and the model has loaded", flush=True)
+    announcer.start()
+    try:
+        return supervisor.run()
+    finally:
+        announcer.stop()
+
+
+def _readiness(public_port: int) -> tuple[Check, ...]:
+    """What answers once the stack is ready: the app through its public port (nginx, a web
+    process, the database), and the inference service this stack starts, its model loaded."""
+    app = Check("the app", f"http://127.0.0.1:{public_port}/healthz")
+    if not _starts_inference():
+        return (app,)
+    return app, Check("the inference service", f"{inference_address.local_url()}/health")
 
 
 def _plan() -> tuple[int, web.WebProcesses, str | None]:

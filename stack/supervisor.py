@@ -191,6 +191,12 @@ class Supervisor:
         for line in process.stdout:
             self._say(name, line.decode(errors="replace").rstrip("\n"))
 
+    def announce(self, text: str) -> None:
+        """A line of the stack's own, as it is, between the children's lines (thread-safe)."""
+        with self._print_lock:
+            self.out.write(f"{text}\n")
+            self.out.flush()
+
     def _say(self, name: str, text: str) -> None:
         width = max(len(n) for n in [*self._children, _OWN_NAME])
         with self._print_lock:

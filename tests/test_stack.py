@@ -105,6 +105,28 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_on_ctrl_c_sigterm_or_a
     assert not listening(daphne_port + 1)
 
 
+def test_the_stack_prints_its_address_once_it_answers_and_the_model_has_loaded(
+        nginx_binary, stack_database):
+    """Before, the address came first: it refused connections while nginx waited for its web
+    processes, and a first question could meet the model still loading."""
+    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
+    env = stack_env(stack_database, public_port, daphne_port)
+    base = f"http://127.0.0.1:{public_port}"
+
+    with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base}/healthz",
+                               timeout_s=120) as stack:
+        waiting.wait_until(lambda: "chatapp: ready at" in stack.log_text(), 120, "the ready line")
+        app_then = waiting.healthy(f"{base}/healthz")
+        model_then = waiting.healthy(f"{env['INFERENCE_URL']}/health")
+        output = stack.log_text()
+
+    starting = output.index(f"chatapp: starting; {base}/ once it answers")
+    ready = output.index(f"chatapp: ready at {base}/")
+    assert app_then and model_then
+    assert starting < output.index("nginx started") < ready
+    assert output.count("chatapp: ready at") == 1, output
+
+
 def daphne_pid(stack, port: int) -> int | None:
     """The pid of the stack's daphne process listening on `port`, if one runs."""
     for child in psutil.Process(stack.pid).children(recursive=True):

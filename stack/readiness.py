@@ -1,0 +1,65 @@
+"""When `make run`'s stack is ready for its user: its address is printed once that address
+answers through the whole path (nginx, a web process, the database) and the inference service
+the stack started has loaded its model.
+
+Printed before the children started, the address refused connections for the seconds nginx
+waits for its web processes, and a first question could meet a model still loading.
+"""
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx2
+
+# Once, after this long without every check answering: what the stack still waits for.
+LATE_S = 120.0
+_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Check:
+    what: str  # "the app", "the inference service"
+    url: str  # a health check: ready when it answers 200
+
+
+def healthy(url: str) -> bool:
+    """`url` (a health check) answers 200."""
+    try:
+        return httpx2.get(url, timeout=2).status_code == 200
+    except httpx2.HTTPError:
+        return False
+
+
+@dataclass
+class Announcer:
+    """Says `ready` once every check answers, from a thread of its own (the supervisor's loop
+    keeps restarting crashed children meanwhile), and, once, what it still waits for after
+    `late_s`; says nothing after `stop()`."""
+
+    checks: tuple[Check, ...]
+    say: Callable[[str], None]
+    ready: str
+    late_s: float = LATE_S
+    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def start(self) -> None:
+        threading.Thread(target=self._watch, daemon=True, name="readiness").start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        began, late_told = time.monotonic(), False
+        waiting = list(self.checks)
+        while waiting and not self._stopped.is_set():
+            waiting = [check for check in waiting if not healthy(check.url)]
+            if waiting and not late_told and time.monotonic() - began >= self.late_s:
+                late_told = True
+                self.say("chatapp: still starting after {:g} s: waiting for {}".format(
+                    self.late_s, "; ".join(f"{check.what} ({check.url})" for check in waiting)))
+            if waiting:
+                self._stopped.wait(_POLL_S)
+        if not self._stopped.is_set():
+            self.say(self.ready)

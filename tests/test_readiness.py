@@ -1,0 +1,73 @@
+"""`make run` says it is ready once every health check answers 200, says once what it still
+waits for when that takes long, and says nothing after it was stopped. A health check served in
+this process (http.server on a thread); the whole stack's version is in tests/test_stack.py."""
+
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from harness import ports, waiting
+from stack.readiness import Announcer, Check
+
+
+@contextmanager
+def health_check(statuses: list[int]):
+    """A /health that answers each of `statuses` in turn, then the last one for good."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/health"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_ready_is_said_once_every_check_answers_200_and_not_while_one_says_loading():
+    said = []
+    with health_check([200]) as app, health_check([503, 503, 200]) as model:
+        checks = (Check("the app", app), Check("the model", model))
+        announcer = Announcer(checks, said.append, "ready")
+        announcer.start()
+        waiting.wait_until(lambda: said, 10, "a line")
+        announcer.stop()
+
+    assert said == ["ready"]
+
+
+def test_a_check_still_failing_after_the_limit_is_named_once_and_ready_never_said():
+    said = []
+    refused = f"http://127.0.0.1:{ports.free_port()}/health"
+    with health_check([200]) as app:
+        announcer = Announcer((Check("the app", app), Check("the inference service", refused)),
+                              said.append, "ready", late_s=0)
+        announcer.start()
+        waiting.wait_until(lambda: said, 10, "a line")
+        announcer.stop()
+
+    assert len(said) == 1
+    assert "still starting" in said[0] and f"the inference service ({refused})" in said[0]
+    assert "the app" not in said[0]
+
+
+def test_a_stopped_announcer_says_nothing_even_once_its_checks_answer():
+    said = []
+    with health_check([200]) as app:
+        announcer = Announcer((Check("the app", app),), said.append, "ready")
+        announcer.stop()
+        announcer.start()
+        thread = [t for t in threading.enumerate() if t.name == "readiness"]
+        for running in thread:
+            running.join(timeout=10)
+
+    assert said == []
