@@ -55,9 +55,13 @@ class _Bounded(OrderedDict):
             self.popitem(last=False)
 
 
-_shares = _Bounded(200_000)  # (upstream, model, piece key) -> tokens
+# Bounded for the conversations going on, not for every one ever held: about 1.4 KB a conversation
+# of three messages, so about 6 MiB a process when full (at 200,000 and 20,000 entries it was
+# 60 MiB, filling for hours: RELIABILITY.md's soak). What is forgotten costs one count of a whole
+# prompt by the upstream in place of its new messages, and an estimate by the learned rate.
+_shares = _Bounded(20_000)  # (upstream, model, piece key) -> tokens
 # (upstream, model, conversation) -> (tokens, how often each piece was in it, their shares)
-_last_counts = _Bounded(20_000)
+_last_counts = _Bounded(2_000)
 _rates: dict[tuple[str, str], tuple[int, int]] = {}  # (upstream, model) -> (text tokens, bytes)
 
 
