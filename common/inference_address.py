@@ -11,10 +11,15 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 _EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
+def port() -> int:
+    """INFERENCE_PORT."""
+    return env.integer("INFERENCE_PORT", DEFAULT_PORT)
+
+
 def local_url() -> str:
     """The service INFERENCE_HOST and INFERENCE_PORT describe, as a client here reaches it."""
     host = env.string("INFERENCE_HOST", DEFAULT_HOST)
     host = _EVERY_INTERFACE.get(host, host)
     if ":" in host:  # IPv6
         host = f"[{host}]"
-    return f"http://{host}:{env.integer('INFERENCE_PORT', DEFAULT_PORT)}"
+    return f"http://{host}:{port()}"

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from common import env
+from common import inference_address
 from common.inference_address import DEFAULT_HOST, DEFAULT_PORT
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -133,7 +134,7 @@ class InferenceConfig:
         try:
             values = dict(
                 host=env.string("INFERENCE_HOST", cls.host),
-                port=env.integer("INFERENCE_PORT", cls.port),
+                port=inference_address.port(),
                 model=env.string("INFERENCE_MODEL"),
                 model_name=env.string("INFERENCE_MODEL_NAME"),
                 device=env.string("INFERENCE_DEVICE", cls.device),

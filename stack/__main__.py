@@ -96,14 +96,19 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
 
 def _refuse_ports_in_use(public_port: int, web_processes: web.WebProcesses,
                          with_nginx: bool) -> None:
-    """Raises when another program listens on a port the stack's servers need: else nginx or
-    daphne would fail to bind it at every restart, for as long as the stack ran, under an
-    address that answers with that other program. (The inference service's port is left to it:
-    INFERENCE_URL may name a server of the user's own there.)"""
-    ours = {public_port, *web_processes.ports}
+    """Raises when another program listens on a port the stack's servers need: else nginx,
+    daphne or the inference service would fail to bind it at every restart, for as long as the
+    stack ran, under an address that answers with that other program (the inference service's
+    port was once left alone; the web processes then spoke to whatever served there). A server
+    of the user's own goes into INFERENCE_URL on a port of its own."""
+    inference_port = inference_address.port() if _starts_inference() else None
+    ours = {public_port, *web_processes.ports, inference_port} - {None}
     if not ports.free(public_port):
         raise env.BadVariable(_in_use("CHATAPP_PORT", public_port, public_port,
                                       ports.free_run_after(public_port, 1, ours)))
+    if inference_port is not None and not ports.free(inference_port):
+        raise env.BadVariable(_in_use("INFERENCE_PORT", inference_port, inference_port,
+                                      ports.free_run_after(inference_port, 1, ours)))
     taken = [port for port in web_processes.ports if not ports.free(port)] if with_nginx else []
     if taken:
         first = web_processes.ports[0]

@@ -206,16 +206,17 @@ def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_t
         assert words in lines[0]
 
 
-@pytest.mark.parametrize("variable", ["CHATAPP_PORT", "CHATAPP_DAPHNE_PORT"])
+@pytest.mark.parametrize("variable", ["CHATAPP_PORT", "CHATAPP_DAPHNE_PORT", "INFERENCE_PORT"])
 def test_a_port_another_program_holds_is_one_line_naming_the_variable_and_a_free_port(
         nginx_binary, tmp_path, variable):
-    """Before: the stack started, printed its address (another program's) and restarted nginx or
-    daphne, each failing to bind, for as long as it ran."""
+    """Before: the stack started, printed its address (another program's) and restarted nginx,
+    daphne or the inference service, each failing to bind, for as long as it ran."""
     public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
     database = f"sqlite:///{tmp_path / 'stack.sqlite3'}"
     env = {**os.environ, **stack_env(database, public_port, daphne_port),
            "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
-    held = public_port if variable == "CHATAPP_PORT" else daphne_port
+    held = {"CHATAPP_PORT": public_port, "CHATAPP_DAPHNE_PORT": daphne_port,
+            "INFERENCE_PORT": int(env["INFERENCE_PORT"])}[variable]
 
     with socket.create_server(("127.0.0.1", held)):
         finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env,
