@@ -15,7 +15,8 @@ import httpx2
 
 # Once, after this long without every check answering: what the stack still waits for.
 LATE_S = 120.0
-_POLL_S = 0.25
+# Asked again after a pause that grows to the longest: each ask is a line of its server's log.
+_FIRST_PAUSE_S, _LONGEST_PAUSE_S = 0.25, 2.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Announcer:
         self._stopped.set()
 
     def _watch(self) -> None:
-        began, late_told = time.monotonic(), False
+        began, late_told, pause_s = time.monotonic(), False, _FIRST_PAUSE_S
         waiting = list(self.checks)
         while waiting and not self._stopped.is_set():
             waiting = [check for check in waiting if not healthy(check.url)]
@@ -60,6 +61,7 @@ class Announcer:
                 self.say("chatapp: still starting after {:g} s: waiting for {}".format(
                     self.late_s, "; ".join(f"{check.what} ({check.url})" for check in waiting)))
             if waiting:
-                self._stopped.wait(_POLL_S)
+                self._stopped.wait(pause_s)
+                pause_s = min(pause_s * 2, _LONGEST_PAUSE_S)
         if not self._stopped.is_set():
             self.say(self.ready)
