@@ -4,8 +4,7 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from common import env
-from common import inference_address
+from common import env, inference_address
 from common.inference_address import DEFAULT_HOST, DEFAULT_PORT
 
 DEVICES = ("auto", "cpu", "cuda")

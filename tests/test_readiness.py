@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from harness import ports, waiting
-from stack.readiness import Announcer, Check
+from stack.readiness import Announcer, Check, healthy
 
 
 @contextmanager
@@ -71,3 +71,12 @@ def test_a_stopped_announcer_says_nothing_even_once_its_checks_answer():
             running.join(timeout=10)
 
     assert said == []
+
+
+def test_a_proxy_the_environment_names_is_not_asked_for_the_stacks_own_addresses(monkeypatch):
+    """`make run` in a shell behind a proxy: the proxy cannot reach this machine's loopback."""
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{ports.free_port()}")
+    with health_check([200]) as app:
+        assert healthy(app)
