@@ -12,9 +12,24 @@ from django.conf import settings
 
 from ..runtime.per_loop import per_loop
 
+# A proxy the environment names (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY; NO_PROXY excepted) carries
+# the requests to upstreams elsewhere, never those to this machine's own loopback, which no proxy
+# reaches (Go's net/http makes the same exception): else `make run` in a shell behind a proxy
+# sent every question for its own inference service to the proxy.
+DIRECT_TO_LOOPBACK = {"all://127.0.0.1": None, "all://localhost": None, "all://[::1]": None}
+
+
+def sync_client(**options) -> httpx2.Client:
+    """A client for the upstreams outside an event loop (a Celery task, the catalogue's refresh)."""
+    return httpx2.Client(mounts=DIRECT_TO_LOOPBACK, **options)
+
+
+def async_client(**options) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(mounts=DIRECT_TO_LOOPBACK, **options)
+
 
 def _new_client() -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(
+    return async_client(
         timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
                                connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
         limits=httpx2.Limits(max_connections=settings.INFERENCE_MAX_CONNECTIONS,

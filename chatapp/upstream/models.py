@@ -22,7 +22,7 @@ import httpx2
 from django.conf import settings
 
 from ..errors import ApiError
-from .http_client import client
+from .http_client import client, sync_client
 
 # A model asked for that no upstream lists is looked for again at once, at most this often: an
 # upstream that was restarting says so for a while (ours lists nothing while it loads).
@@ -123,10 +123,10 @@ def fresh_now() -> None:
     """`fresh` for a thread without an event loop (a Celery worker's task): reads what is old."""
     now = time.monotonic()
     old = [url for url in listed() if now - _listings.get(url, Listing()).read_at >= settings.INFERENCE_MODELS_INTERVAL_SECONDS]
-    with httpx2.Client(timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS) as sync_client:
+    with sync_client(timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS) as threads_client:
         for url in old:
             try:
-                response = sync_client.get(f"{url}/v1/models")
+                response = threads_client.get(f"{url}/v1/models")
             except httpx2.HTTPError:
                 response = None
             _note(url, response)

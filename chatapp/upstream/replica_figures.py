@@ -13,6 +13,7 @@ import httpx2
 
 from common.metrics import metric_values
 
+from .http_client import async_client
 from .inference_replicas import RUNNING_METRICS, WAITING_METRICS, current_urls
 
 # Each figure's gauge as our inference service (inference/metrics.py), vLLM and llama.cpp's
@@ -50,7 +51,7 @@ def parse_load(url: str, metrics_text: str) -> ReplicaLoad:
 
 async def replica_loads() -> list[ReplicaLoad]:
     """Every replica's load, read at once; one that fails says why."""
-    async with httpx2.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as client:
+    async with async_client(timeout=SCRAPE_TIMEOUT_S) as client:
         return list(await asyncio.gather(*(_load(client, url) for url in current_urls())))
 
 

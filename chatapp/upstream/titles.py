@@ -23,6 +23,7 @@ from common.vocabulary import GenerationStatus
 from .. import selectors, services
 from . import inference_client, inference_replicas
 from . import models as upstream_models
+from .http_client import sync_client
 
 logger = logging.getLogger(__name__)
 
@@ -108,15 +109,15 @@ def ask(question: str, answer: str, model: str) -> str:
     if not replicas:
         raise NoTitle(f"no upstream serves the model {model!r}")
     failures = []
+    timeout = httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
+                             connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS)
     for url in replicas:
         try:
-            response = httpx2.post(
-                f"{url}/v1/chat/completions",
-                json={"model": model, "messages": prompt(question, answer), "stream": False,
-                      "max_tokens": MAX_TOKENS, "temperature": 0},
-                timeout=httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
-                                       connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS),
-            )
+            with sync_client(timeout=timeout) as upstream:
+                response = upstream.post(
+                    f"{url}/v1/chat/completions",
+                    json={"model": model, "messages": prompt(question, answer), "stream": False,
+                          "max_tokens": MAX_TOKENS, "temperature": 0})
         except httpx2.HTTPError as error:
             refused = inference_client.unreachable(error)
         else:

@@ -180,13 +180,13 @@ def test_a_replica_that_cannot_be_reached_for_a_title_is_not_asked_first_for_the
     dead = f"http://127.0.0.1:{ports.free_port()}"
     settings.INFERENCE_URL = f"{dead},{settings.INFERENCE_URL}"
     asked = []
-    post = titles.httpx2.post
+    post = titles.httpx2.Client.post
 
-    def recorded(url, **options):  # the request goes on as it was; only its address is noted
+    def recorded(client, url, **options):  # the request goes on as it was; its address noted
         asked.append(url.removesuffix("/v1/chat/completions"))
-        return post(url, **options)
+        return post(client, url, **options)
 
-    monkeypatch.setattr(titles.httpx2, "post", recorded)
+    monkeypatch.setattr(titles.httpx2.Client, "post", recorded)
     for _ in range(4):  # the replicas take turns at being tried first
         titles.title_conversation(answered.pk)  # (the stand-in's stream is no title: None)
 
