@@ -35,6 +35,24 @@ def uvicorn_in_thread(app) -> Iterator[str]:
         thread.join(timeout=30)
 
 
+def answering(statuses: list[int], heard: list[str] | None = None):
+    """An ASGI app that answers each of `statuses` in turn, then the last one for good, empty,
+    noting each request as "METHOD target host=Host" in `heard`."""
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if heard is not None:
+            host = dict(scope["headers"]).get(b"host", b"").decode()
+            heard.append(f"{scope['method']} {scope['path']} host={host}")
+        status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
 def shared_database_url() -> str:
     """The test database as a URL, for a server process that must see the test's rows.
 

@@ -1,36 +1,20 @@
 """`make run` says it is ready once every health check answers 200, says once what it still
 waits for when that takes long, and says nothing after it was stopped. A health check served in
-this process (http.server on a thread); the whole stack's version is in tests/test_stack.py."""
+this process (uvicorn on a thread); the whole stack's version is in tests/test_stack.py."""
 
 import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from harness import ports, waiting
 from stack.readiness import Announcer, Check, healthy
+from tests.servers import answering, uvicorn_in_thread
 
 
 @contextmanager
 def health_check(statuses: list[int]):
     """A /health that answers each of `statuses` in turn, then the last one for good."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/health"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with uvicorn_in_thread(answering(statuses)) as base:
+        yield f"{base}/health"
 
 
 def test_ready_is_said_once_every_check_answers_200_and_not_while_one_says_loading():

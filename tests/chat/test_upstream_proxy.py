@@ -9,22 +9,7 @@ import pytest
 
 from chatapp.upstream.http_client import async_client, sync_client
 from harness.ports import free_port
-from tests.servers import uvicorn_in_thread
-
-
-def recording_server(heard: list[str]):
-    """An ASGI app that answers 200 to anything and notes each request's target."""
-
-    async def app(scope, receive, send):
-        if scope["type"] != "http":
-            return
-        host = dict(scope["headers"]).get(b"host", b"").decode()
-        heard.append(f"{scope['method']} {scope['path']} host={host}")
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    return app
+from tests.servers import answering, uvicorn_in_thread
 
 
 @pytest.fixture
@@ -37,7 +22,7 @@ def dead_proxy(monkeypatch):
 
 def test_an_upstream_on_this_machine_is_asked_directly_whatever_proxy_is_named(dead_proxy):
     heard = []
-    with uvicorn_in_thread(recording_server(heard)) as upstream:
+    with uvicorn_in_thread(answering([200], heard)) as upstream:
         with sync_client(timeout=10) as client:
             from_a_thread = client.get(f"{upstream}/v1/models")
 
@@ -55,7 +40,7 @@ def test_an_upstream_elsewhere_is_asked_through_the_proxy_the_environment_names(
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
     heard = []
-    with uvicorn_in_thread(recording_server(heard)) as proxy:
+    with uvicorn_in_thread(answering([200], heard)) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy)
         with sync_client(timeout=10) as client:
             response = client.get("http://gpu-box.example:8001/v1/models")
