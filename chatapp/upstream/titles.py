@@ -109,25 +109,24 @@ def ask(question: str, answer: str, model: str) -> str:
     if not replicas:
         raise NoTitle(f"no upstream serves the model {model!r}")
     failures = []
+    body = {"model": model, "messages": prompt(question, answer), "stream": False,
+            "max_tokens": MAX_TOKENS, "temperature": 0}
     timeout = httpx2.Timeout(settings.INFERENCE_READ_TIMEOUT_SECONDS,
                              connect=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS)
-    for url in replicas:
-        try:
-            with sync_client(timeout=timeout) as upstream:
-                response = upstream.post(
-                    f"{url}/v1/chat/completions",
-                    json={"model": model, "messages": prompt(question, answer), "stream": False,
-                          "max_tokens": MAX_TOKENS, "temperature": 0})
-        except httpx2.HTTPError as error:
-            refused = inference_client.unreachable(error)
-        else:
-            if response.status_code == 200:
-                return _title_in(response)
-            refused = inference_client.refusal(response.status_code, response.content)
-        if not refused.elsewhere:
-            raise NoTitle(refused.message)
-        inference_replicas.avoid(url)  # the next title asks the others first
-        failures.append(f"{url}: {refused.message}")
+    with sync_client(timeout=timeout) as upstream:  # one for every replica tried
+        for url in replicas:
+            try:
+                response = upstream.post(f"{url}/v1/chat/completions", json=body)
+            except httpx2.HTTPError as error:
+                refused = inference_client.unreachable(error)
+            else:
+                if response.status_code == 200:
+                    return _title_in(response)
+                refused = inference_client.refusal(response.status_code, response.content)
+            if not refused.elsewhere:
+                raise NoTitle(refused.message)
+            inference_replicas.avoid(url)  # the next title asks the others first
+            failures.append(f"{url}: {refused.message}")
     raise NoTitle("; ".join(failures))
 
 
