@@ -7,12 +7,17 @@ applied at the top of each step, so only that thread touches the engine. The thr
 event when there is nothing to do (no polling). A stream whose consumer goes away (cancelled,
 closed) before the end reached it aborts its request in `finally`, which frees its cache before the
 next step, and counts as cancelled even where the engine had just finished it: an answer whose end
-nobody received was not delivered. A request the engine ended alone after an error receives that
-error; the others go on. If a step raises (the engine could step no sequence at all), the loop
-stops, every open stream receives the error at once, and the engine reports itself unhealthy.
+nobody received was not delivered. The engine knows each request by a key of this layer's own,
+never by the caller's id alone: a caller may open a request under an id whose previous request
+is still leaving the engine (a client retrying under its tracing id), and that request's outputs,
+or its prompt still in the inbox, must not reach the new stream; two requests open at once under
+one id are two requests. A request the engine ended alone after an error receives that error; the
+others go on. If a step raises (the engine could step no sequence at all), the loop stops, every
+open stream receives the error at once, and the engine reports itself unhealthy.
 """
 
 import asyncio
+import itertools
 import logging
 import threading
 from collections import deque
@@ -31,12 +36,15 @@ class QueueFull(RuntimeError):
     """Too many requests are waiting already."""
 
 
-class DuplicateRequest(ValueError):
-    """A request with this id is already streaming."""
-
-
 class RequestFailed(RuntimeError):
     """The engine ended this request alone after an error; the others go on."""
+
+
+def caller_id(key: str) -> str:
+    """The id the caller opened a request under, from the engine's key for it (a key of a
+    request given to the engine directly, without this layer, is its own id)."""
+    opened_as, serial_mark, _ = key.rpartition("#")
+    return opened_as if serial_mark else key
 
 
 @dataclass
@@ -66,7 +74,8 @@ class AsyncEngine:
         self.engine = engine
         self.max_waiting = max_waiting
         self._on_cancel = on_cancel or (lambda request_id: None)
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, _Stream] = {}  # by engine key
+        self._serial = itertools.count()
         self._new: deque[tuple[str, list[int], SamplingParams]] = deque()
         self._aborted: deque[str] = deque()
         self._wake = threading.Event()
@@ -106,24 +115,24 @@ class AsyncEngine:
 
         The caller must `close()` the stream (finished or not): closing early aborts the request.
         """
-        self._check_can_accept(request_id)
+        self._check_can_accept()
+        # The caller's id stays readable in the engine's logs (`caller_id`).
+        key = f"{request_id}#{next(self._serial)}"
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
-        self._streams[request_id] = stream
-        self._new.append((request_id, prompt_token_ids, params))
+        self._streams[key] = stream
+        self._new.append((key, prompt_token_ids, params))
         self._wake.set()
-        return RequestStream(self, request_id, stream.queue)
+        return RequestStream(self, key, stream.queue)
 
-    def _release(self, request_id: str, abort: bool) -> None:
-        self._streams.pop(request_id, None)
+    def _release(self, key: str, abort: bool) -> None:
+        self._streams.pop(key, None)
         if abort:
-            self._aborted.append(request_id)
+            self._aborted.append(key)
             self._wake.set()
 
-    def _check_can_accept(self, request_id: str) -> None:
+    def _check_can_accept(self) -> None:
         if not self.healthy:
             raise EngineUnavailable(self._unavailable_reason())
-        if request_id in self._streams:
-            raise DuplicateRequest(f"request {request_id} is already streaming")
         if len(self._new) + self.engine.num_waiting >= self.max_waiting:
             raise QueueFull(f"{self.max_waiting} requests are waiting already")
 
@@ -163,22 +172,22 @@ class AsyncEngine:
     def _take_inbox(self) -> None:
         refused: list[tuple[_Stream, object]] = []
         while self._aborted:
-            request_id = self._aborted.popleft()
+            key = self._aborted.popleft()
             # Not found: the engine had finished it (its end still queued, unread) or it had not
             # arrived yet (its entry in `_new` is skipped below). Its client left all the same.
-            self.engine.abort_request(request_id)
-            self._on_cancel(request_id)
+            self.engine.abort_request(key)
+            self._on_cancel(caller_id(key))
         while self._new:
-            request_id, prompt_token_ids, params = self._new.popleft()
-            stream = self._streams.get(request_id)
+            key, prompt_token_ids, params = self._new.popleft()
+            stream = self._streams.get(key)
             if stream is None:
                 continue  # its client left before it reached the engine
             try:
-                self.engine.add_request(request_id, prompt_token_ids, params)
+                self.engine.add_request(key, prompt_token_ids, params)
             except ValueError as error:  # it does not fit: said as the engine says it
                 refused.append((stream, error))
             except Exception as error:  # only this request is at fault
-                logger.exception("adding request %s failed", request_id)
+                logger.exception("adding request %s failed", key)
                 refused.append((stream, RequestFailed(f"{type(error).__name__}: {error}")))
         _deliver(refused)
 
@@ -186,8 +195,9 @@ class AsyncEngine:
 class RequestStream:
     """One request's outputs, in order, ending after the finished one."""
 
-    def __init__(self, engine: AsyncEngine, request_id: str, queue: asyncio.Queue):
-        self.request_id = request_id
+    def __init__(self, engine: AsyncEngine, key: str, queue: asyncio.Queue):
+        self.key = key  # the engine's
+        self.request_id = caller_id(key)
         self._engine = engine
         self._queue = queue
         self._done = False  # the engine holds nothing more of this request
@@ -232,4 +242,4 @@ class RequestStream:
         """Idempotent; aborts the request in the engine unless it already finished."""
         if not self._closed:
             self._closed = True
-            self._engine._release(self.request_id, abort=not self._done)
+            self._engine._release(self.key, abort=not self._done)

@@ -12,9 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .async_engine import (
-    DuplicateRequest, EngineUnavailable, QueueFull, RequestFailed, RequestStream,
-)
+from .async_engine import EngineUnavailable, QueueFull, RequestFailed, RequestStream
 from .config import InferenceConfig
 from .metrics import RequestClock
 from .protocol import (
@@ -79,8 +77,6 @@ async def chat_completions(request: Request) -> Response:
         return error_response(error)
     except QueueFull as error:
         return error_response(ProtocolError(429, str(error), "queue_full"))
-    except DuplicateRequest as error:
-        return error_response(ProtocolError(409, str(error), "duplicate_request_id"))
     except EngineUnavailable as error:
         return error_response(ProtocolError(503, str(error), "service_unavailable"))
     service.metrics.prompt_tokens.inc(len(prompt))

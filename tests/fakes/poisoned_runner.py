@@ -4,6 +4,7 @@ Stands in for a request that breaks the forward pass by itself (a kernel fault o
 say), which no real request can be made to do on demand; every other step runs for real.
 """
 
+from inference.async_engine import caller_id
 from tests.fakes.failing_runner import InjectedFault
 from tests.fakes.wrapped_runner import WrappedRunner
 
@@ -15,7 +16,8 @@ class PoisonedRunner(WrappedRunner):
         self.num_refused_steps = 0
 
     def run(self, chunks, **options):
-        if any(chunk.sequence.request_id == self.poisoned_request_id for chunk in chunks):
+        if any(caller_id(chunk.sequence.request_id) == self.poisoned_request_id
+               for chunk in chunks):
             self.num_refused_steps += 1
             raise InjectedFault(f"injected fault for {self.poisoned_request_id}")
         return self.runner.run(chunks, **options)
