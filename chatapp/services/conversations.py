@@ -14,7 +14,7 @@ from common.vocabulary import CancelledBy, GenerationStatus, MessageStatus
 from .. import conversation_settings, selectors
 from ..errors import ApiError, not_found
 from ..models import Conversation, Generation, Message
-from .generations import IllegalTransition, generation_stop
+from .generations import IllegalTransition, Outcome, generation_finish, generation_stop
 
 
 # --- conversations ---
@@ -221,11 +221,7 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     answer = plan.continued or Message(conversation=plan.conversation, role=Message.Role.ASSISTANT)
     answer.status = MessageStatus.STREAMING
     answer.save(update_fields=["status"] if plan.continued else None)
-    generation = Generation.objects.create(
-        request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
-        model=plan.model, sampling=plan.sampling, prompt_messages=len(plan.prompt),
-        context_from_message_id=plan.context_from and plan.context_from.pk,
-    )
+    generation = _generation_row(plan, answer)
     # Newest first in the list; a title from the first message only where the user has not named
     # it since the plan's read (a rename meanwhile is theirs to keep); a model picked here stays.
     changes = {"updated_at": timezone.now(), **({"model": plan.chosen_model} if plan.chosen_model else {})}
@@ -234,3 +230,19 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     if not Conversation.objects.alive().filter(pk=plan.conversation.pk).update(**changes):
         raise not_found("conversation")  # deleted since the plan's read: nothing here is kept
     return AnswerStart(answer, generation, plan.prompt, plan.continue_final_message)
+
+
+@transaction.atomic
+def answer_unstarted(*, plan: AnswerPlan, outcome: Outcome) -> Generation:
+    """The audit row of an answer that never started (its upstream refused it, or its browser
+    left before the upstream answered): the conversation stays as it was, none of the plan's
+    messages written or dropped, and the row belongs to no message."""
+    return generation_finish(generation_id=_generation_row(plan, None).pk, outcome=outcome)
+
+
+def _generation_row(plan: AnswerPlan, answer: Message | None) -> Generation:
+    return Generation.objects.create(
+        request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
+        model=plan.model, sampling=plan.sampling, prompt_messages=len(plan.prompt),
+        context_from_message_id=plan.context_from and plan.context_from.pk,
+    )

@@ -1,16 +1,19 @@
-"""The start of an answer: the upstream request and the rows' write, at the same time.
+"""The start of an answer: the upstream request, then the rows' write.
 
-Every refusal of ours is decided before (services' plan, one read), so the model's prefill
-overlaps our database write; the first byte waits for both, so the rows are committed before
-any text is shown. The write checks again under the user's lock: a start that lost a race to
-another one is refused there, and its upstream is closed (the engine frees the sequence). An
-upstream refusal leaves its `failed` row. A browser that leaves meanwhile finds both cleaned
-up: the upstream closed, a row already written ended as cancelled by client_gone.
+Every refusal of ours is decided before (services' plan, one read). The upstream is asked first,
+and the rows are written once it took the request: its answer's head comes before the model has
+read the prompt, so the write still runs while the model does, and the first byte waits for both,
+so the rows are committed before any text is shown. An upstream refusal therefore changes
+nothing the user had: an edit's later messages, a regenerated answer and a truncated one stay as
+they were, and the refusal leaves only its failed audit row, of no message. The write checks
+again under the user's lock: a start that lost a race to another one is refused there, and its
+upstream is closed (the engine frees the sequence). A browser that leaves meanwhile finds it
+cleaned up: the upstream closed, a row already written ended as cancelled by client_gone, or an
+audit row of no message saying so where none was written.
 """
 
 import asyncio
 import contextlib
-
 
 from common.vocabulary import CancelledBy
 
@@ -20,18 +23,33 @@ from ..runtime.to_the_end import to_the_end
 from ..upstream import token_counts
 from ..upstream.inference_client import UpstreamRefused, UpstreamStream
 
+_CLIENT_GONE = services.Outcome(cancelled_by=CancelledBy.CLIENT_GONE)
+
 
 async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, UpstreamStream]:
-    """The written rows and the open upstream; raises the write's refusal (the upstream then
-    closed) or the upstream's (the rows then failed)."""
-    opening = asyncio.ensure_future(UpstreamStream.open(_payload(plan), str(plan.request_id)))
+    """The open upstream and the written rows; raises the upstream's refusal (its audit row
+    then written) or the write's (the upstream then closed)."""
+    try:
+        upstream = await UpstreamStream.open(_payload(plan), str(plan.request_id))
+    except asyncio.CancelledError:  # the browser left; the request went with its connection
+        await to_the_end(_unstarted(plan, _CLIENT_GONE))
+        raise
+    except Exception as failure:
+        refusal = failure if isinstance(failure, UpstreamRefused) else UpstreamRefused(
+            502, "upstream_error", f"opening the upstream stream failed ({failure!r})")
+        await _unstarted(plan, services.Outcome(error_code=refusal.code,
+                                                error_message=refusal.message))
+        raise
     writing = asyncio.ensure_future(on_database_thread(services.answer_write)(plan=plan))
     try:
-        await asyncio.wait({opening, writing})
-        return await _settle(opening, writing)
+        await asyncio.wait({writing})  # a database call cannot be called back: it is waited for
     except asyncio.CancelledError:  # the browser left
-        await to_the_end(_abandon(opening, writing))
+        await to_the_end(_abandon(upstream, writing))
         raise
+    if writing.exception() is not None:
+        await upstream.aclose()
+        raise writing.exception()
+    return writing.result(), upstream
 
 
 def _payload(plan: services.AnswerPlan) -> dict:
@@ -39,31 +57,16 @@ def _payload(plan: services.AnswerPlan) -> dict:
             "stream": True, "stream_options": {"include_usage": True}, **plan.sampling}
 
 
-async def _settle(opening: asyncio.Future, writing: asyncio.Future):
-    if writing.exception() is not None:
-        if opening.exception() is None:
-            await opening.result().aclose()
-        raise writing.exception()
-    start = writing.result()
-    failure = opening.exception()
-    if failure is not None:
-        refusal = failure if isinstance(failure, UpstreamRefused) else UpstreamRefused(
-            502, "upstream_error", f"opening the upstream stream failed ({failure!r})")
-        await _finish(start, services.Outcome(error_code=refusal.code, error_message=refusal.message))
-        raise failure
-    return start, opening.result()
+async def _unstarted(plan: services.AnswerPlan, outcome: services.Outcome) -> None:
+    await on_database_thread(services.answer_unstarted)(plan=plan, outcome=outcome)
 
 
-async def _abandon(opening: asyncio.Future, writing: asyncio.Future) -> None:
-    opening.cancel()  # a request still being sent is dropped with its connection
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await (await opening).aclose()
+async def _abandon(upstream: UpstreamStream, writing: asyncio.Future) -> None:
+    with contextlib.suppress(Exception):
+        await upstream.aclose()
     try:
-        start = await writing  # a database call cannot be called back: it is waited for
+        start = await writing
     except Exception:
         return  # nothing was written
-    await _finish(start, services.Outcome(cancelled_by=CancelledBy.CLIENT_GONE))
-
-
-async def _finish(start: services.AnswerStart, outcome: services.Outcome) -> None:
-    await on_database_thread(services.generation_finish)(generation_id=start.generation.pk, outcome=outcome)
+    await on_database_thread(services.generation_finish)(generation_id=start.generation.pk,
+                                                         outcome=_CLIENT_GONE)

@@ -109,8 +109,8 @@ async def test_a_refused_start_sends_nothing_upstream_and_stores_nothing(
     assert await sync_to_async(rows)() == before
 
 
-# --- the overlap ---
-async def test_the_upstream_is_asked_while_the_rows_are_written_and_the_stream_waits_for_both(
+# --- the upstream first, then the rows ---
+async def test_the_upstream_is_asked_before_the_rows_are_written_and_the_stream_waits_for_both(
         api, user, conversation, upstream):
     with user_row_locked(user) as release:
         sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
@@ -137,19 +137,68 @@ async def test_the_rows_are_committed_when_the_first_event_arrives(api, conversa
     assert str(generation.request_id) == upstream.requests[0][1]["x-request-id"]
 
 
-async def test_an_upstream_refusal_during_the_write_leaves_a_failed_row(api, user, conversation, upstream):
-    upstream.script.status = 500
-    with user_row_locked(user) as release:
-        sending = asyncio.ensure_future(post(api, f"/api/conversations/{conversation.pk}/messages",
-                                             {"content": "hi"}))
-        await upstream_requested(upstream)
-        release.set()
-        response = await sending
+def a_conversation_of_two_turns(conversation):
+    for content in ("first question", "first answer", "second question", "second answer"):
+        role = "assistant" if content.endswith("answer") else "user"
+        factories.message(conversation, role=role, content=content)
 
-    answer = await sync_to_async(Message.objects.get)(conversation=conversation, role="assistant")
-    generation = await sync_to_async(Generation.objects.get)(message=answer)
+
+def a_truncated_answer(conversation):
+    factories.message(conversation, content="tell me everything")
+    answer = factories.message(conversation, role="assistant", content="Everything begins",
+                               status="truncated")
+    factories.generation(answer, finish_reason="length", final_text="Everything begins")
+
+
+# What the user asks of the conversation each time; the upstream refuses it before any stream.
+STARTS = {
+    "send": (a_conversation_of_two_turns, "/api/conversations/{c}/messages", {"content": "third"}),
+    "edit": (a_conversation_of_two_turns, "/api/messages/{first}/edit", {"content": "rewritten"}),
+    "regenerate": (a_conversation_of_two_turns, "/api/conversations/{c}/regenerate", {}),
+    "continue": (a_truncated_answer, "/api/messages/{last}/continue", {}),
+}
+
+
+def messages_of(conversation) -> list[tuple[int, str, str, str]]:
+    return list(Message.objects.filter(conversation=conversation).order_by("pk")
+                .values_list("pk", "role", "content", "status"))
+
+
+@pytest.mark.parametrize("start", STARTS)
+async def test_an_upstream_refusal_leaves_the_conversation_as_it_was_and_a_failed_audit_row(
+        api, conversation, upstream, start):
+    prepare, url, body = STARTS[start]
+    await sync_to_async(prepare)(conversation)
+    before = await sync_to_async(messages_of)(conversation)
+    upstream.script.status = 500
+
+    response = await post(api, url.format(c=conversation.pk, first=before[0][0],
+                                          last=before[-1][0]), body)
+
+    refused = await sync_to_async(Generation.objects.get)(conversation=conversation,
+                                                          status="failed")
     assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_error"
-    assert answer.status == "failed" and generation.error_code == "upstream_error"
+    assert await sync_to_async(messages_of)(conversation) == before
+    assert (refused.message_id, refused.finish_reason, refused.error_code) == (
+        None, "error", "upstream_error")
+    assert str(refused.request_id) == upstream.requests[0][1]["x-request-id"]
+
+
+async def test_a_truncated_answer_whose_continuation_was_refused_can_still_be_continued(
+        api, conversation, upstream):
+    await sync_to_async(a_truncated_answer)(conversation)
+    answer = await sync_to_async(Message.objects.get)(conversation=conversation, role="assistant")
+    upstream.script.status = 500
+    refused = await post(api, f"/api/messages/{answer.pk}/continue")
+    upstream.script.status = 200
+
+    continued = await post(api, f"/api/messages/{answer.pk}/continue")
+
+    await read_events(continued)
+    await sync_to_async(answer.refresh_from_db)()
+    assert (refused.status_code, continued.status_code) == (502, 200)
+    assert answer.content == "Everything beginsHello, world!"
+    assert upstream.requests[-1][0]["messages"][-1]["content"] == "Everything begins"
 
 
 # --- races and departures during the start ---
@@ -236,3 +285,21 @@ async def test_a_browser_that_leaves_during_the_start_closes_the_upstream_and_en
     assert hung_up
     assert answer.status == "stopped"
     assert generation.finish_reason == "cancelled" and generation.cancelled_by == "client_gone"
+
+
+async def test_a_browser_that_leaves_before_the_upstream_answered_leaves_an_audit_row_and_no_message(
+        api, conversation, upstream):
+    upstream.script.head_held = threading.Event()
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    try:
+        await browser.send({"content": "hi"})
+        await upstream_requested(upstream)
+        await browser.app.send_input({"type": "http.disconnect"})
+        await browser.app.wait(timeout=10)
+    finally:
+        upstream.script.head_held.set()
+
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+    assert await sync_to_async(Message.objects.filter(conversation=conversation).count)() == 0
+    assert (generation.message_id, generation.status, generation.cancelled_by) == (
+        None, "stopped", "client_gone")

@@ -148,7 +148,7 @@ async def test_a_stream_that_ends_without_done_is_a_failure(api, conversation, u
 @pytest.mark.parametrize("status, expected, code", [(500, 502, "upstream_error"),
                                                     (503, 503, "upstream_busy"),
                                                     (429, 503, "upstream_busy")])
-async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_failed_row(
+async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_failed_audit_row(
         api, conversation, upstream, status, expected, code):
     upstream.script.status = status
 
@@ -159,7 +159,8 @@ async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_f
     assert response["Content-Type"] == "application/json"
     assert response.json()["error"]["code"] == code
     assert "upstream says no" in response.json()["error"]["message"]
-    assert answer.status == "failed" and generation.error_code == code
+    assert answer is None  # the conversation as it was: the page gives the text back to resend
+    assert generation.status == "failed" and generation.error_code == code
 
 
 async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conversation, settings):
@@ -171,7 +172,7 @@ async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conver
     assert response.json()["error"]["code"] == "upstream_unreachable"
     assert "unreachable" in response.json()["error"]["message"]
     answer, generation = await rows_async(conversation)
-    assert answer.status == "failed" and generation.finish_reason == "error"
+    assert answer is None and generation.finish_reason == "error"
 
 
 async def test_a_quiet_upstream_gets_heartbeats_to_the_browser(api, conversation, upstream, settings):

@@ -35,6 +35,8 @@ class Script:
     # Each content chunk after the first waits for a release of this (by the test, once it has
     # read the previous delta): a relay that keeps up, proven without timing.
     gate: threading.Semaphore | None = None
+    # The response's head waits until this is set (an upstream slow to take the request).
+    head_held: threading.Event | None = None
     # The answer is what the upstream was asked (each message as "role: content", a paragraph each).
     echo: bool = False
     # GET /v1/models says this context (max_model_len) of each model; None: it says none.
@@ -93,6 +95,8 @@ class FakeUpstream:
             asked = self.requests[-1][0].get("messages", [])
             script = dataclasses.replace(script, chunks=["\n\n".join(f"{m['role']}: {m['content']}" for m in asked)])
         listener = asyncio.create_task(self._notice_hang_up(receive))
+        if script.head_held is not None:
+            await asyncio.to_thread(script.head_held.wait, 30)
         headers = [(b"content-type", b"text/event-stream")]
         if script.prompt_tokens_header is not None:
             headers.append((b"x-prompt-tokens", str(script.prompt_tokens_header).encode()))
