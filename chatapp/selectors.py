@@ -7,7 +7,7 @@ pages' reads, across every owner, are staff/selectors.py.
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.db.models.functions import Coalesce, Length, Substr
 
 from common.vocabulary import GenerationStatus, MessageStatus
@@ -35,9 +35,10 @@ def conversation_get(*, user, conversation_id: int) -> Conversation:
 
 
 def message_list(*, conversation: Conversation) -> list[Message]:
-    """The conversation's messages in order, each with its generations read along (the last is
-    the latest)."""
-    return list(conversation.messages.prefetch_related("generations"))
+    """The conversation's messages in order, each with its generations read along, oldest first
+    (the last is the latest; Generation's own order is the audit's, newest first)."""
+    oldest_first = Prefetch("generations", queryset=Generation.objects.order_by("pk"))
+    return list(conversation.messages.prefetch_related(oldest_first))
 
 
 def message_get(*, user, message_id: int) -> Message:

@@ -246,6 +246,23 @@ async def test_a_truncated_answer_can_be_continued_and_only_that(api, conversati
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_truncated"
 
 
+async def test_a_continued_answer_is_listed_with_its_latest_generation(api, conversation, upstream):
+    url = f"/api/conversations/{conversation.pk}/messages"
+    upstream.script.finish_reason = "length"
+    await read_events(await post(api, url, {"content": "tell me"}))
+    answer = (await api.get(url)).json()["results"][-1]
+    upstream.script.finish_reason = "stop"
+    await read_events(await post(api, f"/api/messages/{answer['id']}/continue"))
+
+    listed = (await api.get(url)).json()["results"][-1]
+
+    latest = await sync_to_async(Generation.objects.order_by("pk").last)()
+    assert answer["generation"]["finish_reason"] == "length"
+    assert listed["generation"]["id"] == latest.pk
+    assert (listed["generation"]["status"], listed["generation"]["finish_reason"]) == (
+        "completed", "stop")
+
+
 async def test_the_system_prompt_leads_and_old_messages_give_way_to_the_context(api, user, upstream, settings):
     settings.CHAT_CONTEXT_TOKENS = 600
     settings.CHAT_MAX_TOKENS = 100
