@@ -34,8 +34,8 @@ from .generations import (
 
 __all__ = [
     "AnswerPlan", "AnswerStart", "IllegalTransition", "Outcome", "PartialText",
-    "answer_continue", "answer_regenerate", "answer_unstarted", "answer_write", "conversation_create", "conversation_delete",
-    "conversation_title_by_model", "conversation_update", "generation_finish", "generation_heartbeat",
+    "answer_continue", "answer_regenerate", "answer_unstarted", "answer_write", "conversation_create",
+    "conversation_delete", "conversation_title_by_model", "conversation_update", "generation_finish", "generation_heartbeat",
     "generation_move", "generation_save_partials", "generation_stop", "message_edit_and_resend",
     "message_send", "title_from", "validate_content",
 ]

@@ -287,7 +287,7 @@ async def test_a_browser_that_leaves_during_the_start_closes_the_upstream_and_en
     assert generation.finish_reason == "cancelled" and generation.cancelled_by == "client_gone"
 
 
-async def test_a_browser_that_leaves_before_the_upstream_answered_leaves_an_audit_row_and_no_message(
+async def test_a_browser_that_leaves_before_the_upstream_answered_leaves_an_audit_row_only(
         api, conversation, upstream):
     upstream.script.head_held = threading.Event()
     browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
