@@ -109,6 +109,9 @@ def user_of(request, login_required: bool = True):
 
 
 def body_of(request) -> dict:
+    if request.content_type.startswith("multipart/"):  # parsed by the CSRF check, gone since
+        raise ApiError(415, "unsupported_media_type",
+                       "the API reads a JSON body (Content-Type: application/json), not a form")
     return request_input.json_object(request.body)
 
 
@@ -225,7 +228,7 @@ async def conversation(request, user, conversation_id: int):
         stopped = await on_database_thread(services.conversation_delete)(conversation=found)
         for generation_id in stopped:
             await tell_relay_to_stop(generation_id)
-        return JsonResponse({}, status=204)
+        return HttpResponse(status=204)
     if request.method == "PATCH":
         body = body_of(request)
         title = request_input.text(body, "title", None)

@@ -61,6 +61,11 @@ def server_error(base_url):
     return httpx2.get(f"{base_url}/api/_probe/error")
 
 
+def a_form_with_files(base_url):
+    # Django's CSRF check parses such a body for its token, after which it cannot be read again.
+    return csrf_client(base_url).post("/api/auth/login", files={"username": ("name.txt", b"alice")})
+
+
 CASES = {
     unmatched_path: (404, "not_found"),
     unknown_endpoint: (404, "not_found"),
@@ -71,6 +76,7 @@ CASES = {
     body_too_large: (413, "body_too_large"),
     host_not_allowed: (400, "bad_request"),
     server_error: (500, "server_error"),
+    a_form_with_files: (415, "unsupported_media_type"),
 }
 
 
@@ -134,6 +140,7 @@ UNREADABLE = {
     "a NUL in an absolute address": (400, "GET http://127.0.0.1{prefix}%00 HTTP/1.1"),
     "a transfer coding nginx does not know": (501, "POST {prefix}auth/login HTTP/1.1", "Transfer-Encoding: gzip"),
     "an HTTP version nginx does not speak": (505, "GET {prefix}auth/session HTTP/2.0"),
+    "a method in lower case": (400, "get {prefix}auth/session HTTP/1.1"),
 }
 
 
@@ -148,6 +155,16 @@ def test_a_request_nginx_cannot_read_is_json_under_the_api_and_its_page_elsewher
     assert (api_status, api_type) == (status, "application/json"), api_body[:200]
     assert json.loads(api_body)["error"]["code"] == "bad_request"
     assert (page_status, page_type) == (status, "text/html")
+
+
+def test_a_form_daphne_cannot_parse_is_refused_as_json_by_nginx_before_it(nginx_in_front):
+    port = nginx_in_front()
+    broken = "multipart/form-data; boundary=x"  # daphne's Twisted answers a bare 400 to this
+
+    response = csrf_client(f"http://127.0.0.1:{port}").post(
+        "/api/auth/login", content=b"--x\r\nbroken", headers={"Content-Type": broken})
+
+    assert_json_error(response, 415, "unsupported_media_type")
 
 
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):

@@ -49,7 +49,11 @@ class Session(_OnTheLoop, SessionMiddleware):
 
 
 class Common(_OnTheLoop, CommonMiddleware):
-    pass
+    def process_response(self, request, response):
+        response = super().process_response(request, response)
+        if response.status_code == 204:  # no content, no length to say (RFC 9110, 8.6)
+            del response.headers["Content-Length"]
+        return response
 
 
 class Csrf(_OnTheLoop, CsrfViewMiddleware):

@@ -75,6 +75,7 @@ async def test_conversations_are_created_renamed_listed_newest_first_and_deleted
     assert renamed.json()["title"] == "Renamed"
     assert [c["id"] for c in listed["results"]] == [first["id"], second["id"]]
     assert deleted.status_code == 204
+    assert "Content-Length" not in deleted.headers and deleted.content == b""  # RFC 9110, 8.6
     assert [c["id"] for c in after["results"]] == [first["id"]]
     assert await sync_to_async(Conversation.objects.filter(pk=second["id"]).exists)()  # soft delete
 
