@@ -5,8 +5,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from common import env
-from common.inference_address import DEFAULT_URL as DEFAULT_INFERENCE_URL
+from common import env, inference_address
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -29,8 +28,9 @@ try:
     )
     ALLOWED_HOSTS = env.words("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
     CSRF_TRUSTED_ORIGINS = env.words("CSRF_TRUSTED_ORIGINS")
-    # One or several replicas, comma-separated (chatapp/upstream/inference_replicas.py).
-    INFERENCE_URL = env.string("INFERENCE_URL", DEFAULT_INFERENCE_URL).rstrip("/")
+    # One or several replicas, comma-separated (chatapp/upstream/inference_replicas.py); unset
+    # or empty, the service INFERENCE_HOST and INFERENCE_PORT place, as `make run` starts it.
+    INFERENCE_URL = (env.string("INFERENCE_URL") or inference_address.local_url()).rstrip("/")
     INFERENCE_METRICS_INTERVAL_SECONDS = env.number("INFERENCE_METRICS_INTERVAL_SECONDS", 2.0, minimum=0.1)
     INFERENCE_AVOID_SECONDS = env.number("INFERENCE_AVOID_SECONDS", 10.0, minimum=0)
     INFERENCE_RESOLVE_REPLICAS = env.boolean("INFERENCE_RESOLVE_REPLICAS", False)

@@ -1,12 +1,12 @@
 """Where the inference service listens unless told otherwise, in one place: its own default
-(inference/config.py), the app's default upstream (INFERENCE_URL) and the address `make run`
-waits on before it says the stack is ready."""
+(inference/config.py), and the address INFERENCE_HOST and INFERENCE_PORT give it, which is the
+app's default upstream (INFERENCE_URL) and what `make run` waits on before it says the stack is
+ready."""
 
 from common import env
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001
-DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 # A service bound to every interface is reached on this machine through loopback.
 _EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 

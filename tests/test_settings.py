@@ -130,6 +130,22 @@ def test_redis_url_moves_the_channel_layer_cache_and_broker_to_redis():
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("variables, upstream", [
+    ({}, "http://127.0.0.1:8001"),
+    ({"INFERENCE_URL": ""}, "http://127.0.0.1:8001"),  # as .env.example leaves it
+    ({"INFERENCE_PORT": "8201"}, "http://127.0.0.1:8201"),  # `make run`'s service moved there
+    ({"INFERENCE_HOST": "0.0.0.0", "INFERENCE_PORT": "8201"}, "http://127.0.0.1:8201"),
+    ({"INFERENCE_PORT": "8201", "INFERENCE_URL": "http://gpu-box:8000/"}, "http://gpu-box:8000"),
+])
+def test_the_app_asks_the_inference_service_its_own_variables_place_unless_told_another(
+        variables, upstream):
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, **variables},
+                            "from django.conf import settings; print(settings.INFERENCE_URL)")
+
+    assert result.stdout.strip() == upstream, result.stderr
+
+
+@pytest.mark.process
 def test_database_url_selects_postgresql():
     result = settings_under(
         {"DJANGO_SECRET_KEY": "x" * 50, "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test"}
