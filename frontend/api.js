@@ -93,20 +93,8 @@ export const api = {
   resume: (gid, offset) => (signal) =>
     openStream(`/api/generations/${id(gid)}/events?from=${id(offset)}`, undefined, signal, "GET"),
 
-  stop: (gid, seenChars) => retried(() => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } })),
+  // One request: the page sends it again until the server answers (reconnect.js, deliverStop).
+  stop: (gid, seenChars) => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } }),
   // Staff only, from the live view (staff/live/): stops anyone's answer.
   staffStop: (gid) => json(`/api/staff/generations/${id(gid)}/stop`, { method: "POST" }),
 };
-
-// A Stop that never arrives leaves the server keeping what it sent rather than what the user
-// saw, so a server error or a dropped request is tried again; a 4xx answer is final.
-async function retried(call, attempts = 4) {
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      return await call();
-    } catch (error) {
-      if ((error instanceof ApiError && error.status < 500) || attempt >= attempts) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
-    }
-  }
-}

@@ -67,9 +67,12 @@ export class Generation {
     this.stall = this.#newStallWatch();
   }
 
+  #endRun = () => {}; // settles run() at once, with the outcome as it stands
+
   #newStallWatch() {
     return this.watchStall(() => {
-      if (this.stopped || this.done) return;
+      if (this.done) return;
+      // After Stop too: a silent stream is a dead one, not worth holding open for the Stop.
       this.stalled = true;
       this.controller.abort();
     });
@@ -81,9 +84,16 @@ export class Generation {
 
   /**
    * Opens the stream with `open(signal)` (which resolves to the Response or rejects with the
-   * API's error) and reads it to the end. Resolves to the outcome; never rejects.
+   * API's error) and reads it to the end, or until Stop: the answer ends on screen then, while
+   * the stream is read on, unpainted, until the server has the Stop. Resolves to the outcome;
+   * never rejects.
    */
-  async run(open) {
+  run(open) {
+    const stopped = new Promise((resolve) => { this.#endRun = () => resolve(this.outcome()); });
+    return Promise.race([this.#follow(open), stopped]);
+  }
+
+  async #follow(open) {
     this.network?.addEventListener("offline", this.wentOffline);
     try {
       let response;
@@ -232,7 +242,12 @@ export class Generation {
     // The Stop is recorded before the connection closes: closed first, the answer would go on
     // for the grace period as a departed page's. A Stop that cannot reach the server is sent
     // again until it does (with the same count), so the stored text becomes what was seen.
-    const send = () => deliverStop(() => sendStop(this.id, seen), { ...this.retryWith, afterFirst: () => this.controller.abort() });
+    // The answer ends on screen as soon as the Stop is sent, not when the server has it: the
+    // user saw it end, and a stuck network must not keep it "Writing…".
+    const send = () => {
+      deliverStop(() => sendStop(this.id, seen), { ...this.retryWith, afterFirst: () => this.controller.abort() });
+      this.#endRun();
+    };
     this.wake?.(); // a wait to reconnect ends: no more tries
     // Before `start` the server may be starting the answer already: wait for its id, so that
     // an early Stop is recorded as the user's too. A request refused instead ends on its own.

@@ -78,14 +78,11 @@ test("the watch stream of an answer is a GET without a CSRF header", async () =>
   assert.equal(calls[0].signal, signal);
 });
 
-test("Stop sends seen_chars and is tried again after a server error, not after a 4xx", async () => {
-  answers.push(jsonResponse(500, undefined), () => { throw new TypeError("network down"); }, jsonResponse(202, { stopping: true }));
-  assert.deepEqual(await api.stop(7, 13), { stopping: true });
-  assert.equal(calls.length, 3);
-  assert.equal(calls[0].url, "/api/generations/7/stop");
-  assert.deepEqual(JSON.parse(calls[2].body), { seen_chars: 13 });
-  calls = [];
-  answers.push(jsonResponse(404, { error: { code: "not_found", message: "no such generation" } }));
-  await assert.rejects(api.stop(8, 0), { status: 404 });
+test("Stop sends seen_chars once: the page's Stop delivery (reconnect.js) is what tries again", async () => {
+  answers.push(jsonResponse(500, undefined), jsonResponse(202, { stopping: true }));
+  await assert.rejects(api.stop(7, 13), { status: 500 });
   assert.equal(calls.length, 1);
+  assert.equal(calls[0].url, "/api/generations/7/stop");
+  assert.deepEqual(JSON.parse(calls[0].body), { seen_chars: 13 });
+  assert.deepEqual(await api.stop(7, 13), { stopping: true });
 });

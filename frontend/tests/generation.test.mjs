@@ -11,10 +11,14 @@ const DONE = {
   usage: { prompt_tokens: 3, completion_tokens: 5 }, ttft_ms: 42.5,
 };
 
-/** A Generation over a hand-fed stream, with a painter the test triggers (one call = one frame). */
+/**
+ * A Generation over a hand-fed stream, with a painter the test triggers (one call = one frame);
+ * `t.stall()` is what the stall watch calls when the stream has been silent too long.
+ */
 function setUp({ baseText = "" } = {}) {
   const painted = [];
   const stops = [];
+  const stallWatch = { armed: [], touches: 0, onStall: null };
   let painter;
   let feed;
   const generation = new Generation({
@@ -24,13 +28,20 @@ function setUp({ baseText = "" } = {}) {
       painter = { scheduled: 0, cancelled: false, schedule() { this.scheduled += 1; }, cancel() { this.cancelled = true; }, paint };
       return painter;
     },
+    watchStall: (onStall) => {
+      stallWatch.onStall = onStall;
+      return { arm: (s) => stallWatch.armed.push(s), touch: () => { stallWatch.touches += 1; }, cancel() {} };
+    },
   });
   const outcome = generation.run(async (signal) => {
     feed = controlledStream(signal);
     return new Response(feed.stream, { headers: { "Content-Type": "text/event-stream" } });
   });
   const sendStop = (id, seen) => { stops.push([id, seen]); return Promise.resolve(); };
-  return { generation, outcome, painted, stops, sendStop, feed: () => feed, painter: () => painter };
+  return {
+    generation, outcome, painted, stops, sendStop, stallWatch, feed: () => feed, painter: () => painter,
+    stall: () => stallWatch.onStall(),
+  };
 }
 
 test("every delta is in the text the moment it arrives, painted or not", async () => {
@@ -77,25 +88,41 @@ test("Stop keeps what was painted and reports its code points, not UTF-16 units"
   assert.equal(t.stops.length, 1);
 });
 
-test("Stop is recorded before the connection closes, and later deltas are not kept", async () => {
+test("Stop ends the answer at once with what was seen; the stream stays open, unkept, until the server has the Stop", async () => {
   const t = setUp();
   await settle();
   t.feed().push(sse("start", START) + sse("delta", { text: "seen" }));
   await settle();
   t.painter().paint();
+  let settled = false;
+  t.outcome.then(() => { settled = true; });
   let acknowledge;
-  const seen = t.generation.stop(() => new Promise((resolve) => { acknowledge = resolve; }));
+  const seen = t.generation.stop(() => new Promise((resolve) => { acknowledge = resolve; })); // a slow network
   await settle();
-  assert.equal(t.generation.controller.signal.aborted, false, "still open while the Stop is on its way");
-  t.feed().push(sse("delta", { text: " unseen" }) + sse("done", { ...DONE, status: "stopped" }));
-  await settle();
-  acknowledge();
-  await settle();
-  assert.equal(t.generation.controller.signal.aborted, true);
+  assert.equal(settled, true, "the page does not wait for the server to take the Stop");
   const outcome = await t.outcome;
   assert.equal(seen, 4);
   assert.equal(outcome.status, "stopped");
   assert.equal(outcome.text, "seen");
+  // Closed before the Stop is recorded, the answer would go on as a departed page's.
+  assert.equal(t.generation.controller.signal.aborted, false, "still open while the Stop is on its way");
+  t.feed().push(sse("delta", { text: " unseen" }) + sse("done", { ...DONE, status: "stopped" }));
+  await settle();
+  assert.equal(t.generation.text, "seen");
+  acknowledge();
+  await settle();
+  assert.equal(t.generation.controller.signal.aborted, true);
+});
+
+test("after Stop, a stream silent for two heartbeats is closed though the Stop is still on its way", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", { ...START, heartbeat_s: 15 }));
+  await settle();
+  t.generation.stop(() => new Promise(() => {})); // never answered
+  assert.equal((await t.outcome).status, "stopped");
+  t.stall();
+  assert.equal(t.generation.controller.signal.aborted, true, "no connection is held open for a Stop that may never arrive");
 });
 
 test("Stop before anything was painted reports zero", async () => {
@@ -163,32 +190,17 @@ test("a stream that ends without done is an interrupted answer that keeps its te
 });
 
 test("a stream silent for two heartbeats is ended here as stalled, and keeps its text", async () => {
-  let stall;
-  const armed = [];
-  const touches = [];
-  const generation = new Generation({
-    paint() {},
-    createPainter: () => ({ schedule() {}, cancel() {} }),
-    watchStall: (onStall) => {
-      stall = onStall;
-      return { arm: (s) => armed.push(s), touch: () => touches.push(1), cancel() {} };
-    },
-  });
-  let feed;
-  const outcome = generation.run(async (signal) => {
-    feed = controlledStream(signal);
-    return new Response(feed.stream, { headers: { "Content-Type": "text/event-stream" } });
-  });
+  const t = setUp();
   await settle();
-  feed.push(sse("start", { ...START, heartbeat_s: 15 }) + sse("delta", { text: "so far" }));
+  t.feed().push(sse("start", { ...START, heartbeat_s: 15 }) + sse("delta", { text: "so far" }));
   await settle();
-  feed.push(": ping\n\n");
+  t.feed().push(": ping\n\n");
   await settle();
-  assert.deepEqual(armed, [15]);
-  assert.equal(touches.length, 2, "a ping is bytes too");
-  stall();
-  const result = await outcome;
-  assert.equal(generation.controller.signal.aborted, true);
+  assert.deepEqual(t.stallWatch.armed, [15]);
+  assert.equal(t.stallWatch.touches, 2, "a ping is bytes too");
+  t.stall();
+  const result = await t.outcome;
+  assert.equal(t.generation.controller.signal.aborted, true);
   assert.equal(result.ending, ENDING.STALLED);
   assert.equal(result.status, "stopped");
   assert.equal(result.text, "so far");

@@ -1,0 +1,48 @@
+"""The page while the server is slow to answer or refuses, in a real browser through nginx: a
+request is held or answered by the test (Playwright's routing), the rest is the real stack.
+What the user pressed takes effect on screen at once, and what the user wrote is never lost."""
+
+import pytest
+
+from chatapp.models import Message
+from harness import waiting
+from harness.page_probes import last_answer, send, wait_for_true
+from tests.browser.conftest import sign_in
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def chat(page, stack_with_fake_upstream, user, upstream):
+    sign_in(page, stack_with_fake_upstream, user)
+    return page
+
+
+def held(page, pattern: str) -> list:
+    """Holds every request to `pattern` unanswered; the list fills with them, for the test to let go."""
+    routes = []
+    page.route(pattern, lambda route: routes.append(route))
+    return routes
+
+
+def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way(chat, upstream):
+    upstream.script.chunks = ["Hello", ", ", "world"]
+    upstream.script.stall_after = 2  # then quiet, as a model still thinking
+    stops = held(chat, "**/api/generations/*/stop")
+    send(chat, "Say hello")
+    wait_for_true(chat, "document.querySelector('#messages .message[data-status=\"streaming\"]')"
+                        "?.textContent.startsWith('Hello, ')")
+
+    chat.click("#stop")
+
+    wait_for_true(chat, "document.body.dataset.streaming === 'false'", timeout_ms=10_000)
+    answer = last_answer(chat)
+    assert answer.get_attribute("data-status") == "stopped"
+    assert answer.locator(".message-state").inner_text() == "Stopped"
+    assert answer.locator(".message-content").inner_text().strip() == "Hello,"
+    assert chat.locator("#stop").is_hidden()
+    waiting.wait_until(lambda: len(stops) == 1, 10, "the Stop sent")
+    stops[0].continue_()  # the network recovers: the Stop arrives, and the record is what was seen
+    waiting.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
+                       30, "the Stop recorded")
+    assert Message.objects.get(role="assistant").content == "Hello, "
