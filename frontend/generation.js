@@ -70,12 +70,16 @@ export class Generation {
   #endRun = () => {}; // settles run() at once, with the outcome as it stands
 
   #newStallWatch() {
-    return this.watchStall(() => {
+    const watch = this.watchStall(() => {
       if (this.done) return;
       // After Stop too: a silent stream is a dead one, not worth holding open for the Stop.
       this.stalled = true;
       this.controller.abort();
     });
+    // A resumed stream is watched from its first byte on: one that never sends its `resume`
+    // would otherwise never be armed. The heartbeat is the answer's, said by its `start`.
+    if (this.start) watch.arm(this.start.heartbeat_s);
+    return watch;
   }
 
   get id() {

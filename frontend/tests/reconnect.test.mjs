@@ -3,6 +3,7 @@ import { test } from "node:test";
 
 import { ENDING, Generation } from "../generation.js";
 import { FIRST_RETRY_MS } from "../reconnect.js";
+import { createStallWatch, STALL_HEARTBEATS } from "../stall.js";
 import { controlledStream, fakeClock, settle, sse } from "./helpers.mjs";
 
 const START = { message_id: 12, generation_id: 7, request_id: "r", model: "m", heartbeat_s: 15, resume_grace_s: 10 };
@@ -13,16 +14,19 @@ const streamResponse = (feed) => new Response(feed.stream, { headers: { "Content
 /**
  * A page's own answer over hand-fed streams: `feeds[0]` is the answer's, the next ones its
  * resumes; `resumes` lists each resume's offset. A resume fails (the network is down) while
- * `t.down` is true. Painting happens at once.
+ * `t.down` is true. Painting happens at once. `watchesStalls`: the real stall watch, on the
+ * test's clock; else none.
  */
-function setUp({ startExtra = {} } = {}) {
+function setUp({ startExtra = {}, watchesStalls = false } = {}) {
   const clock = fakeClock();
   const network = new EventTarget();
   const t = { clock, network, feeds: [], resumes: [], states: [], stops: [], down: false };
   t.generation = new Generation({
     paint: (text) => { t.shown = text; },
     createPainter: (paint) => ({ schedule: paint, cancel() {} }),
-    watchStall: () => ({ arm() {}, touch() {}, cancel() {} }),
+    watchStall: watchesStalls
+      ? (onStall) => createStallWatch(onStall, clock)
+      : () => ({ arm() {}, touch() {}, cancel() {} }),
     resume: (id, offset) => async (signal) => {
       t.resumes.push([id, offset]);
       if (t.down) throw new TypeError("Failed to fetch");
@@ -129,6 +133,18 @@ test("a connection lost again after a resume resumes again from where it got to"
   t.feeds.at(-1).close();
   assert.equal((await t.outcome).text, "abc");
   assert.deepEqual(t.resumes, [[7, 1], [7, 2]]);
+});
+
+test("a resumed stream that never sends its first event is ended after two heartbeats and tried again", async () => {
+  const t = setUp({ watchesStalls: true });
+  await t.start(["one"]);
+  await t.cut();
+  await advance(t, FIRST_RETRY_MS);
+  assert.equal(t.resumes.length, 1, "answered, then silent: not even a ping");
+  await advance(t, START.heartbeat_s * 1000 * STALL_HEARTBEATS);
+  assert.deepEqual(t.states, [true, false, true], "ended as stalled: reconnecting again");
+  await advance(t, FIRST_RETRY_MS);
+  assert.deepEqual(t.resumes, [[7, 3], [7, 3]]);
 });
 
 test("past the grace period it says so and offers Retry, with the text kept", async () => {
