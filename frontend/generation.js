@@ -104,7 +104,7 @@ export class Generation {
       try {
         response = await open(this.controller.signal);
       } catch (error) {
-        if (this.stopped) return this.outcome();
+        // Refused, Stop or not: nothing was started, and the page must say why and keep the text.
         return { ending: ENDING.REFUSED, error, status: STATUS.FAILED, text: this.baseText };
       }
       await this.#read(response);

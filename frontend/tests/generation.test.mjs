@@ -164,15 +164,17 @@ test("Stop before start waits for the generation's id, then sends a Stop of zero
   assert.equal(outcome.text, "");
 });
 
-test("Stop before a request that is refused sends no stop", async () => {
+test("Stop before a request that is refused sends no Stop, and the refusal is the outcome", async () => {
   const stops = [];
   const generation = new Generation({ paint() {}, createPainter: () => ({ schedule() {}, cancel() {} }) });
   let refuse;
   const outcome = generation.run(() => new Promise((resolve, reject) => { refuse = reject; }));
   generation.stop((id, seen) => stops.push([id, seen]));
-  refuse(Object.assign(new Error("busy"), { status: 429 }));
+  const refusal = Object.assign(new Error("too long"), { status: 400, code: "context_too_long" });
+  refuse(refusal);
   const result = await outcome;
-  assert.equal(result.status, "stopped");
+  assert.equal(result.ending, ENDING.REFUSED, "nothing was stored: the page must say so and give the text back");
+  assert.equal(result.error, refusal);
   assert.equal(result.text, "");
   assert.deepEqual(stops, []);
 });
