@@ -65,6 +65,38 @@ function handleError(error) {
   showAlert(sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars }));
 }
 
+/** A request of conversation `id`, not on screen, was refused: the alert says which one. */
+function handleErrorElsewhere(id, error, { isTextKept }) {
+  if (error instanceof ApiError && error.status === 401) return handleError(error);
+  const name = sidebar.nameOf(id);
+  const where = name === null ? "In another conversation" : `In “${name}”`;
+  const kept = isTextKept ? " Your text is back in the message box when you open it." : "";
+  showAlert(`${where}: ${sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars })}${kept}`);
+}
+
+// What the user wrote in a message the server refused before storing anything, by conversation:
+// it goes back in the composer once its conversation is on screen with the composer empty (in
+// another conversation's composer, Send would post it there).
+const unsent = new Map();
+
+/** Keeps `text`, which a refused request carried; true when it was not stored. */
+function keepUnsent(id, error, text) {
+  // 502-504 from the model store the failed answer, and the message; a model no longer served
+  // stores nothing.
+  const isStored = error?.status >= 502 && error?.code !== "model_unavailable";
+  if (text === null || isStored) return false;
+  unsent.set(id, unsent.has(id) ? `${unsent.get(id)}\n\n${text}` : text);
+  giveBackUnsent();
+  return true;
+}
+
+function giveBackUnsent() {
+  const text = unsent.get(conversationId);
+  if (text === undefined || view.composer.value) return;
+  unsent.delete(conversationId);
+  setComposerText(text);
+}
+
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
 const heading = createHeading({
   el: view.title, openId: () => conversationId, sidebar, read: (id) => api.conversation(id),
@@ -103,6 +135,7 @@ const auth = createAuth({
     if (conversationId !== null || opening !== null) showConversation(null);
     loading += 1; // a conversation still loading must not land on the sign-in form
     opening = null;
+    unsent.clear(); // not for the next person at this computer
     clearAlert();
   },
 });
@@ -115,6 +148,7 @@ function showConversation(id, title = "", messages = [], conversation = null) {
   showInAddress(id, { replace: id === null });
   heading.set(id, title);
   renderHistory(messages);
+  giveBackUnsent();
 }
 
 function renderHistory(messages) {
@@ -248,7 +282,11 @@ function watchAnswer(el, generationId) {
   return streamAnswer(el, api.watch(generationId), { watching: true });
 }
 
-async function streamAnswer(el, open, { baseText = "", watching = false } = {}) {
+/**
+ * Reads an answer into `el` to its end. `text`: what the user wrote that this request carries,
+ * given back if the server refuses it.
+ */
+async function streamAnswer(el, open, { baseText = "", watching = false, text = null } = {}) {
   const id = conversationId;
   const mySession = session;
   const stillSignedIn = () => mySession === session; // no sign-out (and in again) meanwhile
@@ -289,6 +327,9 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
   if (mySession !== session) return outcome;
   if (id === conversationId) syncStreaming();
   if (!shownIn || id !== conversationId) {
+    if (outcome.ending === ENDING.REFUSED && !watching) {
+      handleErrorElsewhere(id, outcome.error, { isTextKept: keepUnsent(id, outcome.error, text) });
+    }
     sidebar.refresh(); // a first message names the conversation and moves it to the top
     if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
     return outcome;
@@ -299,6 +340,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false } = {}) 
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
     await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
+    keepUnsent(id, outcome.error, text);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
     await learnIds(id);
@@ -325,14 +367,7 @@ async function send() {
   }
   setComposerText("");
   view.messages.append(msg.createMessage({ role: "user", content }));
-  const sentIn = conversationId;
-  const outcome = await streamAnswer(messageList.newAnswer(), api.send(conversationId, content));
-  // Refused before anything was stored (502-504 from the model store the failed answer, and
-  // the message; a model no longer served stores nothing): give the text back so it is not lost.
-  const isStored = outcome.error?.status >= 502 && outcome.error?.code !== "model_unavailable";
-  if (outcome.ending === ENDING.REFUSED && !isStored && !view.composer.value && sentIn === conversationId) {
-    setComposerText(content);
-  }
+  streamAnswer(messageList.newAnswer(), api.send(conversationId, content), { text: content });
 }
 
 function regenerate() {

@@ -208,6 +208,8 @@ export function createSidebar({ open, deleted, failed, announce }) {
     },
     /** The title shown for a conversation; undefined when it is not in the list. */
     titleOf: (id) => listed.get(id)?.conversation.title,
+    /** The name the list shows for a conversation; null when it is not in the list. */
+    nameOf: (id) => (listed.has(id) ? listed.get(id).conversation.title || UNTITLED : null),
     /** Shows a conversation's new title in place (the model named it): nothing else is redrawn. */
     setTitle(updated) {
       const shown = listed.get(updated.id);

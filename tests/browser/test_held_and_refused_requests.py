@@ -2,11 +2,14 @@
 request is held or answered by the test (Playwright's routing), the rest is the real stack.
 What the user pressed takes effect on screen at once, and what the user wrote is never lost."""
 
+import json
+
 import pytest
 
 from chatapp.models import Message
 from harness import waiting
-from harness.page_probes import last_answer, send, wait_for_true
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from tests import factories
 from tests.browser.conftest import sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -19,10 +22,27 @@ def chat(page, stack_with_fake_upstream, user, upstream):
 
 
 def held(page, pattern: str) -> list:
-    """Holds every request to `pattern` unanswered; the list fills with them, for the test to let go."""
+    """Holds every POST to `pattern` unanswered (other methods go on); the list fills with them,
+    for the test to let go."""
     routes = []
-    page.route(pattern, lambda route: routes.append(route))
+    page.route(pattern, lambda route: routes.append(route) if route.request.method == "POST" else route.continue_())
     return routes
+
+
+def refuse(route, status: int = 400, code: str = "context_too_long") -> None:
+    """Answers a held request as the server refuses one, before anything is stored."""
+    route.fulfill(status=status, content_type="application/json",
+                  body=json.dumps({"error": {"code": code, "message": "refused by the test"}}))
+
+
+def open_conversation(page, conversation) -> None:
+    page.click(f'#conversation-list li[data-conversation-id="{conversation.pk}"] .conversation-open')
+    wait_for_true(page, f"document.querySelector('#conversation-title').textContent === {json.dumps(conversation.title)}")
+
+
+def alert_text(page) -> str:
+    page.wait_for_selector("#alert:not([hidden])")
+    return page.locator("#alert-text").inner_text()
 
 
 def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way(chat, upstream):
@@ -46,3 +66,23 @@ def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way
     waiting.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
                        30, "the Stop recorded")
     assert Message.objects.get(role="assistant").content == "Hello, "
+
+
+def test_a_message_refused_after_the_user_opened_another_conversation_is_named_and_waits_in_its_own(chat, user):
+    first = factories.conversation(owner=user, title="Trip plans")
+    second = factories.conversation(owner=user, title="Recipes")
+    chat.reload()
+    open_conversation(chat, first)
+    sends = held(chat, f"**/api/conversations/{first.pk}/messages")
+    send(chat, "my carefully written long question")
+    waiting.wait_until(lambda: len(sends) == 1, 10, "the message sent")
+
+    open_conversation(chat, second)
+    refuse(sends[0])
+
+    assert "“Trip plans”" in alert_text(chat)
+    assert "too long for the model" in alert_text(chat)
+    assert chat.input_value("#composer") == "", "not in another conversation's box, where Send would post it there"
+    open_conversation(chat, first)
+    assert chat.input_value("#composer") == "my carefully written long question"
+
