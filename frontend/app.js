@@ -74,27 +74,37 @@ function handleErrorElsewhere(id, error, { isTextKept }) {
   showAlert(`${where}: ${sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars })}${kept}`);
 }
 
-// What the user wrote in a message the server refused before storing anything, by conversation:
-// it goes back in the composer once its conversation is on screen with the composer empty (in
-// another conversation's composer, Send would post it there).
+// What the user wrote in a request the server refused before storing anything, by conversation,
+// as `{text, editOf}` (editOf: the id of the message it rewrites; null: a new message). It goes
+// back where it was written once its conversation is on screen: an edit into its editor, a new
+// message into the composer when that is empty (in another conversation's, Send would post it
+// there).
 const unsent = new Map();
 
-/** Keeps `text`, which a refused request carried; true when it was not stored. */
-function keepUnsent(id, error, text) {
+/** Keeps `words`, which a refused request carried; true when they were not stored. */
+function keepUnsent(id, error, words) {
   // 502-504 from the model store the failed answer, and the message; a model no longer served
   // stores nothing.
   const isStored = error?.status >= 502 && error?.code !== "model_unavailable";
-  if (text === null || isStored) return false;
-  unsent.set(id, unsent.has(id) ? `${unsent.get(id)}\n\n${text}` : text);
+  if (words === null || isStored) return false;
+  const held = unsent.get(id);
+  unsent.set(id, held ? { text: `${held.text}\n\n${words.text}`, editOf: null } : words);
   giveBackUnsent();
   return true;
 }
 
 function giveBackUnsent() {
-  const text = unsent.get(conversationId);
-  if (text === undefined || view.composer.value) return;
-  unsent.delete(conversationId);
-  setComposerText(text);
+  const words = unsent.get(conversationId);
+  if (!words) return;
+  const edited = words.editOf !== null
+    && view.messages.querySelector(`.message[data-role="user"][data-message-id="${words.editOf}"]`);
+  if (edited) {
+    unsent.delete(conversationId);
+    startEdit(edited, words.text);
+  } else if (!view.composer.value) {
+    unsent.delete(conversationId);
+    setComposerText(words.text);
+  }
 }
 
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
@@ -283,10 +293,10 @@ function watchAnswer(el, generationId) {
 }
 
 /**
- * Reads an answer into `el` to its end. `text`: what the user wrote that this request carries,
- * given back if the server refuses it.
+ * Reads an answer into `el` to its end. `words`: what the user wrote that this request carries,
+ * `{text, editOf}` as `unsent` holds them, given back if the server refuses it.
  */
-async function streamAnswer(el, open, { baseText = "", watching = false, text = null } = {}) {
+async function streamAnswer(el, open, { baseText = "", watching = false, words = null } = {}) {
   const id = conversationId;
   const mySession = session;
   const stillSignedIn = () => mySession === session; // no sign-out (and in again) meanwhile
@@ -328,7 +338,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, text = 
   if (id === conversationId) syncStreaming();
   if (!shownIn || id !== conversationId) {
     if (outcome.ending === ENDING.REFUSED && !watching) {
-      handleErrorElsewhere(id, outcome.error, { isTextKept: keepUnsent(id, outcome.error, text) });
+      handleErrorElsewhere(id, outcome.error, { isTextKept: keepUnsent(id, outcome.error, words) });
     }
     sidebar.refresh(); // a first message names the conversation and moves it to the top
     if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
@@ -340,7 +350,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, text = 
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
     await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
-    keepUnsent(id, outcome.error, text);
+    keepUnsent(id, outcome.error, words);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
     await learnIds(id);
@@ -367,7 +377,7 @@ async function send() {
   }
   setComposerText("");
   view.messages.append(msg.createMessage({ role: "user", content }));
-  streamAnswer(messageList.newAnswer(), api.send(conversationId, content), { text: content });
+  streamAnswer(messageList.newAnswer(), api.send(conversationId, content), { words: { text: content, editOf: null } });
 }
 
 function regenerate() {
@@ -378,18 +388,19 @@ function regenerate() {
   streamAnswer(answer, api.regenerate(conversationId));
 }
 
-function startEdit(userEl) {
+function startEdit(userEl, text = msg.textOf(userEl)) {
   if (liveHere()) return;
-  msg.openEditor(userEl, (content) => {
+  msg.openEditor(userEl, text, (content) => {
     if (liveHere()) return;
     msg.setText(userEl, content);
     while (userEl.nextElementSibling) userEl.nextElementSibling.remove();
-    streamAnswer(messageList.newAnswer(), api.edit(userEl.dataset.messageId, content));
+    const editOf = userEl.dataset.messageId;
+    streamAnswer(messageList.newAnswer(), api.edit(editOf, content), { words: { text: content, editOf } });
   });
 }
 
 messageList.onControl({
-  edit: startEdit,
+  edit: (el) => startEdit(el),
   reopen: () => openConversation(conversationId),
   regenerate,
   continueAnswer: (el) => {

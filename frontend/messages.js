@@ -205,17 +205,17 @@ export function refreshActions(container, streaming) {
 }
 
 /**
- * Edits a user message in place and hands the new text to `submit`; Escape or Cancel puts
- * things back and returns focus to the Edit button.
+ * Edits a user message in place, starting from `text`, and hands the new text to `submit`;
+ * Escape or Cancel puts things back and returns focus to the Edit button.
  */
-export function openEditor(userEl, submit) {
+export function openEditor(userEl, text, submit) {
   if (userEl.querySelector(".edit-form")) return;
   const form = document.createElement("form");
   form.className = "edit-form";
   const input = document.createElement("textarea");
   input.className = "edit-input";
   input.setAttribute("aria-label", "Edit message");
-  input.value = textOf(userEl);
+  input.value = text;
   const buttons = document.createElement("div");
   buttons.className = "edit-buttons";
   const save = button("edit-save", "Send");

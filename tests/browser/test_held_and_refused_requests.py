@@ -86,3 +86,23 @@ def test_a_message_refused_after_the_user_opened_another_conversation_is_named_a
     open_conversation(chat, first)
     assert chat.input_value("#composer") == "my carefully written long question"
 
+
+def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
+    conversation = factories.conversation(owner=user, title="Questions")
+    question = factories.message(conversation, content="short q")
+    factories.message(conversation, role="assistant", content="an answer")
+    edits = held(chat, f"**/api/messages/{question.pk}/edit")
+    chat.reload()
+    open_conversation(chat, conversation)
+
+    chat.click('#messages .message[data-role="user"] .edit')
+    chat.fill(".edit-input", "a much longer, carefully rewritten question")
+    chat.press(".edit-input", "Enter")
+    waiting.wait_until(lambda: len(edits) == 1, 10, "the edit sent")
+    refuse(edits[0])
+
+    assert "too long for the model" in alert_text(chat)
+    chat.wait_for_selector(".edit-input")
+    assert chat.input_value(".edit-input") == "a much longer, carefully rewritten question"
+    assert chat.locator('#messages .message[data-role="user"] .message-content').inner_text() == "short q"
+    assert chat.locator('#messages .message[data-role="assistant"] .message-content').inner_text() == "an answer"
