@@ -375,7 +375,10 @@ async function send() {
       creating = false;
     }
   }
-  setComposerText("");
+  // Only what was sent leaves the composer: what was typed while the conversation was being
+  // created stays (and all of it, should the sent text itself have been changed meanwhile).
+  const typed = view.composer.value;
+  setComposerText(typed.startsWith(content) ? typed.slice(content.length).trimStart() : typed);
   view.messages.append(msg.createMessage({ role: "user", content }));
   streamAnswer(messageList.newAnswer(), api.send(conversationId, content), { words: { text: content, editOf: null } });
 }

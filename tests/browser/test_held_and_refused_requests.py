@@ -106,3 +106,15 @@ def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
     assert chat.input_value(".edit-input") == "a much longer, carefully rewritten question"
     assert chat.locator('#messages .message[data-role="user"] .message-content').inner_text() == "short q"
     assert chat.locator('#messages .message[data-role="assistant"] .message-content').inner_text() == "an answer"
+
+
+def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer(chat):
+    creations = held(chat, "**/api/conversations")
+    send(chat, "first message")
+    waiting.wait_until(lambda: len(creations) == 1, 10, "the conversation asked for")
+    chat.locator("#composer").press_sequentially(" and a second thought")
+    creations[0].continue_()
+
+    wait_for_end(chat)
+    assert chat.locator('#messages .message[data-role="user"] .message-content').inner_text() == "first message"
+    assert chat.input_value("#composer") == "and a second thought"
