@@ -1,5 +1,6 @@
 """Debian's Chromium, and scripts put into the page to measure what the user would see."""
 
+import json
 import os
 
 from harness.waiting import wait_until
@@ -50,3 +51,11 @@ def wait_for_end(page, timeout_ms: int = 120_000) -> None:
     page.wait_for_selector('#messages .message[data-role="assistant"]:not([data-status="streaming"])',
                            timeout=timeout_ms)
     wait_for_true(page, "document.body.dataset.streaming === 'false'", timeout_ms)
+
+
+def wait_for_streaming_text(page, text: str, timeout_ms: int = 30_000) -> None:
+    """Waits until the answer being written shows `text` (so that it has started: a Stop now is
+    sent at once, not when the server names the answer)."""
+    answer = "#messages .message[data-status=\"streaming\"] .message-content"
+    shown = f"document.querySelector('{answer}')?.textContent"
+    wait_for_true(page, f"{shown} === {json.dumps(text)}", timeout_ms)

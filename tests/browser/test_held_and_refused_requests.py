@@ -8,7 +8,8 @@ import pytest
 
 from chatapp.models import Message
 from harness import waiting
-from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from harness.page_probes import (last_answer, send, wait_for_end, wait_for_streaming_text,
+                                 wait_for_true)
 from tests import factories
 from tests.browser.conftest import sign_in
 
@@ -25,7 +26,8 @@ def held(page, pattern: str) -> list:
     """Holds every POST to `pattern` unanswered (other methods go on); the list fills with them,
     for the test to let go."""
     routes = []
-    page.route(pattern, lambda route: routes.append(route) if route.request.method == "POST" else route.continue_())
+    page.route(pattern, lambda route: (routes.append(route) if route.request.method == "POST"
+                                       else route.continue_()))
     return routes
 
 
@@ -36,8 +38,16 @@ def refuse(route, status: int = 400, code: str = "context_too_long") -> None:
 
 
 def open_conversation(page, conversation) -> None:
-    page.click(f'#conversation-list li[data-conversation-id="{conversation.pk}"] .conversation-open')
-    wait_for_true(page, f"document.querySelector('#conversation-title').textContent === {json.dumps(conversation.title)}")
+    item = f'#conversation-list li[data-conversation-id="{conversation.pk}"]'
+    page.click(f"{item} .conversation-open")
+    title = json.dumps(conversation.title)
+    wait_for_true(page, f"document.querySelector('#conversation-title').textContent === {title}")
+
+
+def shown(page, role: str) -> str:
+    """The text of the last message of `role` on screen."""
+    return page.locator(f'#messages .message[data-role="{role}"] .message-content').last \
+        .inner_text()
 
 
 def alert_text(page) -> str:
@@ -50,8 +60,7 @@ def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way
     upstream.script.stall_after = 2  # then quiet, as a model still thinking
     stops = held(chat, "**/api/generations/*/stop")
     send(chat, "Say hello")
-    wait_for_true(chat, "document.querySelector('#messages .message[data-status=\"streaming\"]')"
-                        "?.textContent.startsWith('Hello, ')")
+    wait_for_streaming_text(chat, "Hello, ")
 
     chat.click("#stop")
 
@@ -68,7 +77,8 @@ def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way
     assert Message.objects.get(role="assistant").content == "Hello, "
 
 
-def test_a_message_refused_after_the_user_opened_another_conversation_is_named_and_waits_in_its_own(chat, user):
+def test_a_message_refused_after_the_user_opened_another_conversation_is_named_and_waits_there(
+        chat, user):
     first = factories.conversation(owner=user, title="Trip plans")
     second = factories.conversation(owner=user, title="Recipes")
     chat.reload()
@@ -82,7 +92,8 @@ def test_a_message_refused_after_the_user_opened_another_conversation_is_named_a
 
     assert "“Trip plans”" in alert_text(chat)
     assert "too long for the model" in alert_text(chat)
-    assert chat.input_value("#composer") == "", "not in another conversation's box, where Send would post it there"
+    # Not in another conversation's composer, where Send would post it there.
+    assert chat.input_value("#composer") == ""
     open_conversation(chat, first)
     assert chat.input_value("#composer") == "my carefully written long question"
 
@@ -104,8 +115,8 @@ def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
     assert "too long for the model" in alert_text(chat)
     chat.wait_for_selector(".edit-input")
     assert chat.input_value(".edit-input") == "a much longer, carefully rewritten question"
-    assert chat.locator('#messages .message[data-role="user"] .message-content').inner_text() == "short q"
-    assert chat.locator('#messages .message[data-role="assistant"] .message-content').inner_text() == "an answer"
+    assert shown(chat, "user") == "short q"
+    assert shown(chat, "assistant") == "an answer"
 
 
 def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer(chat):
@@ -116,5 +127,5 @@ def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer
     creations[0].continue_()
 
     wait_for_end(chat)
-    assert chat.locator('#messages .message[data-role="user"] .message-content').inner_text() == "first message"
+    assert shown(chat, "user") == "first message"
     assert chat.input_value("#composer") == "and a second thought"
