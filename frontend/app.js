@@ -7,6 +7,7 @@ import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
+import { isComposing } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
@@ -428,9 +429,12 @@ function stopHere() {
 view.stop.addEventListener("click", stopHere);
 view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
 
+// Fields with an Escape of their own (search clears, a list closes): it is not a Stop from there.
+const hasOwnEscape = (el) => el instanceof Element && el.matches("input, textarea, select") && el !== view.composer;
+
 document.addEventListener("keydown", (event) => {
-  if (event.key !== "Escape" || event.defaultPrevented) return;
-  if (liveHere()) {
+  if (event.key !== "Escape" || event.defaultPrevented || isComposing(event)) return;
+  if (liveHere() && !hasOwnEscape(event.target)) {
     event.preventDefault();
     stopHere();
   } else {

@@ -1,0 +1,53 @@
+"""Keys in a real browser through nginx: Escape stops an answer being written, but not from a
+field that has an Escape of its own, and a key an input method (Japanese, Chinese, Korean) is
+composing with belongs to it: its Enter picks a candidate, its Escape drops one."""
+
+import pytest
+
+from harness import waiting
+from harness.page_probes import send, wait_for_streaming_text, wait_for_true
+from tests.browser.conftest import sign_in
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+STREAMING = "document.body.dataset.streaming === 'true'"
+
+
+@pytest.fixture
+def chat(page, stack_with_fake_upstream, user, upstream):
+    sign_in(page, stack_with_fake_upstream, user)
+    page.requests_sent = []
+    page.on("request", lambda request: page.requests_sent.append((request.method, request.url)))
+    return page
+
+
+def composing(page, selector: str, key: str) -> None:
+    """`key` as an input method sends it mid-composition (Playwright's keyboard cannot compose)."""
+    page.dispatch_event(selector, "keydown",
+                        {"key": key, "isComposing": True, "bubbles": True, "cancelable": True})
+
+
+def stops_sent(page) -> list:
+    return [url for method, url in page.requests_sent if method == "POST" and url.endswith("/stop")]
+
+
+def test_escape_stops_the_answer_from_the_composer_not_mid_composition_nor_from_search_or_settings(
+        chat, upstream):
+    upstream.script.chunks = ["Hello", ", ", "world"]
+    upstream.script.stall_after = 2  # then quiet: the answer is being written until stopped
+    send(chat, "Say hello")
+    wait_for_streaming_text(chat, "Hello, ")
+
+    composing(chat, "#composer", "Escape")
+    chat.press("#conversation-search", "Escape")
+    chat.click("#settings-toggle")
+    chat.press("#settings-temperature", "Escape")
+    chat.press("#settings-system-prompt", "Escape")
+
+    assert chat.evaluate(STREAMING)
+    assert stops_sent(chat) == []
+    chat.press("#composer", "Escape")
+    wait_for_true(chat, "document.body.dataset.streaming === 'false'")
+    waiting.wait_until(lambda: len(stops_sent(chat)) == 1, 10, "the Stop sent")
+
+
