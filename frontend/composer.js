@@ -1,6 +1,7 @@
 // The composer: a text box that grows with its text, Enter sends (Shift+Enter: a new line), and
 // the character limit under it.
 import { createCharacterLimit } from "./character_limit.js";
+import { isComposing } from "./keys.js";
 
 /**
  * @param {object} parts
@@ -20,8 +21,7 @@ export function createComposer({ composer, form, counter, send, isBusy, announce
   }
   composer.addEventListener("input", resize);
   composer.addEventListener("keydown", (event) => {
-    // isComposing: Enter that confirms an input-method candidate (CJK) must not send.
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    if (event.key === "Enter" && !event.shiftKey && !isComposing(event)) {
       event.preventDefault();
       submit();
     }

@@ -1,5 +1,6 @@
 // The message list's DOM: one <article class="message"> per message, its state line, its
 // quiet meta line (TTFT, tokens) and its buttons, shown or hidden by refreshActions().
+import { isComposing } from "./keys.js";
 import { answerLabel, offersRetry } from "./labels.js";
 import { renderMarkdown } from "./render.js";
 import { STATUS } from "./vocabulary.js";
@@ -235,10 +236,11 @@ export function openEditor(userEl, text, submit) {
     userEl.querySelector(".edit").focus();
   });
   input.addEventListener("keydown", (event) => {
+    if (isComposing(event)) return;
     if (event.key === "Escape") {
       event.stopPropagation(); // Escape closes the editor; it is not a Stop
       cancel.click();
-    } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    } else if (event.key === "Enter" && !event.shiftKey) {
       event.preventDefault();
       form.requestSubmit();
     }

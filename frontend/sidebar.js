@@ -1,5 +1,6 @@
 // The conversation list: newest first, searchable, with rename and delete on each item.
 import { api } from "./api.js";
+import { isComposing } from "./keys.js";
 
 const UNTITLED = "New conversation";
 // Drawn, not emoji: emoji fonts are missing on many systems and would show empty boxes.
@@ -105,6 +106,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
       }
     };
     input.addEventListener("keydown", (event) => {
+      if (isComposing(event)) return;
       if (event.key === "Enter") {
         event.preventDefault();
         finish(true);

@@ -6,6 +6,7 @@ import pytest
 
 from harness import waiting
 from harness.page_probes import send, wait_for_streaming_text, wait_for_true
+from tests import factories
 from tests.browser.conftest import sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -31,6 +32,20 @@ def stops_sent(page) -> list:
     return [url for method, url in page.requests_sent if method == "POST" and url.endswith("/stop")]
 
 
+def test_enter_that_picks_an_input_method_candidate_does_not_commit_a_rename(chat, user):
+    conversation = factories.conversation(owner=user, title="Old name")
+    chat.reload()
+    item = f'#conversation-list li[data-conversation-id="{conversation.pk}"]'
+    chat.click(f"{item} .conversation-rename")
+    chat.fill(".conversation-title-input", "にほん")
+
+    composing(chat, ".conversation-title-input", "Enter")
+
+    assert chat.locator(".conversation-title-input").is_visible()
+    assert [url for method, url in chat.requests_sent if method == "PATCH"] == []
+    chat.fill(".conversation-title-input", "日本")
+    chat.press(".conversation-title-input", "Enter")
+    wait_for_true(chat, f"document.querySelector('{item} .conversation-open').textContent === '日本'")
 def test_escape_stops_the_answer_from_the_composer_not_mid_composition_nor_from_search_or_settings(
         chat, upstream):
     upstream.script.chunks = ["Hello", ", ", "world"]
