@@ -97,15 +97,20 @@ export function createConversationSettings({ api, failed, announce }) {
       draft = { ...draft, ...changes };
       return true;
     }
+    const { id } = conversation;
+    // The user may open another conversation before the server answers: the answer is about this
+    // one, and the panel, which shows the other by then, is left alone.
+    const isStillShown = () => conversation?.id === id;
     try {
-      conversation = await api.updateConversation(conversation.id, changes);
+      const updated = await api.updateConversation(id, changes);
+      if (isStillShown()) conversation = updated;
       return true;
     } catch (refusal) {
-      if (refusal.status === 400 || refusal.status === 404) showError(sentenceFor(refusal));
+      if ((refusal.status === 400 || refusal.status === 404) && isStillShown()) showError(sentenceFor(refusal));
       else failed(refusal);
       return false;
     } finally {
-      fill();
+      if (isStillShown()) fill();
     }
   }
 

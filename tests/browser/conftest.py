@@ -1,6 +1,7 @@
 """A real browser (Debian's Chromium, driven by Playwright) against the real stack on loopback:
 nginx in front of daphne, with either the stand-in upstream or the real inference service."""
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import web_stack
-from harness.page_probes import CHROMIUM, CHROMIUM_ARGS
+from harness.page_probes import CHROMIUM, CHROMIUM_ARGS, wait_for_true
 from tests import factories, servers
 from tests.fakes.upstream import FakeUpstream, Script
 
@@ -99,3 +100,20 @@ def sign_in(page, base_url: str, user) -> None:
     page.fill("#login-form [name=password]", PASSWORD)
     page.click("#login-form [type=submit]")
     page.wait_for_selector("#composer")
+
+
+def open_conversation(page, conversation) -> None:
+    """Opens `conversation` from the list and waits for its title in the heading."""
+    item = f'#conversation-list li[data-conversation-id="{conversation.pk}"]'
+    page.click(f"{item} .conversation-open")
+    title = json.dumps(conversation.title)
+    wait_for_true(page, f"document.querySelector('#conversation-title').textContent === {title}")
+
+
+def held(page, pattern: str, method: str = "POST") -> list:
+    """Holds every `method` request to `pattern` unanswered (other methods go on); the list fills
+    with them, for the test to let go (fault injection: a network that does not deliver)."""
+    routes = []
+    page.route(pattern, lambda route: (routes.append(route) if route.request.method == method
+                                       else route.continue_()))
+    return routes

@@ -9,8 +9,8 @@ import pytest
 
 from chatapp.models import Conversation, Message
 from harness import waiting
-from tests import servers
-from tests.browser.conftest import running_stack, sign_in
+from tests import factories, servers
+from tests.browser.conftest import held, open_conversation, running_stack, sign_in
 from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
 from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
 
@@ -92,6 +92,28 @@ def test_the_system_prompt_goes_first_the_picked_model_answers_next_and_a_reload
     assert chat.locator("#settings-system-prompt").input_value() == PIRATE
     assert chat.locator("#model-picker option").all_inner_texts() == [DEFAULT_MODEL, OTHER_MODEL]
     assert chat.console_errors == []
+
+
+def test_settings_saved_in_one_conversation_answered_after_another_opened_stay_with_the_first(
+        chat, user):
+    alpha = factories.conversation(owner=user, title="Alpha", system_prompt="Be A.")
+    beta = factories.conversation(owner=user, title="Beta", system_prompt="Be B.")
+    chat.reload()
+    open_conversation(chat, alpha)
+    saves = held(chat, f"**/api/conversations/{alpha.pk}", method="PATCH")
+    save_settings(chat, system_prompt="Be A, again.")
+    waiting.wait_until(lambda: len(saves) == 1, 10, "the settings sent")
+
+    open_conversation(chat, beta)
+    saves[0].continue_()
+    wait_for_true(chat, "document.getElementById('announcer').textContent.startsWith('Settings saved')")
+
+    assert chat.locator("#settings-system-prompt").input_value() == "Be B."
+    chat.select_option("#model-picker", OTHER_MODEL)
+    waiting.wait_until(lambda: Conversation.objects.get(pk=beta.pk).model == OTHER_MODEL, 10,
+                       "the picked model stored for the conversation on screen")
+    alpha.refresh_from_db()
+    assert (alpha.system_prompt, alpha.model_name) == ("Be A, again.", DEFAULT_MODEL)
 
 
 def test_a_temperature_out_of_range_is_a_sentence_and_nothing_is_stored(chat, user):

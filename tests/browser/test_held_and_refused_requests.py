@@ -11,7 +11,7 @@ from harness import waiting
 from harness.page_probes import (last_answer, send, wait_for_end, wait_for_streaming_text,
                                  wait_for_true)
 from tests import factories
-from tests.browser.conftest import sign_in
+from tests.browser.conftest import held, open_conversation, sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -22,26 +22,10 @@ def chat(page, stack_with_fake_upstream, user, upstream):
     return page
 
 
-def held(page, pattern: str) -> list:
-    """Holds every POST to `pattern` unanswered (other methods go on); the list fills with them,
-    for the test to let go."""
-    routes = []
-    page.route(pattern, lambda route: (routes.append(route) if route.request.method == "POST"
-                                       else route.continue_()))
-    return routes
-
-
 def refuse(route, status: int = 400, code: str = "context_too_long") -> None:
     """Answers a held request as the server refuses one, before anything is stored."""
     route.fulfill(status=status, content_type="application/json",
                   body=json.dumps({"error": {"code": code, "message": "refused by the test"}}))
-
-
-def open_conversation(page, conversation) -> None:
-    item = f'#conversation-list li[data-conversation-id="{conversation.pk}"]'
-    page.click(f"{item} .conversation-open")
-    title = json.dumps(conversation.title)
-    wait_for_true(page, f"document.querySelector('#conversation-title').textContent === {title}")
 
 
 def shown(page, role: str) -> str:
