@@ -41,7 +41,7 @@ const sidebar = createSidebar({
   open: (id) => openConversation(id),
   deleted: (id) => {
     // The server stopped the conversation's answer with it: end the reading, send no Stop.
-    live.get(id)?.generation.stop(async () => {});
+    live.get(id)?.generation.close();
     if (id === conversationId) showConversation(null);
   },
   failed: (error) => handleError(error),
@@ -138,7 +138,7 @@ const auth = createAuth({
     session += 1;
     // The user's own answers stop with the session; answers only watched here go on elsewhere.
     for (const entry of live.entries()) {
-      if (entry.watching) entry.generation.controller.abort();
+      if (entry.watching) entry.generation.close();
       else entry.generation.stop(api.stop);
     }
     sidebar.clear();

@@ -44,6 +44,7 @@ export class Generation {
     this.done = null;
     this.error = null;
     this.stopped = false;
+    this.isClosed = false; // read no more, without a Stop (close())
     this.stalled = false;
     this.pendingStop = null; // a Stop pressed before the server named the generation
     this.reconnecting = false;
@@ -126,8 +127,8 @@ export class Generation {
   }
 
   #isResumable() {
-    return !this.stopped && !this.done && !this.error && this.id !== null && this.resume !== null
-      && this.start?.resume_grace_s > 0;
+    return !this.stopped && !this.isClosed && !this.done && !this.error && this.id !== null
+      && this.resume !== null && this.start?.resume_grace_s > 0;
   }
 
   /**
@@ -144,7 +145,7 @@ export class Generation {
         const wait = pause(Math.max(Math.min(waitMs, deadline - this.clock.now()), 0), this.retryWith);
         this.wake = wait.wake;
         await wait.done;
-        if (this.stopped) return false;
+        if (this.stopped || this.isClosed) return false;
         waitMs = nextRetryMs(waitMs);
         this.controller = new AbortController();
         this.stalled = false;
@@ -154,7 +155,7 @@ export class Generation {
         try {
           response = await this.resume(this.id, this.chars)(this.controller.signal);
         } catch (error) {
-          if (this.stopped || isFinalRefusal(error)) return false;
+          if (this.stopped || this.isClosed || isFinalRefusal(error)) return false;
           if (this.clock.now() >= deadline) {
             this.graceExpired = true;
             return false;
@@ -239,7 +240,7 @@ export class Generation {
    * was. Returns the number of code points reported, or null when there was nothing to stop.
    */
   stop(sendStop) {
-    if (this.stopped || this.done) return null;
+    if (this.stopped || this.done || this.isClosed) return null;
     this.stopped = true;
     const seen = this.paintedChars;
     this.painter.cancel();
@@ -258,6 +259,20 @@ export class Generation {
     if (this.id === null) this.pendingStop = send;
     else send();
     return seen;
+  }
+
+  /**
+   * This page reads no more of the answer, and sends no Stop: the answer goes on at the server
+   * for its other readers (signing out while watching one), or the server ended it already (its
+   * conversation was deleted). A plain abort would read as a lost connection and be resumed.
+   */
+  close() {
+    if (this.done || this.isClosed) return;
+    this.isClosed = true;
+    this.painter.cancel();
+    this.wake?.();
+    this.controller.abort();
+    this.#endRun();
   }
 
   /**

@@ -171,6 +171,30 @@ test("a server without a grace period is not tried again: the answer is interrup
   assert.deepEqual(t.states, []);
 });
 
+test("closing ends the reading at once, sends no Stop and never resumes: the answer goes on elsewhere", async () => {
+  const t = setUp();
+  await t.start(["one"]);
+  t.generation.close();
+  const outcome = await t.outcome;
+  assert.equal(t.generation.controller.signal.aborted, true);
+  await advance(t, 60_000);
+  assert.deepEqual(t.resumes, []);
+  assert.deepEqual(t.stops, []);
+  assert.equal(outcome.text, "one");
+});
+
+test("closing while reconnecting ends the waits and tries no more", async () => {
+  const t = setUp();
+  await t.start(["one"]);
+  t.down = true;
+  await t.cut();
+  t.generation.close();
+  await t.outcome;
+  await advance(t, 60_000);
+  assert.deepEqual(t.resumes, []);
+  assert.equal(t.generation.reconnecting, false);
+});
+
 test("Stop while reconnecting ends at once with what was seen, and the Stop is kept until the server takes it", async () => {
   const t = setUp();
   await t.start(["seen"]);
