@@ -8,6 +8,7 @@ import uuid
 
 import anyio
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -223,12 +224,27 @@ def _unavailable_message(service: InferenceService) -> str:
 
 
 async def models(request: Request) -> JSONResponse:
+    """The served model once it is loaded; an empty list before."""
     service: InferenceService = request.app.state.service
-    data = []
-    if service.state is ServiceState.READY:
-        data.append({"id": service.model_name, "object": "model", "created": int(time.time()),
-                     "owned_by": "inference", "max_model_len": service.max_model_len})
-    return JSONResponse({"object": "list", "data": data})
+    ready = service.state is ServiceState.READY
+    return JSONResponse({"object": "list", "data": [_model_card(service)] if ready else []})
+
+
+async def model(request: Request) -> JSONResponse:
+    """OpenAI's retrieve: the served model by its id (which may hold slashes: org/name)."""
+    service: InferenceService = request.app.state.service
+    try:
+        service.check_model(request.path_params["model"])
+        if service.state is not ServiceState.READY:
+            raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
+    except ProtocolError as error:
+        return error_response(error)
+    return JSONResponse(_model_card(service))
+
+
+def _model_card(service: InferenceService) -> dict:
+    return {"id": service.model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "inference", "max_model_len": service.max_model_len}
 
 
 async def health(request: Request) -> JSONResponse:
@@ -256,6 +272,15 @@ async def _unplanned_error(request: Request, error: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=500)
 
 
+async def _routing_error(request: Request, error: HTTPException) -> JSONResponse:
+    """A path no route serves (404) or a method its route does not take (405, with Allow), in
+    OpenAI's error shape as every other refusal here, where Starlette answers plain text."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "bad_request")
+    message = f"{request.method} {request.url.path}: {error.detail.lower()}"
+    return JSONResponse(error_body(message, "invalid_request_error", code),
+                        status_code=error.status_code, headers=error.headers)
+
+
 def create_app(service: InferenceService, load: bool = True) -> Starlette:
     """The ASGI app; with `load`, the model loads in the background while /health says so."""
 
@@ -269,10 +294,12 @@ def create_app(service: InferenceService, load: bool = True) -> Starlette:
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan, exception_handlers={Exception: _unplanned_error})
+    ], lifespan=lifespan,
+        exception_handlers={HTTPException: _routing_error, Exception: _unplanned_error})
     app.state.service = service
     return app
 

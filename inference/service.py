@@ -130,16 +130,16 @@ class InferenceService:
         """The tokens /tokenize counts: messages exactly as a completion of them is prompted."""
         if request.messages is not None:
             return self.chat_prompt(request.model, request.messages, request.continue_final_message)
-        self._check_model(request.model)
+        self.check_model(request.model)
         return self.engine.encode(request.prompt)
 
     def chat_prompt(self, model: str | None, messages: list[dict[str, str]],
                     continue_final_message: bool) -> list[int]:
         """The prompt of a completion of these messages, the chat template applied."""
-        self._check_model(model)
+        self.check_model(model)
         return self.engine.encode_chat(messages, continue_final_message)
 
-    def _check_model(self, model: str | None) -> None:
+    def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
             raise ProtocolError(404, f"the model {model!r} does not exist; this service "
                                 f"serves {self.model_name!r}", "model_not_found", "model")

@@ -1,5 +1,7 @@
 """The OpenAPI descriptions the fuzz suite generates its requests from."""
 
+import re
+
 import pytest
 import yaml
 from openapi_spec_validator import validate
@@ -43,7 +45,8 @@ def test_the_inference_document_names_every_route():
     from inference.service import InferenceService
 
     app = create_app(InferenceService(InferenceConfig()), load=False)
-    routes = {f"{method} {route.path}" for route in app.routes for method in route.methods
-              if method != "HEAD"}
+    # A parameter's convertor ({model:path}: an id holding slashes) is no part of its name.
+    routes = {f"{method} {re.sub(r':[a-z]+}', '}', route.path)}" for route in app.routes
+              for method in route.methods if method != "HEAD"}
 
     assert set(operations("openapi-inference.yaml")) == routes

@@ -247,3 +247,34 @@ def test_the_default_model_is_found_inside_its_package():
 
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.is_file()
+
+
+def test_the_served_model_is_retrieved_by_its_id_and_another_is_not_found(tiny_service_url):
+    listed = httpx2.get(f"{tiny_service_url}/v1/models").json()["data"][0]
+
+    found = httpx2.get(f"{tiny_service_url}/v1/models/{MODEL_NAME}")
+    missing = httpx2.get(f"{tiny_service_url}/v1/models/gpt-5")
+
+    assert found.status_code == 200
+    assert found.json() == {**listed, "created": found.json()["created"]}
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+    assert missing.json()["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize("method, path, status, code", [
+    ("POST", "/v1/completions", 404, "not_found"),
+    ("GET", "/v1/embeddings", 404, "not_found"),
+    ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+    ("DELETE", "/v1/models", 405, "method_not_allowed"),
+])
+def test_an_unknown_route_or_method_is_an_openai_error(tiny_service_url, method, path, status,
+                                                        code):
+    response = httpx2.request(method, f"{tiny_service_url}{path}")
+
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert (error["code"], error["type"]) == (code, "invalid_request_error") and error["message"]
+    if status == 405:
+        assert response.headers["allow"]
