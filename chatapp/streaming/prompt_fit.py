@@ -56,7 +56,7 @@ async def fit(plan: AnswerPlan) -> None:
             tokens -= messages[start].floor
             start += 1
     if tokens >= context:
-        raise ApiError(400, "context_too_long", "the message is too long for the model's context")
+        raise await _too_long(url, model, memory, system, tokens, context)
     plan.prompt = [p.entry for p in system + messages[start:]]
     plan.sampling = {**plan.sampling, "max_tokens": min(plan.sampling["max_tokens"], context - tokens)}
     left_out = start > 0 or len(reachable) < len(plan.said)
@@ -83,6 +83,21 @@ async def _count(url: str, model: str, memory: Memory, pieces: list[Piece], cont
     if counted is not None:
         memory.learn(pieces, counted)
     return counted
+
+
+async def _too_long(url: str, model: str, memory: Memory, system: list[Piece], tokens: int,
+                    context: int) -> ApiError:
+    """The refusal of a prompt that leaves the model no room to answer: the system prompt's
+    where it is the greater part (every message of the conversation would be refused until its
+    settings change; its characters were within bounds, its tokens are not), else the message's."""
+    if system:
+        alone = await token_counts.prompt_tokens(url, model, [system[0].entry])
+        alone = memory.estimate(system) if alone is None else alone
+        if 2 * alone > tokens:
+            return ApiError(400, "system_prompt_too_long",
+                            f"the conversation's system prompt takes about {alone} of the model's "
+                            f"{context} tokens of context; shorten it in the conversation's settings")
+    return ApiError(400, "context_too_long", "the message is too long for the model's context")
 
 
 def answered(*, conversation_id: int, model: str, text: str, usage: dict | None,

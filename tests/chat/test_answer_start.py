@@ -69,6 +69,11 @@ def at_the_stream_limit(conversation):
                                            role="assistant", status="streaming"))
 
 
+def a_long_system_prompt(conversation):
+    conversation.system_prompt = "blah " * 800  # within its 4,000 characters
+    conversation.save()
+
+
 def one_answer(conversation):
     factories.message(conversation, content="hi")
     return factories.message(conversation, role="assistant", content="Hello.")
@@ -81,6 +86,8 @@ REFUSALS = {
                       400, "empty_message"),
     "context_too_long": (lambda c: None, "/api/conversations/{c}/messages", {"content": "blah " * 1500},
                          400, "context_too_long"),
+    "system_prompt_too_long": (a_long_system_prompt, "/api/conversations/{c}/messages",
+                               {"content": "hi"}, 400, "system_prompt_too_long"),
     "conversation_busy": (busy, "/api/conversations/{c}/messages", {"content": "hi"},
                           409, "conversation_busy"),
     "too_many_streams": (at_the_stream_limit, "/api/conversations/{c}/messages", {"content": "hi"},
@@ -303,3 +310,21 @@ async def test_a_browser_that_leaves_before_the_upstream_answered_leaves_an_audi
     assert await sync_to_async(Message.objects.filter(conversation=conversation).count)() == 0
     assert (generation.message_id, generation.status, generation.cancelled_by) == (
         None, "stopped", "client_gone")
+
+
+@pytest.mark.parametrize("system_prompt, message, code", [
+    ("x" * 3000, "hi", "system_prompt_too_long"),
+    ("Be brief.", "x" * 3000, "context_too_long"),
+])
+async def test_a_prompt_too_long_for_the_context_names_its_greater_part_as_the_upstream_counts_it(
+        api, conversation, upstream, settings, system_prompt, message, code):
+    settings.CHAT_CONTEXT_TOKENS, settings.CHAT_MAX_TOKENS = 2000, 100
+    upstream.script.counts_every_byte = True  # a token a byte: 3,000 characters do not fit
+    conversation.system_prompt = system_prompt
+    await sync_to_async(conversation.save)()
+
+    response = await post(api, f"/api/conversations/{conversation.pk}/messages",
+                          {"content": message})
+
+    assert (response.status_code, response.json()["error"]["code"]) == (400, code)
+    assert upstream.requests == []
