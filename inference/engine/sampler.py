@@ -1,7 +1,8 @@
 """Picks each sequence's next token from its logits: greedy, or temperature + top-p, seeded.
 
-Each sampled sequence draws from its own generator, so a seeded request gives the same answer
-whatever else shares its batch.
+Each sampled sequence draws from its own generator, so a seeded request makes the same draws
+whatever else shares its batch (the logits it draws from may still differ in their last bits
+with the batch's shape or a reused prompt prefix: enough, at bfloat16, to change a token).
 """
 
 from typing import NamedTuple
