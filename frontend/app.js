@@ -82,12 +82,12 @@ function handleErrorElsewhere(id, error, { isTextKept }) {
 // there).
 const unsent = new Map();
 
-/** Keeps `words`, which a refused request carried; true when they were not stored. */
-function keepUnsent(id, error, words) {
-  // 502-504 from the model store the failed answer, and the message; a model no longer served
-  // stores nothing.
-  const isStored = error?.status >= 502 && error?.code !== "model_unavailable";
-  if (words === null || isStored) return false;
+/**
+ * Keeps `words`, which a refused request carried; true when there were any. A refused request
+ * stores nothing (a refusal by the model leaves its audit row alone), so they exist only here.
+ */
+function keepUnsent(id, words) {
+  if (words === null) return false;
   const held = unsent.get(id);
   unsent.set(id, held ? { text: `${held.text}\n\n${words.text}`, editOf: null } : words);
   giveBackUnsent();
@@ -339,7 +339,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
   if (id === conversationId) syncStreaming();
   if (!shownIn || id !== conversationId) {
     if (outcome.ending === ENDING.REFUSED && !watching) {
-      handleErrorElsewhere(id, outcome.error, { isTextKept: keepUnsent(id, outcome.error, words) });
+      handleErrorElsewhere(id, outcome.error, { isTextKept: keepUnsent(id, words) });
     }
     sidebar.refresh(); // a first message names the conversation and moves it to the top
     if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
@@ -350,8 +350,8 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
     msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
-    await reloadMessages(id); // shows what was stored, e.g. the failed answer of a 502
-    keepUnsent(id, outcome.error, words);
+    await reloadMessages(id); // shows the conversation as stored, without what was refused
+    keepUnsent(id, words);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
     await learnIds(id);

@@ -16,6 +16,7 @@ const SENTENCES = {
     `Too many failed sign-ins. Please wait ${retryAfter ? `${retryAfter} seconds` : "a few minutes"} and try again.`,
   invalid_json: PAGE_OUTDATED,
   invalid_value: PAGE_OUTDATED,
+  unsupported_media_type: PAGE_OUTDATED,
   method_not_allowed: PAGE_OUTDATED,
   not_found: "That conversation or message no longer exists. It may have been deleted.",
   empty_message: "Type a message first.",

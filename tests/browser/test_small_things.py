@@ -214,6 +214,18 @@ def test_a_busy_model_is_reported_in_a_sentence_and_its_code_stays_in_the_audit_
     assert Generation.objects.get().error_code == "upstream_busy"
 
 
+def test_a_message_the_model_refused_comes_back_to_the_composer_and_nothing_is_left_stored(
+        chat, upstream):
+    upstream.script.status = 500  # the app answers 502 upstream_error, before any stream
+
+    send(chat, "are you there?")
+
+    assert alert_text(chat) == "The model could not answer this request. Please try again."
+    wait_for_true(chat, "document.querySelector('#composer').value === 'are you there?'")
+    assert chat.locator('.message[data-role="assistant"]').count() == 0
+    assert not Message.objects.exists() and Generation.objects.get().status == "failed"
+
+
 def test_an_answer_that_fails_midway_says_so_in_a_sentence_not_the_upstream_code(chat, upstream):
     upstream.script.chunks = ["Some ", "text ", "then"]
     upstream.script.error_after = 2
