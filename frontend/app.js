@@ -7,13 +7,14 @@ import { createConversationSettings } from "./conversation_settings.js";
 import { sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
-import { isComposing } from "./keys.js";
+import { onEscape } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
 import { createFramePainter } from "./render.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
+import { createUnsentWords } from "./unsent_words.js";
 import { STATUS } from "./vocabulary.js";
 
 // For end-to-end tests and the browser benchmark: paints per streamed answer (to compare with
@@ -61,51 +62,14 @@ function showAlert(text) {
 }
 const clearAlert = () => { view.alert.hidden = true; };
 
-function handleError(error) {
+/** Says why a request failed; `elsewhere`: the conversation it was of, if not the one on screen. */
+function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
   if (error instanceof ApiError && error.status === 401) return auth.showLogin(sentenceFor(error));
-  showAlert(sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars }));
-}
-
-/** A request of conversation `id`, not on screen, was refused: the alert says which one. */
-function handleErrorElsewhere(id, error, { isTextKept }) {
-  if (error instanceof ApiError && error.status === 401) return handleError(error);
-  const name = sidebar.nameOf(id);
-  const where = name === null ? "In another conversation" : `In “${name}”`;
+  const sentence = sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars });
+  if (elsewhere === null) return showAlert(sentence);
+  const name = sidebar.nameOf(elsewhere);
   const kept = isTextKept ? " Your text is back in the message box when you open it." : "";
-  showAlert(`${where}: ${sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars })}${kept}`);
-}
-
-// What the user wrote in a request the server refused before storing anything, by conversation,
-// as `{text, editOf}` (editOf: the id of the message it rewrites; null: a new message). It goes
-// back where it was written once its conversation is on screen: an edit into its editor, a new
-// message into the composer when that is empty (in another conversation's, Send would post it
-// there).
-const unsent = new Map();
-
-/**
- * Keeps `words`, which a refused request carried; true when there were any. A refused request
- * stores nothing (a refusal by the model leaves its audit row alone), so they exist only here.
- */
-function keepUnsent(id, words) {
-  if (words === null) return false;
-  const held = unsent.get(id);
-  unsent.set(id, held ? { text: `${held.text}\n\n${words.text}`, editOf: null } : words);
-  giveBackUnsent();
-  return true;
-}
-
-function giveBackUnsent() {
-  const words = unsent.get(conversationId);
-  if (!words) return;
-  const edited = words.editOf !== null
-    && view.messages.querySelector(`.message[data-role="user"][data-message-id="${words.editOf}"]`);
-  if (edited) {
-    unsent.delete(conversationId);
-    startEdit(edited, words.text);
-  } else if (!view.composer.value) {
-    unsent.delete(conversationId);
-    setComposerText(words.text);
-  }
+  showAlert(`${name === null ? "In another conversation" : `In “${name}”`}: ${sentence}${kept}`);
 }
 
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
@@ -118,6 +82,16 @@ const conversationSettings = createConversationSettings({ api, failed: (error) =
 const { limit: characterLimit, setText: setComposerText } = createComposer({
   composer: view.composer, form: view.form, counter: view.count, send: view.send, announce,
   isBusy: () => document.body.dataset.streaming === "true", submit: () => send(),
+});
+
+// A refused request stores nothing (the model's refusal leaves its audit row alone): what the
+// user wrote in it exists only here until it is back where it was written.
+const unsentWords = createUnsentWords({
+  shownId: () => conversationId,
+  findMessage: (id) => view.messages.querySelector(`.message[data-role="user"][data-message-id="${id}"]`),
+  edit: (el, text) => startEdit(el, text),
+  isComposerEmpty: () => !view.composer.value,
+  fillComposer: (text) => setComposerText(text),
 });
 
 // --- signing in ---
@@ -146,7 +120,7 @@ const auth = createAuth({
     if (conversationId !== null || opening !== null) showConversation(null);
     loading += 1; // a conversation still loading must not land on the sign-in form
     opening = null;
-    unsent.clear(); // not for the next person at this computer
+    unsentWords.clear();
     clearAlert();
   },
 });
@@ -159,7 +133,7 @@ function showConversation(id, title = "", messages = [], conversation = null) {
   showInAddress(id, { replace: id === null });
   heading.set(id, title);
   renderHistory(messages);
-  giveBackUnsent();
+  unsentWords.giveBack();
 }
 
 function renderHistory(messages) {
@@ -295,7 +269,7 @@ function watchAnswer(el, generationId) {
 
 /**
  * Reads an answer into `el` to its end. `words`: what the user wrote that this request carries,
- * `{text, editOf}` as `unsent` holds them, given back if the server refuses it.
+ * `{text, editOf}` as unsent_words.js holds them, given back if the server refuses it.
  */
 async function streamAnswer(el, open, { baseText = "", watching = false, words = null } = {}) {
   const id = conversationId;
@@ -339,7 +313,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
   if (id === conversationId) syncStreaming();
   if (!shownIn || id !== conversationId) {
     if (outcome.ending === ENDING.REFUSED && !watching) {
-      handleErrorElsewhere(id, outcome.error, { isTextKept: keepUnsent(id, words) });
+      handleError(outcome.error, { elsewhere: id, isTextKept: unsentWords.keep(id, words) });
     }
     sidebar.refresh(); // a first message names the conversation and moves it to the top
     if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
@@ -351,7 +325,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
     await reloadMessages(id); // shows the conversation as stored, without what was refused
-    keepUnsent(id, words);
+    unsentWords.keep(id, words);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
     await learnIds(id);
@@ -429,17 +403,9 @@ function stopHere() {
 view.stop.addEventListener("click", stopHere);
 view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
 
-// Fields with an Escape of their own (search clears, a list closes): it is not a Stop from there.
-const hasOwnEscape = (el) => el instanceof Element && el.matches("input, textarea, select") && el !== view.composer;
-
-document.addEventListener("keydown", (event) => {
-  if (event.key !== "Escape" || event.defaultPrevented || isComposing(event)) return;
-  if (liveHere() && !hasOwnEscape(event.target)) {
-    event.preventDefault();
-    stopHere();
-  } else {
-    sidebar.closeDrawer({ focusToggle: true });
-  }
+onEscape({
+  composer: view.composer, canStop: () => liveHere() !== null, stop: stopHere,
+  otherwise: () => sidebar.closeDrawer({ focusToggle: true }),
 });
 
 auth.start();
