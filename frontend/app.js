@@ -4,13 +4,14 @@ import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
 import { createComposer } from "./composer.js";
 import { createConversationSettings } from "./conversation_settings.js";
-import { sentenceFor } from "./errors.js";
+import { NO_SUCH_CONVERSATION, sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
 import { onEscape } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
+import { createNotices } from "./notices.js";
 import { createFramePainter } from "./render.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
@@ -38,6 +39,11 @@ let creating = false; // a first message is creating its conversation: Enter twi
 let opening = null; // the conversation being loaded, if any
 let isSignedIn = false;
 
+const { announce, showAlert, clearAlert } = createNotices({
+  announcer: view.announcer, alert: view.alert, alertText: view.alertText, dismiss: view.dismiss,
+  dismissed: () => view.composer.focus(),
+});
+
 const sidebar = createSidebar({
   open: (id) => openConversation(id),
   deleted: (id) => {
@@ -49,18 +55,6 @@ const sidebar = createSidebar({
   announce,
 });
 live.onChange((ids) => sidebar.setWriting(ids));
-
-function announce(text) {
-  view.announcer.textContent = "";
-  // A fresh node change, so the same words twice are announced twice.
-  requestAnimationFrame(() => { view.announcer.textContent = text; });
-}
-
-function showAlert(text) {
-  view.alertText.textContent = text;
-  view.alert.hidden = false;
-}
-const clearAlert = () => { view.alert.hidden = true; };
 
 /** Says why a request failed; `elsewhere`: the conversation it was of, if not the one on screen. */
 function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
@@ -183,8 +177,6 @@ async function openConversation(id) {
     if (mine === loading) opening = null;
   }
 }
-
-const NO_SUCH_CONVERSATION = "There is no conversation at this address. It may have been deleted.";
 
 /** Opens what the address names: after Back, Forward, or an edited or bookmarked address. */
 function followAddress() {
@@ -315,11 +307,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
     if (outcome.ending === ENDING.REFUSED && !watching) {
       handleError(outcome.error, { elsewhere: id, isTextKept: unsentWords.keep(id, words) });
     }
-    sidebar.refresh(); // a first message names the conversation and moves it to the top
-    if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
-    return outcome;
-  }
-  if (outcome.ending === ENDING.REFUSED && watching) {
+  } else if (outcome.ending === ENDING.REFUSED && watching) {
     handleError(outcome.error); // no reload: it would show the same answer and try again
     msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
   } else if (outcome.ending === ENDING.REFUSED) {
@@ -401,7 +389,6 @@ function stopHere() {
   }));
 }
 view.stop.addEventListener("click", stopHere);
-view.dismiss.addEventListener("click", () => { clearAlert(); view.composer.focus(); });
 
 onEscape({
   composer: view.composer, canStop: () => liveHere() !== null, stop: stopHere,

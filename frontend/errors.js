@@ -66,6 +66,9 @@ function sentenceForStatus(status) {
   return GENERIC;
 }
 
+/** An address that names no conversation of this user's (another account's reads the same). */
+export const NO_SUCH_CONVERSATION = "There is no conversation at this address. It may have been deleted.";
+
 /**
  * A sentence for `error`: an ApiError ({status, code, retryAfter}), a stream's error event
  * ({code}), or anything fetch throws (no code: the network failed). `context` may carry
