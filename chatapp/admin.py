@@ -115,9 +115,18 @@ class MessageInline(admin.TabularInline):
     readonly_fields = fields
     can_delete = False
 
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(ReviewOnlyAdmin):
+    """A user's conversation as they have it: shown, never reassigned, rewritten or deleted here
+    (its audit rows name its owner; a user deletes their own, softly, in the app)."""
+
     list_display = ["id", "title", "owner", "updated_at", "deleted_at"]
     list_filter = ["deleted_at"]
     search_fields = ["title", "owner__username"]

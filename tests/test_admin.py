@@ -148,3 +148,22 @@ def test_a_daily_rollup_cannot_be_added_changed_or_deleted(staff_client):
 
     assert (add.status_code, change.status_code, delete.status_code) == (403, 403, 403)
     assert day.generations == 120
+
+
+def test_a_conversation_and_its_messages_cannot_be_added_changed_reassigned_or_deleted(staff_client):
+    conversation = factories.conversation(title="Alice's", system_prompt="Be brief.")
+    factories.message(conversation, content="my question")
+    someone_else = factories.user()
+
+    add = staff_client.get(reverse("admin:chatapp_conversation_add"))
+    change = staff_client.post(reverse("admin:chatapp_conversation_change", args=[conversation.pk]),
+                               {"owner": someone_else.pk, "title": "Edited", "system_prompt": "x"})
+    delete = staff_client.post(reverse("admin:chatapp_conversation_delete", args=[conversation.pk]),
+                               {"post": "yes"})
+    shown = staff_client.get(reverse("admin:chatapp_conversation_change", args=[conversation.pk]))
+    conversation.refresh_from_db()
+
+    assert (add.status_code, change.status_code, delete.status_code) == (403, 403, 403)
+    assert (conversation.owner_id, conversation.title) != (someone_else.pk, "Edited")
+    assert conversation.system_prompt == "Be brief." and conversation.messages.count() == 1
+    assert shown.status_code == 200 and b"my question" in shown.content  # still there to review
