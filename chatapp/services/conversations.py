@@ -12,6 +12,7 @@ from django.utils import timezone
 from common.vocabulary import CancelledBy, GenerationStatus, MessageStatus
 
 from .. import conversation_settings, selectors
+from ..title_text import shown_line
 from ..errors import ApiError, not_found
 from ..models import Conversation, Generation, Message
 from .generations import IllegalTransition, Outcome, generation_finish, generation_stop
@@ -73,16 +74,15 @@ def conversation_title_by_model(*, conversation_id: int, title: str, replacing: 
 
 
 def _title(title: str) -> str:
-    """The user's name for a conversation, on one line: every run of whitespace, line breaks
-    included, one space (the list and the heading show one line)."""
+    """The user's name for a conversation, as it is shown (title_text.shown_line)."""
     if len(title) > 200:
         raise ApiError(400, "title_too_long", "a title holds at most 200 characters")
-    return " ".join(title.split())
+    return shown_line(title)
 
 
 def title_from(content: str) -> str:
     """The title a conversation takes from its first message: that message's first line."""
-    return content.strip().splitlines()[0][:80]
+    return shown_line(content.strip().splitlines()[0])[:80]
 
 
 # --- starting an answer ---

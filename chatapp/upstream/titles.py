@@ -21,6 +21,7 @@ from django.db import connections
 from common.vocabulary import GenerationStatus
 
 from .. import selectors, services
+from ..title_text import shown_line
 from . import inference_client, inference_replicas
 from . import models as upstream_models
 from .http_client import sync_client
@@ -80,7 +81,7 @@ def cleaned(text: str) -> str | None:
     title = _PREAMBLE.sub("", title.strip(_EDGES), count=1).strip(_EDGES)
     if title.count("(") > title.count(")"):  # a parenthesis the token limit left open
         title = title[:title.rfind("(")]
-    title = " ".join(title.rstrip(".:;,!?").strip(_EDGES).split())
+    title = shown_line(title.rstrip(".:;,!?").strip(_EDGES))
     words = title.split()
     if not words or len(title) > MAX_CHARS or len(words) > MAX_WORDS:
         return None

@@ -90,6 +90,25 @@ async def test_a_title_is_kept_on_one_line_and_one_over_200_characters_is_refuse
     assert (await api.get(f"/api/conversations/{created['id']}")).json()["title"] == "Trip to Lisbon"
 
 
+# A bell, a terminal's escape, a right-to-left override that shows "play" as "yalp", zero-width
+# spaces; a family emoji's joiners and a Persian word's non-joiner are part of what they say.
+HIDDEN = "Bank\u0007\u001b[2J \u202eyalp\u202c\u200b\u200b\ufeffnotes"
+KEPT = "\U0001F468\u200d\U0001F469\u200d\U0001F467 \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+
+
+async def test_a_title_keeps_no_control_or_invisible_formatting_characters_but_joiners(
+        api, user, upstream):
+    created = (await post(api, "/api/conversations", {"title": HIDDEN})).json()
+    kept = (await post(api, "/api/conversations", {"title": KEPT})).json()
+    conversation = await sync_to_async(factories.conversation)(owner=user)
+    await read_events(await post(api, f"/api/conversations/{conversation.pk}/messages",
+                                 {"content": f"{HIDDEN}\nthe rest"}))
+
+    first_line = (await api.get(f"/api/conversations/{conversation.pk}")).json()["title"]
+    assert created["title"] == first_line == "Bank[2J yalpnotes"
+    assert kept["title"] == KEPT
+
+
 async def test_conversations_are_paginated_and_searchable_by_title_and_content(api, user):
     def make():
         for i in range(25):

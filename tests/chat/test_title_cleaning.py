@@ -73,3 +73,7 @@ def test_a_preamble_goes_and_a_quoted_title_is_taken(said, title):
 ])
 def test_an_answer_about_the_title_or_cut_off_or_two_sentences_gives_no_title(said):
     assert titles.cleaned(said) is None
+
+
+def test_a_models_title_keeps_no_control_or_invisible_formatting_characters():
+    assert titles.cleaned("Rust\x00 Tips\x1b[31m for \u202eyalp\u200b\u200b") == "Rust Tips[31m for yalp"
