@@ -37,6 +37,12 @@ def wait_for_true(page, expression: str, timeout_ms: int = 30_000) -> None:
     wait_until(lambda: page.evaluate(expression), timeout_ms / 1000, expression)
 
 
+def alert_text(page) -> str:
+    """The alert's words, once it shows."""
+    page.wait_for_selector("#alert:not([hidden])")
+    return page.locator("#alert-text").inner_text()
+
+
 def last_answer(page):
     return page.locator('#messages .message[data-role="assistant"]').last
 

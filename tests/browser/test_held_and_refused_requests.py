@@ -8,8 +8,8 @@ import pytest
 
 from chatapp.models import Message
 from harness import waiting
-from harness.page_probes import (last_answer, send, wait_for_end, wait_for_streaming_text,
-                                 wait_for_true)
+from harness.page_probes import (alert_text, last_answer, send, wait_for_end,
+                                 wait_for_streaming_text, wait_for_true)
 from tests import factories
 from tests.browser.conftest import held, open_conversation, sign_in
 
@@ -32,11 +32,6 @@ def shown(page, role: str) -> str:
     """The text of the last message of `role` on screen."""
     return page.locator(f'#messages .message[data-role="{role}"] .message-content').last \
         .inner_text()
-
-
-def alert_text(page) -> str:
-    page.wait_for_selector("#alert:not([hidden])")
-    return page.locator("#alert-text").inner_text()
 
 
 def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way(chat, upstream):

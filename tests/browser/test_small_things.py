@@ -6,7 +6,7 @@ import pytest
 
 from chatapp.models import Generation, Message
 from harness import waiting
-from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from harness.page_probes import alert_text, last_answer, send, wait_for_end, wait_for_true
 from tests import factories
 from tests.browser.conftest import running_stack, sign_in
 
@@ -30,11 +30,6 @@ def chat(page, stack, user, upstream):
 
 def shown_title(page) -> str:
     return page.locator("#conversation-title").inner_text()
-
-
-def alert_text(page) -> str:
-    page.wait_for_selector("#alert:not([hidden])")
-    return page.locator("#alert-text").inner_text()
 
 
 # --- the phone-only menu button ---
