@@ -298,7 +298,9 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
   entry = live.add(id, generation, el);
   entry.watching = watching;
   syncStreaming();
-  const outcome = await generation.run(open);
+  // A new answer asks the server once one stopped here has ended there (else: 409).
+  const opened = watching ? open : (signal) => live.stopEnded(id).then(() => open(signal));
+  const outcome = await generation.run(opened);
   const shownIn = entry.el; // null when the user is elsewhere: the server keeps the answer
   live.remove(entry);
   if (mySession !== session) return outcome;

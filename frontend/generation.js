@@ -95,7 +95,8 @@ export class Generation {
    */
   run(open) {
     const stopped = new Promise((resolve) => { this.#endRun = () => resolve(this.outcome()); });
-    return Promise.race([this.#follow(open), stopped]);
+    this.ended = this.#follow(open); // after a Stop, once the server has it and the stream ends
+    return Promise.race([this.ended, stopped]);
   }
 
   async #follow(open) {

@@ -9,6 +9,19 @@
 export class LiveAnswers {
   #entries = new Map();
   #listeners = new Set();
+  #stopping = new Map(); // conversation id -> the end of an answer stopped there
+
+  /**
+   * Resolves once an answer stopped in this conversation has ended at the server too, or after
+   * `withinMs`: until then the server refuses another answer there (409 conversation_busy).
+   */
+  stopEnded(conversationId, withinMs = 5000) {
+    const ended = this.#stopping.get(conversationId);
+    if (!ended) return Promise.resolve();
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(resolve, withinMs); });
+    return Promise.race([ended, late]).finally(() => clearTimeout(timer));
+  }
 
   /** The answer being read in this conversation, or null. */
   get(conversationId) {
@@ -22,8 +35,19 @@ export class LiveAnswers {
     return entry;
   }
 
-  /** Forgets an entry that ended; a newer answer of the same conversation stays. */
+  /**
+   * Forgets an entry that ended; a newer answer of the same conversation stays. One that ended
+   * by a Stop is still being written at the server until the Stop reaches it: its end is kept
+   * for `stopEnded`.
+   */
   remove(entry) {
+    const { conversationId: id, generation } = entry;
+    if (generation.stopped && generation.ended) {
+      this.#stopping.set(id, generation.ended);
+      generation.ended.finally(() => {
+        if (this.#stopping.get(id) === generation.ended) this.#stopping.delete(id);
+      });
+    }
     if (this.#entries.get(entry.conversationId) !== entry) return;
     this.#entries.delete(entry.conversationId);
     this.#changed();

@@ -38,3 +38,23 @@ test("answers of several conversations are read at once", () => {
   live.detachAll();
   assert.ok(live.entries().every((e) => e.el === null));
 });
+
+test("an answer stopped in a conversation is waited for until its stream ends, and no longer", async () => {
+  const live = new LiveAnswers();
+  let end;
+  const stopped = { stopped: true, ended: new Promise((resolve) => { end = resolve; }) };
+  live.remove(live.add(4, stopped));
+  let waited = false;
+  const waiting = live.stopEnded(4).then(() => { waited = true; });
+
+  await Promise.resolve();
+  assert.equal(waited, false, "its stream is still open: the server still writes it");
+  end();
+  await waiting;
+  assert.equal(waited, true);
+  await live.stopEnded(4); // ended: nothing to wait for
+  await live.stopEnded(9); // never stopped here
+  const silent = { stopped: true, ended: new Promise(() => {}) };
+  live.remove(live.add(6, silent));
+  await live.stopEnded(6, 10); // a stream that never ends holds a new answer back no longer than asked
+});

@@ -108,3 +108,28 @@ def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer
     wait_for_end(chat)
     assert shown(chat, "user") == "first message"
     assert chat.input_value("#composer") == "and a second thought"
+
+
+def test_a_message_sent_right_after_stop_waits_for_the_stopped_answer_instead_of_a_refusal(
+        chat, upstream):
+    upstream.script.chunks = ["Hello", ", ", "world"]
+    upstream.script.stall_after = 2
+    stops = held(chat, "**/api/generations/*/stop")
+    send(chat, "Say hello")
+    wait_for_streaming_text(chat, "Hello, ")
+    chat.click("#stop")
+    wait_for_true(chat, "document.body.dataset.streaming === 'false'", timeout_ms=10_000)
+    waiting.wait_until(lambda: len(stops) == 1, 10, "the Stop sent")
+    upstream.script.stall_after = None
+
+    # The server still writes the stopped answer until the Stop reaches it: a message sent now
+    # would be refused (409 conversation_busy) were it not sent once that answer has ended.
+    send(chat, "And again")
+    stops[0].continue_()
+
+    wait_for_true(chat, "document.querySelectorAll('#messages .message[data-role=\"assistant\"]')"
+                        ".length === 2 && document.body.dataset.streaming === 'false'")
+    assert chat.locator("#alert").is_hidden()
+    assert shown(chat, "assistant") == "Hello, world"
+    assert [m.status for m in Message.objects.filter(role="assistant").order_by("pk")] == [
+        "stopped", "completed"]
