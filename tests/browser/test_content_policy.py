@@ -3,7 +3,8 @@
 import pytest
 
 from harness.page_probes import last_answer, send, wait_for_end
-from tests.browser.conftest import sign_in
+from tests import factories
+from tests.browser.conftest import PASSWORD, sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -32,5 +33,32 @@ def test_the_page_signs_in_streams_and_renders_an_answer_with_no_policy_violatio
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
     assert answer.get_attribute("data-status") == "completed"
     assert answer.locator("pre code.hljs").count() == 1
+    assert page.evaluate("window.__violations") == []
+    assert page.console_errors == []
+
+
+def test_the_staff_pages_and_the_admin_carry_a_policy_and_break_none_of_it(
+        page, stack_with_fake_upstream, user):
+    conversation = factories.conversation(owner=user, title="Reviewed")
+    factories.generation(factories.message(conversation, role="assistant", content="An answer."),
+                         finish_reason="stop", final_text="An answer.")
+    staff = factories.user(is_staff=True, is_superuser=True, password=PASSWORD)
+    page.add_init_script(VIOLATION_PROBE)
+    page.goto(stack_with_fake_upstream + "/admin/login/")
+    page.fill("#id_username", staff.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#content")
+
+    policies = {}
+    for path in ["/admin/", "/admin/chatapp/generation/", "/admin/chatapp/conversation/",
+                 f"/admin/chatapp/conversation/{conversation.pk}/change/", "/staff/audit/",
+                 "/staff/live/"]:
+        response = page.goto(stack_with_fake_upstream + path)
+        page.wait_for_load_state("load")
+        policies[path] = response.headers.get("content-security-policy", "")
+
+    assert all("script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+               for policy in policies.values()), policies
     assert page.evaluate("window.__violations") == []
     assert page.console_errors == []
