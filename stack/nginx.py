@@ -10,6 +10,8 @@ from stack.files import REPO_DIR
 
 TEMPLATES_DIR = REPO_DIR / "nginx"
 _TEMP_FOLDERS = ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"]
+# Where `manage.py collectstatic` puts Django's own files (settings.STATIC_ROOT) for nginx.
+STATIC_ROOT = REPO_DIR / "var" / "static"
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,7 @@ class NginxSite:
     listen: str  # what follows `listen`: "8000" or "127.0.0.1:8000"
     upstreams: tuple[str, ...]  # each daphne process's "host:port"
     frontend_root: Path = REPO_DIR / "frontend"
-    static_root: Path = REPO_DIR / "var" / "static"
+    static_root: Path = STATIC_ROOT
 
 
 def installed() -> str | None:
