@@ -70,7 +70,7 @@ async def chat_completions(request: Request) -> Response:
     service: InferenceService = request.app.state.service
     try:
         chat = parse_chat_request(await _body_when_ready(request, service))
-        # Encoding a long prompt takes a while: it runs on the service's tokenizer thread.
+        # Encoding a long prompt takes a while: it runs on one of the service's tokenizer threads.
         prompt, params = await asyncio.wrap_future(service.submit_prompt(chat))
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         stream = service.async_engine.open(request_id, prompt, params)

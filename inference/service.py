@@ -14,6 +14,10 @@ from .engine.matrices import MatrixLayout
 from .metrics import Metrics
 from .protocol import ChatRequest, ProtocolError, TokenizeRequest
 
+# Prompts encoded at once: one long paste holds one thread, the others go on (each thread keeps
+# a copy of the tokenizer, about 8 MiB for the default model).
+PROMPT_THREADS = 4
+
 logger = logging.getLogger(__name__)
 
 
@@ -32,8 +36,10 @@ class InferenceService:
         self.model_name = ""
         self.engine: LLMEngine | None = None
         self.async_engine: AsyncEngine | None = None
-        # One thread, so that the engine's prompt tokenizer is never used by two at once.
-        self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
+        # Several, so that a long prompt being encoded (a second for a megabyte) holds up no
+        # other: the tokenizer's Rust part lets go of the GIL, so two cores encode two at once.
+        self._tokenizer_threads = ThreadPoolExecutor(max_workers=PROMPT_THREADS,
+                                                     thread_name_prefix="tokenizer")
 
     # --- life ---
     def load(self) -> None:
@@ -72,7 +78,7 @@ class InferenceService:
         return thread
 
     def stop(self) -> None:
-        self._tokenizer_thread.shutdown(wait=False, cancel_futures=True)
+        self._tokenizer_threads.shutdown(wait=False, cancel_futures=True)
         if self.async_engine is not None:
             self.async_engine.stop()
 
@@ -106,12 +112,12 @@ class InferenceService:
 
     # --- requests ---
     def submit_prompt(self, chat: ChatRequest) -> Future:
-        """`prompt_and_params` on the tokenizer thread, so that the caller's loop keeps serving."""
-        return self._tokenizer_thread.submit(self.prompt_and_params, chat)
+        """`prompt_and_params` on a tokenizer thread, so that the caller's loop keeps serving."""
+        return self._tokenizer_threads.submit(self.prompt_and_params, chat)
 
     def submit_tokenize(self, request: TokenizeRequest) -> Future:
-        """`tokenize` on the tokenizer thread, so that the caller's loop keeps serving."""
-        return self._tokenizer_thread.submit(self.tokenize, request)
+        """`tokenize` on a tokenizer thread, so that the caller's loop keeps serving."""
+        return self._tokenizer_threads.submit(self.tokenize, request)
 
     def prompt_and_params(self, chat: ChatRequest) -> tuple[list[int], SamplingParams]:
         """Tokenizes the conversation and settles the sampling limits, or refuses with a 400."""

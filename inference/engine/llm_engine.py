@@ -9,6 +9,7 @@ Only when no sequence can step at all does `step()` raise.
 
 import copy
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +89,12 @@ class EngineConfig:
 class LLMEngine:
     def __init__(self, model, tokenizer, engine_config: EngineConfig):
         self.tokenizer = tokenizer
-        # Prompts are encoded on another thread than the step loop's decoding: a fast tokenizer
-        # must not be used by two threads at once ("Already borrowed"), and a lock would make
-        # every stream wait for the longest prompt being encoded. Each thread gets its own.
+        # Prompts are encoded on other threads than the step loop's decoding, several at once: a
+        # fast tokenizer must not be used by two threads at once ("Already borrowed"), and a lock
+        # would make every prompt wait for the longest being encoded. Each thread encodes with a
+        # copy of its own of this one (_thread_tokenizer).
         self.prompt_tokenizer = copy.deepcopy(tokenizer)
+        self._thread_tokenizers = threading.local()
         config = model.config
         shape = CacheShape(
             num_layers=config.num_hidden_layers,
@@ -231,7 +234,7 @@ class LLMEngine:
 
     def encode_chat(self, messages: list[dict[str, str]], continue_final_message: bool = False) -> list[int]:
         """The prompt; with `continue_final_message`, the last (assistant) message stays open."""
-        encoded = self.prompt_tokenizer.apply_chat_template(
+        encoded = self._thread_tokenizer().apply_chat_template(
             messages, add_generation_prompt=not continue_final_message,
             continue_final_message=continue_final_message, tokenize=True, return_dict=False,
         )
@@ -239,7 +242,15 @@ class LLMEngine:
 
     def encode(self, text: str) -> list[int]:
         """A plain prompt's tokens, special tokens added as the tokenizer adds them."""
-        return list(self.prompt_tokenizer(text)["input_ids"])
+        return list(self._thread_tokenizer()(text)["input_ids"])
+
+    def _thread_tokenizer(self):
+        """This thread's copy of prompt_tokenizer (made again if prompt_tokenizer was replaced)."""
+        mine = self._thread_tokenizers
+        if getattr(mine, "source", None) is not self.prompt_tokenizer:
+            mine.tokenizer = copy.deepcopy(self.prompt_tokenizer)
+            mine.source = self.prompt_tokenizer
+        return mine.tokenizer
 
     # --- the questions the layers above ask ---
     def limits(self) -> EngineLimits:

@@ -55,14 +55,16 @@ def cancelled_on(url: str) -> float:
     return metric(httpx2.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
 
 
-async def health_while_stalled(url: str, stall, send) -> tuple[httpx2.Response, httpx2.Response]:
-    """/health's answer while `stall` (a stalling fake) holds the request `send(client)` makes,
-    and that request's answer once released."""
+async def health_while_stalled(url: str, stall, send,
+                               meanwhile=None) -> tuple[httpx2.Response, httpx2.Response]:
+    """/health's answer (or the request `meanwhile(client)` makes) while `stall` (a stalling
+    fake) holds the request `send(client)` makes, and that request's answer once released."""
+    meanwhile = meanwhile or (lambda client: client.get(f"{url}/health", timeout=10))
     async with httpx2.AsyncClient(timeout=60) as client:
         pending = asyncio.ensure_future(send(client))
         try:
             assert await asyncio.to_thread(stall.entered.wait, 30)  # held there now
-            health = await client.get(f"{url}/health", timeout=10)
+            health = await meanwhile(client)
             assert not pending.done()
         finally:
             stall.released.set()

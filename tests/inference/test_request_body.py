@@ -69,3 +69,19 @@ async def test_health_answers_while_a_long_prompt_is_being_encoded():
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == "context_length_exceeded"
+
+
+async def test_a_short_prompt_is_answered_while_a_long_one_is_being_encoded():
+    engine = models.engine(models.tiny_model(), max_model_len=256)
+    stall = engine.prompt_tokenizer = StallingTokenizer(engine.prompt_tokenizer, held=1)
+    with serving(service_for(engine)) as url:
+        answered, refused = await health_while_stalled(
+            url, stall,
+            send=lambda client: client.post(f"{url}/v1/chat/completions",
+                                            json=chat("many words " * 20_000)),
+            meanwhile=lambda client: client.post(f"{url}/v1/chat/completions",
+                                                 json=chat("Hi", max_tokens=2), timeout=10))
+
+    assert answered.status_code == 200
+    assert answered.json()["usage"]["completion_tokens"] == 2
+    assert refused.status_code == 400
