@@ -33,7 +33,7 @@ test check: export OMP_WAIT_POLICY ?= PASSIVE
 
 test: install frontend/node_modules
 	cd frontend && node --test tests/
-	$(PYTHON) -m pytest $(PYTEST_WORKERS)
+	$(PYTHON) -m pytest $(PYTEST_WORKERS) --durations=25
 
 check: install frontend/node_modules
 	cd frontend && node --test tests/
