@@ -8,6 +8,9 @@ import { createStallWatch, SYSTEM_CLOCK } from "./stall.js";
 import { payloadOf, readEvents } from "./stream.js";
 import { CANCELLED_BY, STATUS } from "./vocabulary.js";
 
+// A stopped answer's stream ends within this of the server taking the Stop, or is closed here.
+export const STOPPED_STREAM_END_MS = 5000;
+
 /** How an answer ended when no `done` event said so. */
 export const ENDING = Object.freeze({
   REFUSED: "refused", // the request was answered with a JSON error before any stream
@@ -251,7 +254,7 @@ export class Generation {
     // The answer ends on screen as soon as the Stop is sent, not when the server has it: the
     // user saw it end, and a stuck network must not keep it "Writing…".
     const send = () => {
-      deliverStop(() => sendStop(this.id, seen), { ...this.retryWith, afterFirst: () => this.controller.abort() });
+      deliverStop(() => sendStop(this.id, seen), { ...this.retryWith, afterFirst: (taken) => this.#closeAfterStop(taken) });
       this.#endRun();
     };
     this.wake?.(); // a wait to reconnect ends: no more tries
@@ -260,6 +263,24 @@ export class Generation {
     if (this.id === null) this.pendingStop = send;
     else send();
     return seen;
+  }
+
+  /**
+   * After the first try at sending the Stop. Taken, the server writes the stopped answer, then
+   * ends its stream, and until then refuses another answer in the conversation (409
+   * conversation_busy): the stream is read to that end (`ended`, unpainted), closed if it has
+   * not come within STOPPED_STREAM_END_MS. Not taken, it is closed at once (the Stop is sent
+   * again meanwhile).
+   */
+  #closeAfterStop(taken) {
+    const { controller } = this;
+    if (!taken) {
+      controller.abort();
+      return;
+    }
+    const wait = pause(STOPPED_STREAM_END_MS, { clock: this.clock });
+    this.ended.finally(wait.wake);
+    wait.done.then(() => controller.abort());
   }
 
   /**

@@ -35,19 +35,21 @@ export function pause(ms, { clock, network }) {
 
 /**
  * Sends a Stop (`send()` resolves when the server took it) until the server takes or refuses
- * it. `afterFirst` runs once the first attempt has settled, either way.
+ * it. `afterFirst(taken)` runs once the first attempt has settled, either way.
  */
 export async function deliverStop(send, { clock, network, afterFirst = () => {} }) {
   const until = clock.now() + STOP_DELIVERY_MS;
   let waitMs = FIRST_RETRY_MS;
   for (let first = true; ; first = false) {
+    let taken = false;
     try {
       await send();
+      taken = true;
       return;
     } catch (error) {
       if (isFinalRefusal(error) || clock.now() >= until) return;
     } finally {
-      if (first) afterFirst();
+      if (first) afterFirst(taken);
     }
     await pause(waitMs, { clock, network }).done;
     waitMs = nextRetryMs(waitMs);

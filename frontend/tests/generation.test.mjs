@@ -3,7 +3,7 @@ import { test } from "node:test";
 
 import { ENDING, Generation } from "../generation.js";
 import { MESSAGE_STATUSES } from "../vocabulary.js";
-import { controlledStream, settle, sse } from "./helpers.mjs";
+import { controlledStream, fakeClock, settle, sse } from "./helpers.mjs";
 
 const START = { message_id: 12, generation_id: 7, request_id: "r", model: "m" };
 const DONE = {
@@ -15,7 +15,7 @@ const DONE = {
  * A Generation over a hand-fed stream, with a painter the test triggers (one call = one frame);
  * `t.stall()` is what the stall watch calls when the stream has been silent too long.
  */
-function setUp({ baseText = "" } = {}) {
+function setUp({ baseText = "", clock = undefined } = {}) {
   const painted = [];
   const stops = [];
   const stallWatch = { armed: [], touches: 0, onStall: null };
@@ -23,6 +23,7 @@ function setUp({ baseText = "" } = {}) {
   let feed;
   const generation = new Generation({
     baseText,
+    clock,
     paint: (text) => painted.push(text),
     createPainter: (paint) => {
       painter = { scheduled: 0, cancelled: false, schedule() { this.scheduled += 1; }, cancel() { this.cancelled = true; }, paint };
@@ -79,8 +80,6 @@ test("Stop keeps what was painted and reports its code points, not UTF-16 units"
   assert.equal(seen, Array.from("Hello wörld 👋").length);
   assert.notEqual(seen, "Hello wörld 👋".length);
   assert.deepEqual(t.stops, [[7, seen]]);
-  await settle();
-  assert.equal(t.generation.controller.signal.aborted, true);
   const outcome = await t.outcome;
   assert.equal(outcome.status, "stopped");
   assert.equal(outcome.text, "Hello wörld 👋");
@@ -110,7 +109,53 @@ test("Stop ends the answer at once with what was seen; the stream stays open, un
   await settle();
   assert.equal(t.generation.text, "seen");
   acknowledge();
+  t.feed().close();
+  await t.generation.ended;
+  assert.equal(t.generation.done.status, "stopped", "read to its end, unpainted");
+});
+
+test("once the server took the Stop, the stopped answer has ended only when its stream has: the server writes it till then", async () => {
+  const t = setUp();
   await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "seen" }));
+  await settle();
+  t.painter().paint();
+  t.generation.stop(t.sendStop); // taken at once
+  let ended = false;
+  t.generation.ended.then(() => { ended = true; });
+  await settle();
+  assert.equal(ended, false, "a message sent now would be refused: the conversation is still busy");
+  assert.equal(t.generation.controller.signal.aborted, false);
+  t.feed().push(sse("done", { ...DONE, status: "stopped" }));
+  t.feed().close();
+  await settle();
+  assert.equal(ended, true);
+  assert.equal((await t.outcome).text, "seen");
+});
+
+test("once the server took the Stop, a stream that does not end within 5 s is closed", async () => {
+  const clock = fakeClock();
+  const t = setUp({ clock });
+  await settle();
+  t.feed().push(sse("start", START) + sse("delta", { text: "seen" }));
+  await settle();
+  t.generation.stop(t.sendStop);
+  await settle();
+  clock.advance(4999);
+  await settle();
+  assert.equal(t.generation.controller.signal.aborted, false);
+  clock.advance(1);
+  await t.generation.ended;
+  assert.equal(t.generation.controller.signal.aborted, true);
+});
+
+test("a Stop the server refused closes the stream at once", async () => {
+  const t = setUp();
+  await settle();
+  t.feed().push(sse("start", START));
+  await settle();
+  t.generation.stop(() => Promise.reject(Object.assign(new Error("ended"), { status: 409 })));
+  await t.generation.ended;
   assert.equal(t.generation.controller.signal.aborted, true);
 });
 
@@ -146,7 +191,7 @@ test("Continue: the old text stays in front, and only this generation's deltas a
   assert.equal((await t.outcome).text, "Once upon a tíme, 世界");
 });
 
-test("Stop before start waits for the generation's id, then sends a Stop of zero before it aborts", async () => {
+test("Stop before start waits for the generation's id, then sends a Stop of zero before the stream ends", async () => {
   const t = setUp();
   await settle();
   assert.equal(t.generation.stop(t.sendStop), 0);
@@ -156,8 +201,9 @@ test("Stop before start waits for the generation's id, then sends a Stop of zero
   t.feed().push(sse("start", START) + sse("delta", { text: "unseen" }));
   await settle();
   assert.deepEqual(t.stops, [[7, 0]]);
-  await settle();
-  assert.equal(t.generation.controller.signal.aborted, true);
+  t.feed().push(sse("done", { ...DONE, status: "stopped" }));
+  t.feed().close();
+  await t.generation.ended;
   const outcome = await t.outcome;
   assert.equal(outcome.status, "stopped");
   assert.equal(outcome.cancelledBy, "user");
