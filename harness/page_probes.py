@@ -37,6 +37,14 @@ def wait_for_true(page, expression: str, timeout_ms: int = 30_000) -> None:
     wait_until(lambda: page.evaluate(expression), timeout_ms / 1000, expression)
 
 
+def wait_for_handled(page, condition, what: str, timeout_s: float = 10) -> None:
+    """Waits until `condition` holds of what the page's event handlers collect (requests held by
+    a route, requests sent). Playwright's sync API runs those handlers only while the test calls
+    into it, so each look first asks the page something: a bare poll could wait out its deadline
+    on a request that had long been made."""
+    wait_until(lambda: page.evaluate("true") and condition(), timeout_s, what)
+
+
 def alert_text(page) -> str:
     """The alert's words, once it shows."""
     page.wait_for_selector("#alert:not([hidden])")

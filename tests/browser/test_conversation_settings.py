@@ -11,7 +11,7 @@ from chatapp.models import Conversation, Message
 from harness import waiting
 from tests import factories, servers
 from tests.browser.conftest import held, open_conversation, running_stack, sign_in
-from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_handled, wait_for_true
 from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -102,7 +102,7 @@ def test_settings_saved_in_one_conversation_answered_after_another_opened_stay_w
     open_conversation(chat, alpha)
     saves = held(chat, f"**/api/conversations/{alpha.pk}", method="PATCH")
     save_settings(chat, system_prompt="Be A, again.")
-    waiting.wait_until(lambda: len(saves) == 1, 10, "the settings sent")
+    wait_for_handled(chat, lambda: len(saves) == 1, "the settings sent")
 
     open_conversation(chat, beta)
     saves[0].continue_()

@@ -8,7 +8,7 @@ import pytest
 
 from chatapp.models import Message
 from harness import waiting
-from harness.page_probes import (alert_text, last_answer, send, wait_for_end,
+from harness.page_probes import (alert_text, last_answer, send, wait_for_end, wait_for_handled,
                                  wait_for_streaming_text, wait_for_true)
 from tests import factories
 from tests.browser.conftest import held, open_conversation, sign_in
@@ -49,7 +49,7 @@ def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way
     assert answer.locator(".message-state").inner_text() == "Stopped"
     assert answer.locator(".message-content").inner_text().strip() == "Hello,"
     assert chat.locator("#stop").is_hidden()
-    waiting.wait_until(lambda: len(stops) == 1, 10, "the Stop sent")
+    wait_for_handled(chat, lambda: len(stops) == 1, "the Stop sent")
     stops[0].continue_()  # the network recovers: the Stop arrives, and the record is what was seen
     waiting.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
                        30, "the Stop recorded")
@@ -64,7 +64,7 @@ def test_a_message_refused_after_the_user_opened_another_conversation_is_named_a
     open_conversation(chat, first)
     sends = held(chat, f"**/api/conversations/{first.pk}/messages")
     send(chat, "my carefully written long question")
-    waiting.wait_until(lambda: len(sends) == 1, 10, "the message sent")
+    wait_for_handled(chat, lambda: len(sends) == 1, "the message sent")
 
     open_conversation(chat, second)
     refuse(sends[0])
@@ -88,7 +88,7 @@ def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
     chat.click('#messages .message[data-role="user"] .edit')
     chat.fill(".edit-input", "a much longer, carefully rewritten question")
     chat.press(".edit-input", "Enter")
-    waiting.wait_until(lambda: len(edits) == 1, 10, "the edit sent")
+    wait_for_handled(chat, lambda: len(edits) == 1, "the edit sent")
     refuse(edits[0])
 
     assert "too long for the model" in alert_text(chat)
@@ -101,7 +101,7 @@ def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
 def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer(chat):
     creations = held(chat, "**/api/conversations")
     send(chat, "first message")
-    waiting.wait_until(lambda: len(creations) == 1, 10, "the conversation asked for")
+    wait_for_handled(chat, lambda: len(creations) == 1, "the conversation asked for")
     chat.locator("#composer").press_sequentially(" and a second thought")
     creations[0].continue_()
 
@@ -119,7 +119,7 @@ def test_a_message_sent_right_after_stop_waits_for_the_stopped_answer_instead_of
     wait_for_streaming_text(chat, "Hello, ")
     chat.click("#stop")
     wait_for_true(chat, "document.body.dataset.streaming === 'false'", timeout_ms=10_000)
-    waiting.wait_until(lambda: len(stops) == 1, 10, "the Stop sent")
+    wait_for_handled(chat, lambda: len(stops) == 1, "the Stop sent")
     upstream.script.stall_after = None
 
     # The server still writes the stopped answer until the Stop reaches it: a message sent now

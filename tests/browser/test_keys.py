@@ -4,8 +4,7 @@ composing with belongs to it: its Enter picks a candidate, its Escape drops one.
 
 import pytest
 
-from harness import waiting
-from harness.page_probes import send, wait_for_streaming_text, wait_for_true
+from harness.page_probes import send, wait_for_handled, wait_for_streaming_text, wait_for_true
 from tests import factories
 from tests.browser.conftest import sign_in
 
@@ -63,6 +62,6 @@ def test_escape_stops_the_answer_from_the_composer_not_mid_composition_nor_from_
     assert stops_sent(chat) == []
     chat.press("#composer", "Escape")
     wait_for_true(chat, "document.body.dataset.streaming === 'false'")
-    waiting.wait_until(lambda: len(stops_sent(chat)) == 1, 10, "the Stop sent")
+    wait_for_handled(chat, lambda: len(stops_sent(chat)) == 1, "the Stop sent")
 
 
