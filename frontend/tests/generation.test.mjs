@@ -13,9 +13,10 @@ const DONE = {
 
 /**
  * A Generation over a hand-fed stream, with a painter the test triggers (one call = one frame);
- * `t.stall()` is what the stall watch calls when the stream has been silent too long.
+ * `t.stall()` is what the stall watch calls when the stream has been silent too long. Its clock
+ * moves only when the test moves it.
  */
-function setUp({ baseText = "", clock = undefined } = {}) {
+function setUp({ baseText = "", clock = fakeClock() } = {}) {
   const painted = [];
   const stops = [];
   const stallWatch = { armed: [], touches: 0, onStall: null };
