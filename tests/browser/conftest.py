@@ -11,7 +11,7 @@ import pytest
 from harness import web_stack
 from harness.page_probes import CHROMIUM, CHROMIUM_ARGS, wait_for_true
 from tests import factories, servers
-from tests.fakes.upstream import FakeUpstream, Script
+from tests.fakes.upstream import FakeUpstream
 
 PASSWORD = "a-long-test-password"
 
@@ -72,9 +72,7 @@ def stack_with_fake_upstream(django_db_setup, django_db_blocker, fake_upstream, 
 
 @pytest.fixture
 def upstream(fake_upstream):
-    fake_upstream.script = Script()
-    fake_upstream.requests.clear()
-    fake_upstream.hung_up.clear()
+    fake_upstream.reset()
     return fake_upstream
 
 

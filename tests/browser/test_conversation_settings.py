@@ -41,10 +41,8 @@ def stack(django_db_setup, django_db_blocker, upstreams, tmp_path_factory):
 @pytest.fixture
 def chat(page, stack, user, upstreams):
     ours, other = upstreams
-    for fake, name in ((ours, DEFAULT_MODEL), (other, OTHER_MODEL)):
-        fake.requests.clear()
-        fake.models = [name]
-    ours.script, other.script = Script(echo=True), Script(chunks=["Answered by ", "the other model."])
+    ours.reset(Script(echo=True), models=[DEFAULT_MODEL])
+    other.reset(Script(chunks=["Answered by ", "the other model."]), models=[OTHER_MODEL])
     sign_in(page, stack, user)
     wait_for_true(page, f"[...document.querySelectorAll('#model-picker option')].length === 2")
     return page

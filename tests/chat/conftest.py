@@ -8,7 +8,7 @@ from chatapp.streaming import prompt_fit
 from chatapp.upstream import inference_replicas
 from chatapp.upstream import models as upstream_models
 from tests import factories, servers
-from tests.fakes.upstream import DEFAULT_MODEL, FakeUpstream, Script
+from tests.fakes.upstream import FakeUpstream
 
 
 @pytest.fixture(scope="session")
@@ -22,14 +22,7 @@ def fake_upstream_server():
 def upstream(fake_upstream_server, settings):
     """The stand-in upstream, reset, with the app pointed at it."""
     fake, url = fake_upstream_server
-    fake.script = Script()
-    fake.requests.clear()
-    fake.clients.clear()
-    fake.hung_up.clear()
-    fake.requested.clear()
-    fake.metrics, fake.metrics_reads = "", 0
-    fake.models = [DEFAULT_MODEL]
-    fake.counts.clear()
+    fake.reset()
     prompt_fit.forget()  # what it learned of the last test's upstream
     settings.INFERENCE_URL = url
     upstream_models.forget()  # what it serves is read again

@@ -19,20 +19,25 @@ pytestmark = pytest.mark.django_db(transaction=True)
 OTHER_MODEL = "llama-3.2-1b"
 
 
-@pytest.fixture
-def two_models(settings):
-    """Two stand-in upstreams, the first serving the default model and the second another."""
+@pytest.fixture(scope="module")
+def two_model_servers():
     with contextlib.ExitStack() as running:
-        pair = []
-        for name, says, context in ((DEFAULT_MODEL, "from the default", None), (OTHER_MODEL, "from the other", 4096)):
-            fake = FakeUpstream()
+        pair = [FakeUpstream(), FakeUpstream()]
+        for fake in pair:
             fake.url = running.enter_context(servers.uvicorn_in_thread(fake))
-            fake.models, fake.script = [name], Script(chunks=[says], context_tokens=context)
-            pair.append(fake)
-        settings.INFERENCE_URL = ",".join(fake.url for fake in pair)
-        upstream_models.forget()
         yield pair
-        upstream_models.forget()
+
+
+@pytest.fixture
+def two_models(two_model_servers, settings):
+    """Two stand-in upstreams, the first serving the default model and the second another."""
+    for fake, name, says, context in zip(two_model_servers, (DEFAULT_MODEL, OTHER_MODEL),
+                                         ("from the default", "from the other"), (None, 4096)):
+        fake.reset(Script(chunks=[says], context_tokens=context), models=[name])
+    settings.INFERENCE_URL = ",".join(fake.url for fake in two_model_servers)
+    upstream_models.forget()
+    yield two_model_servers
+    upstream_models.forget()
 
 
 async def call(api, method: str, url: str, body=None):

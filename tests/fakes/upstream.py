@@ -59,6 +59,18 @@ class FakeUpstream:
         self.models: list[str] | None = [DEFAULT_MODEL]
         self.counts: list[dict] = []  # the bodies of POST /tokenize
 
+    def reset(self, script: Script | None = None, models: list[str] | None = None) -> None:
+        """As new, serving `script` (a default one when None) and `models` (the default model's
+        when None): one server serves test after test."""
+        self.script = script or Script()
+        self.requests.clear()
+        self.clients.clear()
+        self.hung_up.clear()
+        self.requested.clear()
+        self.metrics, self.metrics_reads = "", 0
+        self.models = [DEFAULT_MODEL] if models is None else models
+        self.counts.clear()
+
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
