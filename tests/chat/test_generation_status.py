@@ -107,6 +107,7 @@ def test_the_final_write_of_an_answer_already_reaped_changes_nothing():
     assert generation.final_text == "kept" and generation.message.content == "kept"
 
 
+@pytest.mark.slow
 async def test_an_answer_that_is_alive_but_silent_is_never_reaped(api, conversation, upstream, settings):
     # Production's margin (a heartbeat every 10 s, stale after 60), shrunk: at 0.05 / 0.3 s a
     # loaded 2-core machine delayed one heartbeat's write past the window, and CI failed.

@@ -201,6 +201,7 @@ on_redis = pytest.mark.skipif(not os.environ.get("REDIS_URL"),
                               reason="the production channel layer: Redis (CI sets REDIS_URL)")
 
 
+@pytest.mark.slow
 @on_redis
 async def test_an_answer_whose_first_token_comes_after_6_s_streams_to_the_end_on_redis(
         api, conversation, upstream, settings):
@@ -219,6 +220,7 @@ async def test_an_answer_whose_first_token_comes_after_6_s_streams_to_the_end_on
     assert (generation.status, generation.cancelled_by) == ("completed", "")
 
 
+@pytest.mark.slow
 @on_redis
 async def test_a_stop_sent_6_s_into_an_answer_stops_it_on_redis(api, conversation, upstream):
     upstream.script.chunks = [f" w{i}" for i in range(120)]

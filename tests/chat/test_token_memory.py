@@ -31,6 +31,7 @@ def two_turns(conversation_id: int) -> None:
     memory.learn([system, question, Piece.of("assistant", answer), follow_up], 170)
 
 
+@pytest.mark.slow
 def test_twenty_thousand_conversations_leave_a_few_mib_of_counts_in_the_process(empty_memory):
     """Before: bounded at 200,000 messages and 20,000 conversations, about 60 MiB when full,
     and still growing in the soak after ten minutes (RELIABILITY.md)."""

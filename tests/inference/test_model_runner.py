@@ -294,6 +294,7 @@ def test_a_step_of_more_than_eight_rows_is_padded_by_less_than_an_eighth_to_one_
         assert len({counts[count] for count in range(low + 1, 2 * low + 1)}) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not matrices.can_pack(torch.ones(1, device=models.DEVICE)), reason="oneDNN's packed matrices need a CPU build with it")
 def test_steps_of_every_size_give_packed_matrices_few_different_counts_of_rows():
     # oneDNN keeps a kernel, with its memory, for every count of rows a packed matrix is given:

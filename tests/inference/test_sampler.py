@@ -121,6 +121,7 @@ def test_a_draw_from_probabilities_that_are_not_numbers_fails_and_says_so(drawin
         sample(logits, [sequence(temperature=1.0), sequence(temperature=1.0)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_our_kernel_draws_what_torchs_operations_draw_from_a_models_vocabulary(dtype):
     if WHY_NOT_OURS is not None:
