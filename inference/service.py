@@ -14,9 +14,12 @@ from .engine.matrices import MatrixLayout
 from .metrics import Metrics
 from .protocol import ChatRequest, ProtocolError, TokenizeRequest
 
-# Prompts encoded at once: one long paste holds one thread, the others go on (each thread keeps
-# a copy of the tokenizer, about 8 MiB for the default model).
-PROMPT_THREADS = 4
+# Prompts are encoded off the event loop in two lanes, by their characters: a long one (a pasted
+# book, a megabyte of messages: a second or more) never holds up a short one, and the long ones
+# are encoded one at a time, so that a crowd of them costs the memory of one. Each thread keeps
+# a copy of the tokenizer (about 8 MiB for the default model).
+LONG_PROMPT_CHARS = 65_536
+SHORT_PROMPT_THREADS = 2
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +39,10 @@ class InferenceService:
         self.model_name = ""
         self.engine: LLMEngine | None = None
         self.async_engine: AsyncEngine | None = None
-        # Several, so that a long prompt being encoded (a second for a megabyte) holds up no
-        # other: the tokenizer's Rust part lets go of the GIL, so two cores encode two at once.
-        self._tokenizer_threads = ThreadPoolExecutor(max_workers=PROMPT_THREADS,
-                                                     thread_name_prefix="tokenizer")
+        # The tokenizer's Rust part lets go of the GIL: two cores encode two prompts at once.
+        self._short_prompts = ThreadPoolExecutor(max_workers=SHORT_PROMPT_THREADS,
+                                                 thread_name_prefix="tokenizer")
+        self._long_prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer-long")
 
     # --- life ---
     def load(self) -> None:
@@ -78,7 +81,8 @@ class InferenceService:
         return thread
 
     def stop(self) -> None:
-        self._tokenizer_threads.shutdown(wait=False, cancel_futures=True)
+        for lane in (self._short_prompts, self._long_prompts):
+            lane.shutdown(wait=False, cancel_futures=True)
         if self.async_engine is not None:
             self.async_engine.stop()
 
@@ -113,11 +117,16 @@ class InferenceService:
     # --- requests ---
     def submit_prompt(self, chat: ChatRequest) -> Future:
         """`prompt_and_params` on a tokenizer thread, so that the caller's loop keeps serving."""
-        return self._tokenizer_threads.submit(self.prompt_and_params, chat)
+        return self._lane(_characters(chat.messages)).submit(self.prompt_and_params, chat)
 
     def submit_tokenize(self, request: TokenizeRequest) -> Future:
         """`tokenize` on a tokenizer thread, so that the caller's loop keeps serving."""
-        return self._tokenizer_threads.submit(self.tokenize, request)
+        characters = (len(request.prompt or "") if request.messages is None
+                      else _characters(request.messages))
+        return self._lane(characters).submit(self.tokenize, request)
+
+    def _lane(self, characters: int) -> ThreadPoolExecutor:
+        return self._long_prompts if characters >= LONG_PROMPT_CHARS else self._short_prompts
 
     def prompt_and_params(self, chat: ChatRequest) -> tuple[list[int], SamplingParams]:
         """Tokenizes the conversation and settles the sampling limits, or refuses with a 400."""
@@ -149,3 +158,7 @@ class InferenceService:
         if model is not None and model != self.model_name:
             raise ProtocolError(404, f"the model {model!r} does not exist; this service "
                                 f"serves {self.model_name!r}", "model_not_found", "model")
+
+
+def _characters(messages: list[dict[str, str]]) -> int:
+    return sum(len(value) for message in messages for value in message.values())
