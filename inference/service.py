@@ -1,6 +1,7 @@
 """One running inference service: the loaded model, its engine, its step loop and its metrics."""
 
 import logging
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import Enum
@@ -20,6 +21,7 @@ from .protocol import ChatRequest, ProtocolError, TokenizeRequest
 # a copy of the tokenizer (about 8 MiB for the default model).
 LONG_PROMPT_CHARS = 65_536
 SHORT_PROMPT_THREADS = 2
+LONG_PROMPT_NICENESS = 10
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,8 @@ class InferenceService:
         # The tokenizer's Rust part lets go of the GIL: two cores encode two prompts at once.
         self._short_prompts = ThreadPoolExecutor(max_workers=SHORT_PROMPT_THREADS,
                                                  thread_name_prefix="tokenizer")
-        self._long_prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer-long")
+        self._long_prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer-long",
+                                                initializer=_yield_to_the_rest)
 
     # --- life ---
     def load(self) -> None:
@@ -162,3 +165,13 @@ class InferenceService:
 
 def _characters(messages: list[dict[str, str]]) -> int:
     return sum(len(value) for message in messages for value in message.values())
+
+
+def _yield_to_the_rest() -> None:
+    """Lowers this thread's CPU priority (Linux: a thread is a task of its own): encoding a long
+    prompt takes a whole core for a second, and the step thread's parallel products, sharing it,
+    would wait at each join for their thread that shares it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LONG_PROMPT_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the same lane at full priority
+        pass

@@ -4,6 +4,7 @@ Stands in for a prompt so long that encoding it takes seconds, at a moment the t
 The real tokenizer still encodes once released.
 """
 
+import os
 import threading
 
 
@@ -15,12 +16,14 @@ class StallingTokenizer:
         self.released = threading.Event()
         self._left_to_hold = held
         self._lock = threading.Lock()
+        self.niceness: list[int] = []  # the CPU niceness of the thread of each prompt, in turn
 
     def __deepcopy__(self, memo):
         # Each encoding thread copies the engine's tokenizer: every copy is this one stall.
         return self
 
     def apply_chat_template(self, *args, **kwargs):
+        self.niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         if self._holds_this_one():
             self.entered.set()
             self.released.wait()

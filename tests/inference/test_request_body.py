@@ -1,10 +1,12 @@
 """A request body is bounded in size, and a long prompt is encoded without holding up the service."""
 
 import json
+import os
 
 import httpx2
 import pytest
 
+from inference.service import LONG_PROMPT_NICENESS
 from tests.fakes.stalling_tokenizer import StallingTokenizer
 from tests.inference import models
 from tests.inference.serving import chat, health_while_stalled, serving, service_for
@@ -85,3 +87,6 @@ async def test_a_short_prompt_is_answered_while_a_long_one_is_being_encoded():
     assert answered.status_code == 200
     assert answered.json()["usage"]["completion_tokens"] == 2
     assert refused.status_code == 400
+    # The long one on a thread that yields the CPU to the step's products, the short one not.
+    here = os.getpriority(os.PRIO_PROCESS, 0)
+    assert stall.niceness == [min(here + LONG_PROMPT_NICENESS, 19), here]
