@@ -29,6 +29,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "watchers of an answer (1, 100, 1,000) and resumed answers: how live, how soon"),
     "audit": ("benchmarks.audit_bench",
               "the staff audit page over 1,000,000 generations on PostgreSQL (daily rollups)"),
+    "prompts": ("benchmarks.prompt_lanes",
+                "a short question beside long prompts being encoded, against the question alone"),
 }
 
 
