@@ -54,7 +54,7 @@ async def _measure(server: ServerProcess, args) -> dict:
     short_body = {"model": server.model_name, "max_tokens": 1,
                   "messages": [{"role": "user", "content": "Hi"}]}
     figures: dict[str, list[float]] = {"alone_s": [], "beside_one_s": [], "beside_flood_s": []}
-    peak_kib = 0
+    peak_bytes = 0
     async with httpx2.AsyncClient(timeout=120) as client:
         async def short() -> float:
             began = time.perf_counter()
@@ -78,15 +78,10 @@ async def _measure(server: ServerProcess, args) -> dict:
             figures["beside_one_s"].append(await beside(1))
             flood = asyncio.ensure_future(beside(FLOOD))
             while not flood.done():
-                peak_kib = max(peak_kib, _resident_kib(server.pid))
+                peak_bytes = max(peak_bytes, server.rss_bytes() or 0)
                 await asyncio.sleep(0.1)
             figures["beside_flood_s"].append(flood.result())
-    return {**figures, "flood_peak_mib": peak_kib / 1024}
-
-
-def _resident_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return {**figures, "flood_peak_mib": peak_bytes / 2**20}
 
 
 def _report(args, figures: dict) -> int:

@@ -9,7 +9,7 @@ import pytest
 from inference.service import LONG_PROMPT_NICENESS
 from tests.fakes.stalling_tokenizer import StallingTokenizer
 from tests.inference import models
-from tests.inference.serving import chat, health_while_stalled, serving, service_for
+from tests.inference.serving import chat, serving, service_for, while_stalled
 
 CAP = 4096
 
@@ -65,7 +65,7 @@ async def test_health_answers_while_a_long_prompt_is_being_encoded():
     engine = models.engine(models.tiny_model(), max_model_len=256)
     stall = engine.prompt_tokenizer = StallingTokenizer(engine.prompt_tokenizer)
     with serving(service_for(engine)) as url:
-        health, refused = await health_while_stalled(url, stall, lambda client: client.post(
+        health, refused = await while_stalled(url, stall, lambda client: client.post(
             f"{url}/v1/chat/completions", json=chat("many words " * 20_000, stream=True)))
 
     assert health.status_code == 200 and health.json()["status"] == "ok"
@@ -77,7 +77,7 @@ async def test_a_short_prompt_is_answered_while_a_long_one_is_being_encoded():
     engine = models.engine(models.tiny_model(), max_model_len=256)
     stall = engine.prompt_tokenizer = StallingTokenizer(engine.prompt_tokenizer, held=1)
     with serving(service_for(engine)) as url:
-        answered, refused = await health_while_stalled(
+        answered, refused = await while_stalled(
             url, stall,
             send=lambda client: client.post(f"{url}/v1/chat/completions",
                                             json=chat("many words " * 20_000)),

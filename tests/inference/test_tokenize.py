@@ -9,7 +9,7 @@ from inference.config import InferenceConfig
 from inference.service import InferenceService
 from tests.fakes.stalling_tokenizer import StallingTokenizer
 from tests.inference import models
-from tests.inference.serving import MODEL_NAME, chat, health_while_stalled, serving, service_for
+from tests.inference.serving import MODEL_NAME, chat, serving, service_for, while_stalled
 
 CONTEXT = 256
 TALK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"},
@@ -143,7 +143,7 @@ async def test_health_answers_while_messages_are_being_tokenized():
     engine = models.engine(models.tiny_model(), max_model_len=CONTEXT)
     stall = engine.prompt_tokenizer = StallingTokenizer(engine.prompt_tokenizer)
     with serving(service_for(engine)) as url:
-        health, counted = await health_while_stalled(url, stall, lambda client: client.post(
+        health, counted = await while_stalled(url, stall, lambda client: client.post(
             f"{url}/tokenize", json={"messages": TALK}))
 
     assert health.status_code == 200
