@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="tries of each case (default 5)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: one try of each case")
     parser.add_argument("--long-chars", type=int, default=918_000,
-                        help="characters of each long prompt (default 918,000: under the 1 MiB body cap)")
+                        help="characters of each long prompt (default 918,000: under the 1 MiB "
+                             "body cap)")
     report.add_publish_arguments(parser, "the BENCHMARKS.md section")
 
 
@@ -49,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
 async def _measure(server: ServerProcess, args) -> dict:
     url = f"{server.base_url}/v1/chat/completions"
     words = "many words here and there, "
-    long_body = {"model": server.model_name, "max_tokens": 1, "messages": [
-        {"role": "user", "content": (words * (args.long_chars // len(words) + 1))[:args.long_chars]}]}
+    long_text = (words * (args.long_chars // len(words) + 1))[:args.long_chars]
+    long_body = {"model": server.model_name, "max_tokens": 1,
+                 "messages": [{"role": "user", "content": long_text}]}
     short_body = {"model": server.model_name, "max_tokens": 1,
                   "messages": [{"role": "user", "content": "Hi"}]}
     figures: dict[str, list[float]] = {"alone_s": [], "beside_one_s": [], "beside_flood_s": []}
@@ -86,15 +88,19 @@ async def _measure(server: ServerProcess, args) -> dict:
 
 def _report(args, figures: dict) -> int:
     alone = statistics.median(figures["alone_s"])
-    one, flood = statistics.median(figures["beside_one_s"]), statistics.median(figures["beside_flood_s"])
+    one = statistics.median(figures["beside_one_s"])
+    flood = statistics.median(figures["beside_flood_s"])
     rows = [["the question alone", report.ms(alone), "1.0x"],
             ["sent beside one long prompt", report.ms(one), f"{one / alone:.1f}x"],
-            [f"sent beside {FLOOD} long prompts at once", report.ms(flood), f"{flood / alone:.1f}x"]]
+            [f"sent beside {FLOOD} long prompts at once", report.ms(flood),
+             f"{flood / alone:.1f}x"]]
     header = ["a one-token question (p50)", "answered in (ms)", "against alone"]
     ok = one <= TARGET_RATIO * alone
-    verdict = (f"- **{'PASS' if ok else 'FAIL'}** beside one long prompt within {TARGET_RATIO:.0f}x "
+    verdict = (f"- **{'PASS' if ok else 'FAIL'}** beside one long prompt within "
+               f"{TARGET_RATIO:.0f}x "
                f"the question alone: {one / alone:.1f}x")
-    memory = f"The service's peak resident memory through the floods: {figures['flood_peak_mib']:,.0f} MiB."
+    memory = ("The service's peak resident memory through the floods: "
+              f"{figures['flood_peak_mib']:,.0f} MiB.")
     print("\n".join(report.text_table(header, rows) + [verdict, memory]))
     print(f"command: {args.command}")
     if report.publishing(args, args.rounds < 5):

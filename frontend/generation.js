@@ -254,7 +254,8 @@ export class Generation {
     // The answer ends on screen as soon as the Stop is sent, not when the server has it: the
     // user saw it end, and a stuck network must not keep it "Writing…".
     const send = () => {
-      deliverStop(() => sendStop(this.id, seen), { ...this.retryWith, afterFirst: (taken) => this.#closeAfterStop(taken) });
+      deliverStop(() => sendStop(this.id, seen),
+        { ...this.retryWith, afterFirst: (taken) => this.#closeAfterStop(taken) });
       this.#endRun();
     };
     this.wake?.(); // a wait to reconnect ends: no more tries

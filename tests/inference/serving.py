@@ -55,7 +55,8 @@ def cancelled_on(url: str) -> float:
     return metric(httpx2.get(f"{url}/metrics").text, "inference_requests_cancelled_total")
 
 
-async def while_stalled(url: str, stall, send, meanwhile=None) -> tuple[httpx2.Response, httpx2.Response]:
+async def while_stalled(url: str, stall, send,
+                        meanwhile=None) -> tuple[httpx2.Response, httpx2.Response]:
     """/health's answer (or the request `meanwhile(client)` makes) while `stall` (a stalling
     fake) holds the request `send(client)` makes, and that request's answer once released."""
     meanwhile = meanwhile or (lambda client: client.get(f"{url}/health", timeout=10))
