@@ -7,7 +7,7 @@ pages' reads, across every owner, are staff/selectors.py.
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import Prefetch, Q
+from django.db.models import F, Prefetch, Q
 from django.db.models.functions import Coalesce, Length, Substr
 
 from common.vocabulary import GenerationStatus, MessageStatus
@@ -65,6 +65,7 @@ class Progress:
     text_length: int  # characters of the answer's text saved so far
     text_after: str  # that text from the character asked for on
     own_length: int  # of those characters, this generation's (a continued answer's text starts earlier)
+    message_status: str | None  # the answer's message's, None once it is gone
 
     @property
     def ended(self) -> bool:
@@ -81,9 +82,10 @@ def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
     found = (Generation.objects.filter(pk=generation_id)
              .only("status", "message", "finish_reason", "input_tokens", "output_tokens", "ttft_ms")
              .annotate(saved_length=Length(saved), saved_after=Substr(saved, after + 1),
-                       own_length=Length("final_text"))
+                       own_length=Length("final_text"), message_status=F("message__status"))
              .get())
-    return Progress(found, found.saved_length, found.saved_after, found.own_length)
+    return Progress(found, found.saved_length, found.saved_after, found.own_length,
+                    found.message_status)
 
 
 def generations_stale(*, cutoff) -> list[Generation]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.utils import timezone
 
-from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, status_for
+from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
 
 from ..models import Generation, Message
 
@@ -75,10 +75,21 @@ def _move(generation: Generation, to: GenerationStatus, **fields) -> Generation:
     generation.save(update_fields=["status", *fields])
     message = generation.message
     if message is not None and to.is_final:
-        message.content = _prefix(message, generation.pk) + generation.final_text
-        message.status = to.message_status
+        earlier = _earlier_texts(message, generation.pk)
+        message.content = "".join(earlier) + generation.final_text
+        message.status = _message_status(to, continues=bool(earlier))
         message.save(update_fields=["content", "status"])
     return generation
+
+
+def _message_status(to: GenerationStatus, continues: bool) -> MessageStatus:
+    """What the answer's message shows once one of its generations ends: that generation's
+    status, except where a continuation failed. That fails the continuation alone: the answer it
+    wrote on stays cut short, with what it added, so it can be continued again and stays part of
+    what the model reads (a failed answer is not)."""
+    if continues and to == GenerationStatus.FAILED:
+        return MessageStatus.TRUNCATED
+    return to.message_status
 
 
 @transaction.atomic
@@ -182,8 +193,14 @@ def generation_heartbeat(*, generation_id: int) -> bool:
 
 def _prefix(message: Message, generation_id: int) -> str:
     """The answer's text before this generation (the part a continuation continues)."""
+    return "".join(_earlier_texts(message, generation_id))
+
+
+def _earlier_texts(message: Message, generation_id: int) -> list[str]:
+    """The texts of the answer's generations before this one, oldest first: none unless this
+    generation continues the answer."""
     earlier = message.generations.filter(pk__lt=generation_id).exclude(status__in=Generation.LIVE_STATUSES)
-    return "".join(earlier.order_by("pk").values_list("final_text", flat=True))
+    return list(earlier.order_by("pk").values_list("final_text", flat=True))
 
 
 def generation_stop(*, generation: Generation, seen_chars: int | None,

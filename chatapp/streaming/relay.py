@@ -123,7 +123,8 @@ class Relay:
         title_requested = self._title_asked(generation)
         if self.outcome.error_code and generation.status == GenerationStatus.FAILED:
             yield sse.event("error", {"code": self.outcome.error_code, "message": self.outcome.error_message})
-        yield sse.done(generation, title_requested=title_requested)
+        message = generation.message  # read with the final write
+        yield sse.done(generation, message and message.status, title_requested=title_requested)
 
     def _ended_with(self, item) -> None:
         self.outcome.finish_reason = item.finish_reason or self.outcome.finish_reason

@@ -15,8 +15,10 @@ def delta(text: str) -> bytes:
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode
 
-def done(generation, title_requested: bool = False) -> bytes:
-    """The last event of an answer's stream and of its watch stream: how the generation ended.
+def done(generation, message_status: str | None, title_requested: bool = False) -> bytes:
+    """The last event of an answer's stream and of its watch stream: how the generation ended,
+    and what its answer's message shows now (`message_status`: a continuation that failed leaves
+    its answer truncated, services.generations._message_status; None once the message is gone).
 
     `title_requested` (the answer's own stream, and a watch stream that saw it end): the model
     is asked for the conversation's title, which the page then reads again until it changes.
@@ -24,6 +26,7 @@ def done(generation, title_requested: bool = False) -> bytes:
     return event("done", {
         "generation_id": generation.pk, "message_id": generation.message_id,
         "finish_reason": generation.finish_reason, "status": generation.status,
+        "message_status": message_status,
         "usage": {"prompt_tokens": generation.input_tokens, "completion_tokens": generation.output_tokens},
         "ttft_ms": generation.ttft_ms, **({"title_requested": True} if title_requested else {}),
     })

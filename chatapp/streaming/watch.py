@@ -57,7 +57,7 @@ class Watch:
         if progress.ended:  # an answer ended before is no news of a title
             if new := progress.text_after[progress.text_length - progress.own_length + self.sent:]:
                 yield sse.delta(new)
-            yield sse.done(progress.generation, title_requested=False)
+            yield sse.done(progress.generation, progress.message_status, title_requested=False)
             return
         self.hub.heard_rows(progress)
         async for event in self._live():
@@ -67,7 +67,8 @@ class Watch:
             yield _prefix(final.progress)
         elif new := self.hub.text.after(self.sent):
             yield sse.delta(new)
-        yield sse.done(final.progress.generation, title_requested=final.title_requested)
+        yield sse.done(final.progress.generation, final.progress.message_status,
+                       title_requested=final.title_requested)
 
     async def _live(self) -> AsyncIterator[bytes]:
         """What the hub's text gained since the last event, until the answer's final rows are in

@@ -269,6 +269,34 @@ async def test_a_truncated_answer_can_be_continued_and_only_that(api, conversati
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_truncated"
 
 
+async def test_a_continuation_that_fails_midway_fails_alone_and_its_answer_can_be_continued_again(
+        api, conversation, upstream):
+    url = f"/api/conversations/{conversation.pk}/messages"
+    upstream.script.finish_reason = "length"
+    await read_events(await post(api, url, {"content": "tell me"}))
+    answer = (await api.get(url)).json()["results"][-1]
+    upstream.script.finish_reason = "stop"
+    upstream.script.chunks, upstream.script.error_after = [" and", " more", " lost"], 2
+
+    failed = await read_events(await post(api, f"/api/messages/{answer['id']}/continue"))
+    after_failure = (await api.get(url)).json()["results"][-1]
+    upstream.script.chunks, upstream.script.error_after = [" at last."], None
+    await read_events(await post(api, f"/api/messages/{answer['id']}/continue"))
+    continued_from = upstream.requests[-1][0]["messages"][-1]
+    await read_events(await post(api, url, {"content": "and then?"}))
+
+    done = dict(failed)["done"]
+    assert text_of(failed) == " and more"
+    assert (done["status"], done["finish_reason"], done["message_status"]) == (
+        "failed", "error", "truncated")
+    # What the user saw of the answer stays, continuable, and part of what the model reads.
+    assert (after_failure["content"], after_failure["status"]) == ("Hello, world! and more", "truncated")
+    assert after_failure["generation"]["status"] == "failed"
+    assert continued_from == {"role": "assistant", "content": "Hello, world! and more"}
+    assert upstream.requests[-1][0]["messages"][-2] == {
+        "role": "assistant", "content": "Hello, world! and more at last."}
+
+
 async def test_the_system_prompt_leads_and_old_messages_give_way_to_the_context(api, user, upstream, settings):
     settings.CHAT_CONTEXT_TOKENS = 600
     settings.CHAT_MAX_TOKENS = 100

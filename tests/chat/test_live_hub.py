@@ -17,7 +17,7 @@ WHOLE = "Hello big world!"
 
 def saved(text: str) -> Progress:
     """The rows of a streaming answer whose saved text is `text`, read from its first character."""
-    return Progress(Generation(status="streaming"), len(text), text, len(text))
+    return Progress(Generation(status="streaming"), len(text), text, len(text), "streaming")
 
 
 async def until_text(hub, expected: str) -> None:
@@ -61,7 +61,7 @@ async def test_a_gap_the_relay_does_not_fill_is_read_from_the_rows_from_where_th
 
     def rows(*, generation_id: int, after: int = 0) -> Progress:
         asked_after.append(after)
-        return Progress(Generation(status="streaming"), len(WHOLE), WHOLE[after:], len(WHOLE))
+        return Progress(Generation(status="streaming"), len(WHOLE), WHOLE[after:], len(WHOLE), "streaming")
 
     monkeypatch.setattr(selectors, "generation_progress", rows)
     layer = get_channel_layer()

@@ -97,9 +97,23 @@ async def test_an_ended_answer_gives_its_text_and_done_at_once(api, user):
                     "status": "truncated", "text": "Cut at the limit", "earlier_chars": 0,
                     "heartbeat_s": 15, "resume_grace_s": 0}),
         ("done", {"generation_id": generation.pk, "message_id": generation.message_id,
-                  "finish_reason": "length", "status": "truncated",
+                  "finish_reason": "length", "status": "truncated", "message_status": "truncated",
                   "usage": {"prompt_tokens": 9, "completion_tokens": 4}, "ttft_ms": 12.5}),
     ]
+
+
+async def test_a_watcher_of_a_continuation_that_failed_is_told_its_answer_stays_truncated(api, user):
+    def failed_continuation():
+        answer = factories.message(factories.conversation(owner=user), role="assistant",
+                                   status="truncated", content="Before. And")
+        factories.generation(answer, finish_reason="length", final_text="Before.")
+        return factories.generation(answer, finish_reason="error", final_text=" And")
+    generation = await sync_to_async(failed_continuation)()
+
+    watched = await read_events(await api.get(f"/api/generations/{generation.pk}/events"))
+
+    done = dict(watched)["done"]
+    assert (done["status"], done["message_status"]) == ("failed", "truncated")
 
 
 async def test_a_continued_answer_is_watched_with_the_messages_whole_text_and_says_where_it_began(api, user):
