@@ -309,7 +309,10 @@ export class Generation {
       return { ...common, status: STATUS.STOPPED, cancelledBy: CANCELLED_BY.USER, text: this.baseText + seen };
     }
     if (this.done) {
-      return { ...common, status: this.done.status, text: this.baseText + this.text };
+      // The message's status, which is the generation's but where a continuation failed: that
+      // leaves its answer truncated, to be continued again (null: the message is gone).
+      const status = this.done.message_status ?? this.done.status;
+      return { ...common, status, text: this.baseText + this.text };
     }
     const text = this.baseText + this.text;
     if (this.error) return { ...common, status: STATUS.FAILED, text };

@@ -32,14 +32,17 @@ export function isInterrupted({ status, cancelledBy }) {
 /**
  * The state line of an answer: `status` and `cancelledBy` as the API spells them, and `ending`
  * (an ENDING) when the page's stream ended without the server saying how; `isFollowed` when
- * that stream was the watch stream of an answer this page did not start.
+ * that stream was the watch stream of an answer this page did not start; `generationStatus`:
+ * the status of its latest generation, as stored.
  */
-export function answerLabel({ status, cancelledBy = "", ending, isFollowed = false }) {
+export function answerLabel({ status, cancelledBy = "", ending, isFollowed = false, generationStatus }) {
   if (isFollowed && FOLLOWING_DETAILS[ending]) return FOLLOWING_DETAILS[ending];
   if (ENDING_DETAILS[ending]) return `${INTERRUPTED}: ${ENDING_DETAILS[ending]}`;
   if (isInterrupted({ status, cancelledBy })) return INTERRUPTED;
   if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.TIMEOUT) return "Stopped at the time limit";
   if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.ADMIN) return "Stopped by an administrator";
+  // A continuation that failed left its answer truncated where it failed, not at the limit.
+  if (status === STATUS.TRUNCATED && generationStatus === STATUS.FAILED) return "Cut short where continuing it failed";
   return STATUS_LABELS[status] || "";
 }
 

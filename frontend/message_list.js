@@ -59,8 +59,9 @@ export function createMessageList({ list, empty, announce }) {
     /** An answer's end as its stream told it; `streaming`: another answer here still streams. */
     finish(el, outcome, streaming) {
       const { done, error, ending, status, cancelledBy } = outcome;
-      let state = answerLabel({ status, cancelledBy, ending, isFollowed: el.dataset.watched === "true" });
-      if (error) state = `Failed: ${sentenceFor(error)}`;
+      const isFollowed = el.dataset.watched === "true";
+      let state = answerLabel({ status, cancelledBy, ending, isFollowed, generationStatus: done?.status });
+      if (error) state = `${status === STATUS.TRUNCATED ? state : "Failed"}: ${sentenceFor(error)}`;
       const follow = nearBottom();
       const started = performance.now();
       msg.finishMessage(el, {

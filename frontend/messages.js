@@ -128,7 +128,7 @@ export function settleFromApi(el, message) {
   if (el.dataset.status !== message.status || (el.dataset.cancelledBy || "") !== cancelledBy) {
     el.dataset.status = message.status;
     setCancelledBy(el, cancelledBy);
-    setState(el, answerLabel({ status: message.status, cancelledBy }));
+    setState(el, answerLabel({ status: message.status, cancelledBy, generationStatus: message.generation?.status }));
   }
   if (textOf(el) !== message.content) setText(el, message.content);
 }
@@ -140,7 +140,7 @@ export function messageFromApi(message) {
     const cancelledBy = message.generation?.cancelled_by || "";
     setCancelledBy(el, cancelledBy);
     if (message.generation) el.dataset.generationId = String(message.generation.id);
-    setState(el, answerLabel({ status: message.status, cancelledBy }));
+    setState(el, answerLabel({ status: message.status, cancelledBy, generationStatus: message.generation?.status }));
     setMeta(el, message.generation && {
       ttftMs: message.generation.ttft_ms,
       tokens: message.generation.output_tokens,

@@ -7,7 +7,7 @@ import { controlledStream, fakeClock, settle, sse } from "./helpers.mjs";
 
 const START = { message_id: 12, generation_id: 7, request_id: "r", model: "m" };
 const DONE = {
-  generation_id: 7, message_id: 12, finish_reason: "stop", status: "completed",
+  generation_id: 7, message_id: 12, finish_reason: "stop", status: "completed", message_status: "completed",
   usage: { prompt_tokens: 3, completion_tokens: 5 }, ttft_ms: 42.5,
 };
 
@@ -106,7 +106,7 @@ test("Stop ends the answer at once with what was seen; the stream stays open, un
   assert.equal(outcome.text, "seen");
   // Closed before the Stop is recorded, the answer would go on as a departed page's.
   assert.equal(t.generation.controller.signal.aborted, false, "still open while the Stop is on its way");
-  t.feed().push(sse("delta", { text: " unseen" }) + sse("done", { ...DONE, status: "stopped" }));
+  t.feed().push(sse("delta", { text: " unseen" }) + sse("done", { ...DONE, status: "stopped", message_status: "stopped" }));
   await settle();
   assert.equal(t.generation.text, "seen");
   acknowledge();
@@ -127,7 +127,7 @@ test("once the server took the Stop, the stopped answer has ended only when its 
   await settle();
   assert.equal(ended, false, "a message sent now would be refused: the conversation is still busy");
   assert.equal(t.generation.controller.signal.aborted, false);
-  t.feed().push(sse("done", { ...DONE, status: "stopped" }));
+  t.feed().push(sse("done", { ...DONE, status: "stopped", message_status: "stopped" }));
   t.feed().close();
   await settle();
   assert.equal(ended, true);
@@ -202,7 +202,7 @@ test("Stop before start waits for the generation's id, then sends a Stop of zero
   t.feed().push(sse("start", START) + sse("delta", { text: "unseen" }));
   await settle();
   assert.deepEqual(t.stops, [[7, 0]]);
-  t.feed().push(sse("done", { ...DONE, status: "stopped" }));
+  t.feed().push(sse("done", { ...DONE, status: "stopped", message_status: "stopped" }));
   t.feed().close();
   await t.generation.ended;
   const outcome = await t.outcome;
@@ -299,13 +299,26 @@ test("an error event is reported with the failed done that follows it", async ()
   await settle();
   const error = { code: "upstream_disconnected", message: "the model went away" };
   t.feed().push(sse("start", START) + sse("delta", { text: "so" }) + sse("error", error)
-    + sse("done", { ...DONE, finish_reason: "error", status: "failed" }));
+    + sse("done", { ...DONE, finish_reason: "error", status: "failed", message_status: "failed" }));
   t.feed().close();
   const outcome = await t.outcome;
   assert.equal(outcome.status, "failed");
   assert.deepEqual(outcome.error, error);
   assert.equal(outcome.ending, undefined);
   assert.equal(outcome.text, "so");
+});
+
+test("a continuation that failed leaves its answer as the server's done says: truncated, to be continued again", async () => {
+  const t = setUp({ baseText: "Once upon" });
+  await settle();
+  const error = { code: "engine_error", message: "the model failed" };
+  t.feed().push(sse("start", START) + sse("delta", { text: " a time" }) + sse("error", error)
+    + sse("done", { ...DONE, finish_reason: "error", status: "failed", message_status: "truncated" }));
+  t.feed().close();
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "truncated");
+  assert.deepEqual(outcome.error, error);
+  assert.equal(outcome.text, "Once upon a time");
 });
 
 test("Stop after done changes nothing", async () => {

@@ -16,6 +16,12 @@ test("each way an answer ends has its own words", () => {
   assert.equal(answerLabel({ status: "failed" }), "Failed");
 });
 
+test("an answer whose continuation failed says so, not that it met the length limit", () => {
+  assert.equal(answerLabel({ status: "truncated", generationStatus: "failed" }), "Cut short where continuing it failed");
+  assert.equal(answerLabel({ status: "truncated", generationStatus: "truncated" }),
+    "Cut short at the length limit");
+});
+
 test("a connection lost or stalled under the page says so, and starts as it will read after a reload", () => {
   const lost = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending: ENDING.LOST });
   const stalled = answerLabel({ status: "stopped", cancelledBy: "client_gone", ending: ENDING.STALLED });

@@ -279,6 +279,27 @@ def test_each_way_an_answer_ends_reads_the_same_after_a_reload(chat, upstream, e
     assert live[0].startswith(label) and live[1] == actions
 
 
+def test_a_continuation_that_breaks_leaves_what_it_wrote_to_be_continued_again_after_a_reload(chat, upstream):
+    end_truncated(chat, upstream)
+    upstream.script.finish_reason = "stop"
+    upstream.script.chunks, upstream.script.crash_after = [" and", " more", " lost"], 2
+    last_answer(chat).locator(".continue").click()
+    wait_for_end(chat)  # the page read the continuation's `done`: its rows were final before it
+    live = (state_of(chat), actions_of(chat))
+
+    generation = Generation.objects.filter(message=stored_answer()).order_by("pk").last()
+    chat.reload()
+    chat.wait_for_selector('#messages .message[data-role="assistant"]')
+
+    label = "Cut short where continuing it failed"
+    actions = {**NO_ACTIONS, "regenerate": True, "continue": True}
+    assert (generation.status, stored_answer().status) == ("failed", "truncated")
+    assert last_answer(chat).get_attribute("data-status") == "truncated"
+    assert shown_text(chat) == "Hello, world! and more"
+    assert (state_of(chat), actions_of(chat)) == (label, actions)
+    assert live[0].startswith(f"{label}: ") and live[1] == actions
+
+
 def test_enter_then_escape_before_the_first_token_is_recorded_as_the_users_stop(chat, upstream):
     upstream.script.first_delay_s = 2.0
     chat.click("#new-conversation")
