@@ -23,6 +23,7 @@ api_patterns = [
     path("generations/<int:generation_id>", api.generation, name="generation"),
     path("generations/<int:generation_id>/events", api.generation_events, name="generation-events"),
     path("generations/<int:generation_id>/stop", api.stop, name="stop"),
+    path("generations/<int:generation_id>/recover", api.recover, name="recover"),
     path("staff/live/events", api.live_events, name="live-events"),
     path("staff/generations/<int:generation_id>/stop", api.staff_stop, name="staff-stop"),
 ]

@@ -22,20 +22,23 @@ from .conversations import (
     validate_content,
 )
 from .generations import (
+    INTERRUPTED,
     IllegalTransition,
     Outcome,
     PartialText,
+    SentPiece,
     generation_finish,
     generation_heartbeat,
     generation_move,
+    generation_recover,
     generation_save_partials,
     generation_stop,
 )
 
 __all__ = [
-    "AnswerPlan", "AnswerStart", "IllegalTransition", "Outcome", "PartialText",
+    "AnswerPlan", "AnswerStart", "INTERRUPTED", "IllegalTransition", "Outcome", "PartialText", "SentPiece",
     "answer_continue", "answer_regenerate", "answer_unstarted", "answer_write", "conversation_create",
     "conversation_delete", "conversation_title_by_model", "conversation_update", "generation_finish", "generation_heartbeat",
-    "generation_move", "generation_save_partials", "generation_stop", "message_edit_and_resend",
+    "generation_move", "generation_recover", "generation_save_partials", "generation_stop", "message_edit_and_resend",
     "message_send", "title_from", "validate_content",
 ]

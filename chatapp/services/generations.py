@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
 
+from ..errors import ApiError
 from ..models import Generation, Message
 
 logger = logging.getLogger(__name__)
@@ -225,6 +226,59 @@ def generation_stop(*, generation: Generation, seen_chars: int | None,
             if refused.status == GenerationStatus.STOP_REQUESTED:
                 return current
             raise
+
+
+@dataclass(frozen=True)
+class SentPiece:
+    """A piece of a generation's own text that a page was sent, at its offset (code points)."""
+
+    offset: int
+    text: str
+
+
+# What the reaper records of an answer whose relay died (chatapp/tasks.py).
+INTERRUPTED = "interrupted"
+
+
+def generation_recover(*, generation_id: int, pieces: list[SentPiece]) -> Generation:
+    """Keeps the text a page was sent past what was stored, of an answer whose relay died between
+    two partial saves: the reaper ended it `failed` (`interrupted`) with the text saved last,
+    shorter than what its user saw. The caller checked each piece's proof
+    (chatapp/streaming/text_proof.py); the pieces must join the stored text, agreeing with it
+    where they overlap. Raises ApiError: 409 for an answer that did not end so, or that was
+    continued since (its later text was written after the shorter one), or pieces that differ
+    from its text; 400 for pieces that leave a gap.
+    """
+    with transaction.atomic():
+        current = _locked(generation_id)
+        if current.status != GenerationStatus.FAILED or current.error_code != INTERRUPTED:
+            raise ApiError(409, "not_interrupted",
+                           "only an answer whose stream was interrupted takes back the text its page holds")
+        message = current.message
+        if message is not None and message.generations.filter(pk__gt=current.pk).exists():
+            raise ApiError(409, "answer_continued", "the answer was continued since; its text stays")
+        text = _joined(current.final_text, pieces)
+        if len(text) > len(current.final_text):
+            current.final_text = text
+            current.save(update_fields=["final_text"])
+            if message is not None:
+                message.content = _prefix(message, current.pk) + text
+                message.save(update_fields=["content"])
+        return current
+
+
+def _joined(stored: str, pieces: list[SentPiece]) -> str:
+    """The stored text with what the pieces add after it."""
+    text = stored
+    for piece in sorted(pieces, key=lambda piece: piece.offset):
+        if piece.offset > len(text):
+            raise ApiError(400, "invalid_value",
+                           f"the piece at {piece.offset} leaves a gap after character {len(text)}")
+        overlap = text[piece.offset: piece.offset + len(piece.text)]
+        if not piece.text.startswith(overlap):
+            raise ApiError(409, "text_differs", "the pieces differ from the answer's stored text")
+        text += piece.text[len(overlap):]
+    return text
 
 
 def _is_stop_late(generation: Generation, seen_chars: int | None, cancelled_by: CancelledBy) -> bool:

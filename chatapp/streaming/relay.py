@@ -43,6 +43,7 @@ from . import live_channel, prompt_fit, sse
 from .live_channel import LivePublisher
 from .partial_saves import partial_saves
 from .relay_inbox import RelayInbox
+from .text_proof import TextProof
 from .upstream_backlog import UpstreamBacklog
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Relay:
         self.outcome = services.Outcome(prompt_tokens=upstream.prompt_tokens)
         self._sent: list[str] = []
         self._length = 0  # code points in self._sent: the offset of the next delta
+        self._proof = TextProof(self.generation.pk)
         self._in_flight = None  # a delta taken for the page's connection, not yet out
         self._live = LivePublisher(self.generation.pk)
         self._left_at: float | None = None  # monotonic: when the page's connection went
@@ -99,7 +101,7 @@ class Relay:
                     else:
                         if item.text:
                             self._in_flight = item
-                            yield sse.delta(item.text)
+                            yield sse.delta(item.text, self._proof.of(self._length, item.text))
                             self._in_flight = None
                             self._sent_delta(item.text, item.chunks)  # once the event went out
                         self._ended_with(item)

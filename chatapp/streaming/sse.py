@@ -8,9 +8,11 @@ def event(name: str, payload: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
 
-def delta(text: str) -> bytes:
-    """A `delta` event, the one sent per token: only the text is encoded, the rest is fixed."""
-    return b'event: delta\ndata: {"text": ' + _encode_string(text).encode() + b"}\n\n"
+def delta(text: str, proof: str) -> bytes:
+    """A `delta` event, the one sent per token: only the text is encoded, the rest is fixed.
+    `proof` (text_proof.py, hex digits) lets the page hand the piece back should it be lost."""
+    return (b'event: delta\ndata: {"text": ' + _encode_string(text).encode()
+            + b', "proof": "' + proof.encode() + b'"}\n\n')
 
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode

@@ -28,6 +28,7 @@ from .. import selectors
 from ..models import Generation
 from ..runtime.database_threads import on_database_thread
 from . import live_hub, sse
+from .text_proof import TextProof
 from .live_hub import LiveHub
 
 
@@ -45,6 +46,7 @@ class Watch:
         self.generation_id, self.hub = generation_id, hub
         self.read = on_database_thread(selectors.generation_progress)
         self.sent = 0  # characters of this generation's own text the page holds
+        self.proof = TextProof(generation_id)
 
     async def events(self, offset: int | None) -> AsyncIterator[bytes]:
         progress = await self.read(generation_id=self.generation_id)
@@ -56,19 +58,27 @@ class Watch:
             self.sent = offset
         if progress.ended:  # an answer ended before is no news of a title
             if new := progress.text_after[progress.text_length - progress.own_length + self.sent:]:
-                yield sse.delta(new)
+                yield self._delta(new)
             yield sse.done(progress.generation, progress.message_status, title_requested=False)
             return
         self.hub.heard_rows(progress)
         async for event in self._live():
             yield event
         final = self.hub.final
-        if final.progress.own_length < self.sent:  # cut by a Stop to less than we sent
+        # Cut by a Stop to less than we sent, or stored short of it (its relay died between two
+        # saves, and the page may hand back what it holds: text_proof.py): the whole text.
+        if final.progress.own_length < self.sent:
             yield _prefix(final.progress)
         elif new := self.hub.text.after(self.sent):
-            yield sse.delta(new)
+            yield self._delta(new)
         yield sse.done(final.progress.generation, final.progress.message_status,
                        title_requested=final.title_requested)
+
+    def _delta(self, new: str) -> bytes:
+        """The characters after those the page holds, proven at their offset; now it holds them."""
+        event = sse.delta(new, self.proof.of(self.sent, new))
+        self.sent += len(new)
+        return event
 
     async def _live(self) -> AsyncIterator[bytes]:
         """What the hub's text gained since the last event, until the answer's final rows are in
@@ -77,8 +87,7 @@ class Watch:
         while self.hub.final is None:
             changed = self.hub.changed
             if new := self.hub.text.after(self.sent):
-                self.sent += len(new)
-                yield sse.delta(new)
+                yield self._delta(new)
                 last_sent = time.monotonic()
                 continue
             try:

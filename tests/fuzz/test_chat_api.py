@@ -36,6 +36,11 @@ BODY_TEMPLATES = {
     "POST /api/conversations/{conversation_id}/messages": {"content": {"content": hostile.SLOT}},
     "POST /api/messages/{message_id}/edit": {"content": {"content": hostile.SLOT}},
     "POST /api/generations/{generation_id}/stop": {"seen_chars": {"seen_chars": hostile.SLOT}},
+    "POST /api/generations/{generation_id}/recover": {
+        "pieces": {"pieces": hostile.SLOT},
+        "offset": {"pieces": [{"offset": hostile.SLOT, "text": "a", "proof": "0" * 32}]},
+        "text": {"pieces": [{"offset": 0, "text": hostile.SLOT, "proof": "0" * 32}]},
+        "proof": {"pieces": [{"offset": 0, "text": "a", "proof": hostile.SLOT}]}},
 }
 HOSTILE_QUERIES = ["q=a%00b", "q=%ED%A0%80", "page=18446744073709551616", "page=-1", "page=NaN",
                    "page=" + "9" * 5000]

@@ -1,0 +1,30 @@
+"""Proof that a page was sent a piece of an answer's text.
+
+Every `delta` carries one: a MAC of the generation, the piece's offset in the generation's own
+text (code points) and the piece itself, under the server's secret key. A web process that dies
+between two partial saves leaves a stored text shorter than what its page was shown; the page
+hands back the pieces past the stored end with their proofs (`POST .../recover`,
+services.generation_recover), and what the user saw is kept. Without a valid proof nothing is
+taken: a page cannot put words in the model's mouth, nor in the audit row.
+"""
+
+from django.utils.crypto import constant_time_compare, salted_hmac
+
+_SALT = "chatapp.streaming.text_proof"
+PROOF_HEX_DIGITS = 32  # 128 bits of HMAC-SHA256
+
+
+class TextProof:
+    """The proofs of one generation's pieces. Each piece is proven alone, by its offset, so that
+    the relay and a resumed stream (which starts at an offset) prove alike, keeping no history."""
+
+    def __init__(self, generation_id: int):
+        self._keyed = salted_hmac(_SALT, f"{generation_id}:", algorithm="sha256")
+
+    def of(self, offset: int, text: str) -> str:
+        mac = self._keyed.copy()
+        mac.update(f"{offset}:{text}".encode())
+        return mac.hexdigest()[:PROOF_HEX_DIGITS]
+
+    def holds(self, offset: int, text: str, proof: str) -> bool:
+        return constant_time_compare(self.of(offset, text), proof)
