@@ -95,6 +95,8 @@ export const api = {
 
   // One request: the page sends it again until the server answers (reconnect.js, deliverStop).
   stop: (gid, seenChars) => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } }),
+  // What the page was sent of an answer whose relay died before saving it, with each piece's proof.
+  recover: (gid, pieces) => json(`/api/generations/${id(gid)}/recover`, { method: "POST", body: { pieces } }),
   // Staff only, from the live view (staff/live/): stops anyone's answer.
   staffStop: (gid) => json(`/api/staff/generations/${id(gid)}/stop`, { method: "POST" }),
 };

@@ -290,6 +290,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
       }
     },
     resume: api.resume,
+    recover: api.recover,
     // A lost connection is not an error yet: the answer goes on at the server while it is away.
     onReconnecting: (on) => {
       if (entry.el) messageList.setReconnecting(entry.el, on);

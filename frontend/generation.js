@@ -31,16 +31,22 @@ export class Generation {
    * @param {((id: number, offset: number) => (signal: AbortSignal) => Promise<Response>) | null} [options.resume]
    *   opens the answer's stream again from a character offset; null: a lost stream is not resumed
    * @param {(isReconnecting: boolean) => void} [options.onReconnecting]
+   * @param {((id: number, pieces: object[]) => Promise<unknown>) | null} [options.recover]
+   *   hands back pieces of this generation's text the server lost (its relay died before saving them)
    * @param {EventTarget | null} [options.network] fires `online` and `offline` (the window)
    */
   constructor({
     baseText = "", paint, createPainter, onStart = () => {}, watchStall = createStallWatch, resume = null,
-    onReconnecting = () => {}, clock = SYSTEM_CLOCK, network = globalThis.window ?? null,
+    onReconnecting = () => {}, recover = null, clock = SYSTEM_CLOCK, network = globalThis.window ?? null,
   }) {
     this.controller = new AbortController();
     this.baseText = baseText;
     this.text = ""; // every delta of this generation, appended the moment it arrives
     this.chars = 0; // code points in this.text
+    // Each delta's place in this.text and its proof, to hand back should the server lose it.
+    this.pieces = []; // {offset, chars: code points; start, end: UTF-16 indexes in this.text; proof}
+    this.storedCut = null; // a `prefix` shorter than this.text: applied, or handed back, at `done`
+    this.handedBack = null; // settles once what the server lacked was handed back (or refused)
     this.paintedLength = 0; // this.text.length when it was last painted
     this.paintedChars = 0; // code points of this.text the user has seen
     this.start = null;
@@ -55,6 +61,7 @@ export class Generation {
     this.onStart = onStart;
     this.resume = resume;
     this.onReconnecting = onReconnecting;
+    this.recover = recover;
     this.clock = clock;
     this.network = network;
     this.retryWith = { clock, network }; // what a wait before trying again listens to
@@ -114,6 +121,9 @@ export class Generation {
       }
       await this.#read(response);
       while (this.#isResumable() && await this.#reconnect());
+      // Ended once the record holds it: the page reads the stored answer next, which must not
+      // take back what the user saw.
+      await this.handedBack;
       return this.outcome();
     } finally {
       this.network?.removeEventListener("offline", this.wentOffline);
@@ -190,18 +200,18 @@ export class Generation {
         this.#started(payload);
         break;
       case "prefix":
-        // A watched answer: the text saved so far, which replaces what is shown (a second prefix
-        // comes when a Stop elsewhere cut the answer shorter than this page was sent). For a
-        // continued answer its first `earlier_chars` characters came before this generation:
-        // they are the base text, which a Stop from here does not count as seen.
+        // A watched answer: the text saved so far, which replaces what is shown. A prefix shorter
+        // than what this page holds comes when a Stop elsewhere cut the answer, or when its relay
+        // died before saving all it sent: `done` tells which (#settleCut). For a continued
+        // answer its first `earlier_chars` characters came before this generation: they are the
+        // base text, which a Stop from here does not count as seen.
         this.#started(payload);
         if (!this.stopped && typeof payload.text === "string") {
           const chars = Array.from(payload.text);
           const earlier = Math.min(Math.max(payload.earlier_chars ?? 0, 0), chars.length);
-          this.baseText = chars.slice(0, earlier).join("");
-          this.text = chars.slice(earlier).join("");
-          this.chars = chars.length - earlier;
-          this.painter.schedule();
+          const cut = { baseText: chars.slice(0, earlier).join(""), text: chars.slice(earlier).join(""), chars: chars.length - earlier };
+          if (cut.chars < this.chars && this.text.startsWith(cut.text)) this.storedCut = cut;
+          else this.#show(cut);
         }
         break;
       case "resume":
@@ -211,9 +221,14 @@ export class Generation {
       case "delta":
         // After Stop the text is what the user saw; what still arrives was never shown.
         if (!this.stopped && typeof payload.text === "string" && payload.text !== "") {
-          this.text += payload.text;
           // Deltas are whole JSON strings, so counting each one alone never splits a pair.
-          this.chars += Array.from(payload.text).length;
+          const chars = Array.from(payload.text).length;
+          if (typeof payload.proof === "string") {
+            const start = this.text.length;
+            this.pieces.push({ offset: this.chars, chars, start, end: start + payload.text.length, proof: payload.proof });
+          }
+          this.text += payload.text;
+          this.chars += chars;
           this.painter.schedule();
         }
         break;
@@ -222,10 +237,39 @@ export class Generation {
         break;
       case "done":
         this.done = payload;
+        this.#settleCut();
         break;
       default:
         break;
     }
+  }
+
+  /** Shows `cut`, a prefix's text, in place of this generation's: deltas before it are gone. */
+  #show(cut) {
+    this.baseText = cut.baseText;
+    this.text = cut.text;
+    this.chars = cut.chars;
+    this.pieces = [];
+    this.painter.schedule();
+  }
+
+  /**
+   * The answer ended shorter than this page holds. Failed, its relay died before saving what it
+   * sent (the user saw it): the page keeps its text and hands back, with their proofs, the pieces
+   * past the stored end. Else a Stop elsewhere cut it, which the page shows.
+   */
+  #settleCut() {
+    const cut = this.storedCut;
+    this.storedCut = null;
+    if (!cut) return;
+    if (this.done.status !== STATUS.FAILED || !this.recover || this.id === null) {
+      this.#show(cut);
+      return;
+    }
+    const lost = this.pieces.filter((piece) => piece.offset + piece.chars > cut.chars)
+      .map(({ offset, start, end, proof }) => ({ offset, text: this.text.slice(start, end), proof }));
+    // Refused or unreachable, the record stays as the server had it; the page still shows it all.
+    if (lost.length > 0) this.handedBack = this.recover(this.id, lost).catch(() => {});
   }
 
   #started(payload) {

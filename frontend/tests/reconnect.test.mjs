@@ -20,7 +20,7 @@ const streamResponse = (feed) => new Response(feed.stream, { headers: { "Content
 function setUp({ startExtra = {}, watchesStalls = false } = {}) {
   const clock = fakeClock();
   const network = new EventTarget();
-  const t = { clock, network, feeds: [], resumes: [], states: [], stops: [], down: false };
+  const t = { clock, network, feeds: [], resumes: [], states: [], stops: [], recovered: [], down: false };
   t.generation = new Generation({
     paint: (text) => { t.shown = text; },
     createPainter: (paint) => ({ schedule: paint, cancel() {} }),
@@ -35,6 +35,10 @@ function setUp({ startExtra = {}, watchesStalls = false } = {}) {
       return streamResponse(feed);
     },
     onReconnecting: (on) => t.states.push(on),
+    recover: (id, pieces) => {
+      t.recovered.push([id, pieces]);
+      return new Promise((resolve) => { t.handBack = resolve; });
+    },
     clock,
     network,
   });
@@ -81,6 +85,42 @@ test("a lost connection says Reconnecting, resumes from the last character held,
   assert.equal(outcome.status, "completed");
   assert.equal(outcome.text, "Hello, wörld 👋 again");
   assert.equal(t.shown, "Hello, wörld 👋 again");
+});
+
+/** "Hello, wörld" in two proven deltas, the connection lost, and the resumed stream's `ending`. */
+async function resumedShorter(t, ending) {
+  await t.start([]);
+  t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5" }));
+  await settle();
+  await t.cut();
+  await advance(t, FIRST_RETRY_MS);
+  t.feeds[1].push(ending);
+  t.feeds[1].close();
+  await settle();
+}
+
+test("an answer whose web process died keeps the text the page holds, and hands back what the record lacks with its proofs", async () => {
+  const t = setUp();
+  // The reaper ended it with the text saved last: shorter than what this page was sent.
+  await resumedShorter(t, sse("prefix", { ...RESUME, text: "Hello, w", earlier_chars: 0 })
+    + sse("done", { ...DONE, finish_reason: "error", status: "failed", message_status: "failed" }));
+  assert.equal(t.settled, undefined, "ended once the server has what it lacked, before the page reads the record");
+  t.handBack();
+  const outcome = await t.outcome;
+  assert.equal(outcome.status, "failed");
+  assert.equal(outcome.text, "Hello, wörld");
+  assert.equal(t.shown, "Hello, wörld");
+  assert.deepEqual(t.recovered, [[7, [{ offset: 5, text: ", wörld", proof: "p5" }]]]);
+});
+
+test("a Stop elsewhere that cut the answer short of what this page holds replaces it, and nothing is handed back", async () => {
+  const t = setUp();
+  await resumedShorter(t, sse("prefix", { ...RESUME, text: "Hel", earlier_chars: 0 })
+    + sse("done", { ...DONE, finish_reason: "cancelled", status: "stopped", message_status: "stopped" }));
+  const outcome = await t.outcome;
+  assert.equal(outcome.text, "Hel");
+  assert.equal(t.shown, "Hel");
+  assert.deepEqual(t.recovered, []);
 });
 
 test("retries wait 0.5 s, doubling, while the server cannot be reached", async () => {

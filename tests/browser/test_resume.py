@@ -6,11 +6,13 @@ so the stored text is what the user saw, even once the grace has run out."""
 import os
 import random
 
+import psutil
 import pytest
 import redis
 
 from chatapp.models import Generation, Message
 from chatapp.streaming import live_channel
+from chatapp.tasks import fail_interrupted_streams
 from harness import waiting
 
 from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
@@ -79,6 +81,25 @@ def two_process_resetting_stack(django_db_setup, django_db_blocker, fake_upstrea
     with running_stack(fake_upstream.url, folder, access_logs=logs, TEST_CHAT_RESUME_GRACE_SECONDS=20) as url, \
             resetting_proxy(url) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="module")
+def two_process_stack_saving_seldom(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    """Two daphne processes behind nginx, sharing Redis, whose relays save an answer's text only
+    every 30 s: one killed mid-answer dies with all it sent."""
+    folder = tmp_path_factory.mktemp("saving-seldom")
+    logs = (folder / "web-1.log", folder / "web-2.log")
+    with running_stack(fake_upstream.url, folder, access_logs=logs, TEST_CHAT_RESUME_GRACE_SECONDS=20,
+                       CHAT_SAVE_INTERVAL_SECONDS=30) as url:
+        yield url
+
+
+def relay_process(upstream) -> psutil.Process:
+    """The web process holding the answer's relay: the one whose connection asked the upstream."""
+    _, port = upstream.clients[-1]
+    (pid,) = {connection.pid for connection in psutil.net_connections(kind="tcp")
+              if connection.laddr.port == port and connection.pid != os.getpid()}
+    return psutil.Process(pid)
 
 
 @pytest.fixture
@@ -250,3 +271,29 @@ def test_an_answer_reset_three_times_resumes_on_the_other_web_process_too_and_en
     # first resume, made while the relay's process held the page's stream or right after, goes
     # to the other one.
     assert len(seen.relay) == 1 and seen.resumes - seen.relay, (seen.relay, seen.resumes)
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
+def test_a_web_process_killed_mid_answer_loses_none_of_what_its_page_showed_before_and_after_a_reload(
+        page, two_process_stack_saving_seldom, user, upstream, settings):
+    upstream.script.chunks = ANSWER
+    upstream.script.interval_s = 0.04
+    sign_in(page, two_process_stack_saving_seldom, user)
+    send(page, "count slowly")
+    wait_for_true(page, f"{STREAMING_TEXT} > 100")
+    relay_process(upstream).kill()  # nothing of the answer saved yet: its relay saves every 30 s
+    settings.CHAT_STALE_STREAM_SECONDS = 1
+    waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
+    wait_for_end(page)
+    shown = shown_text(page)
+    waiting.wait_until(lambda: Message.objects.get(role="assistant").content != "", 30,
+                       "the page handing back what it was shown")
+    generation = Generation.objects.select_related("message").get()
+
+    assert (generation.status, generation.error_code) == ("failed", "interrupted")
+    assert len(shown) > 100
+    assert generation.message.content == generation.final_text
+    assert generation.final_text.split() == shown.split()
+    page.reload()
+    page.wait_for_selector('#messages .message[data-role="assistant"]')
+    assert shown_text(page).split() == shown.split()
