@@ -52,7 +52,7 @@ export function createMessageList({ list, empty, announce }) {
 
     setReconnecting(el, on) {
       el.dataset.reconnecting = String(on);
-      msg.setState(el, on ? "Reconnecting…" : "");
+      msg.setState(el, on ? "Reconnecting…" : answerLabel({ status: STATUS.STREAMING }));
       if (on) announce("Connection lost; reconnecting.");
     },
 

@@ -159,6 +159,17 @@ def test_a_greedy_answer_reset_three_times_at_random_points_is_the_uninterrupted
     assert not last_answer(page).locator(".retry").is_visible()
 
 
+def test_an_answer_resumed_after_a_reset_says_it_is_writing_again(chat, resetting_stack):
+    send(chat, "count slowly")
+    wait_for_true(chat, f"{STREAMING_TEXT} > 20")
+    waiting.wait_until(lambda: resetting_stack.reset() > 0, 10, "an open stream to reset")
+    wait_for_true(chat, "window.__signs.reconnecting > 0")
+    held = chat.evaluate(STREAMING_TEXT)
+    wait_for_true(chat, f"{STREAMING_TEXT} > {held} && {LAST_ANSWER}.dataset.reconnecting === 'false'")
+
+    assert last_answer(chat).locator(".message-state").inner_text() == "Writing…"
+
+
 def test_a_stop_pressed_while_the_network_is_down_keeps_what_the_user_saw_before_and_after_a_reload(
         chat, resetting_stack):
     send(chat, "count slowly")
