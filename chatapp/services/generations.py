@@ -259,8 +259,10 @@ def generation_recover(*, generation_id: int, pieces: list[SentPiece]) -> Genera
             raise ApiError(409, "answer_continued", "the answer was continued since; its text stays")
         text = _joined(current.final_text, pieces)
         if len(text) > len(current.final_text):
+            # The audit says where the text's end came from.
+            current.error_message += f"; its page handed back {len(text) - len(current.final_text)} characters it was shown"
             current.final_text = text
-            current.save(update_fields=["final_text"])
+            current.save(update_fields=["final_text", "error_message"])
             if message is not None:
                 message.content = _prefix(message, current.pk) + text
                 message.save(update_fields=["content"])

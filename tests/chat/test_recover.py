@@ -33,7 +33,8 @@ def interrupted(generation_id: int, kept: str) -> None:
     """What the reaper leaves of an answer whose web process died after saving `kept`."""
     generation = Generation.objects.select_related("message").get(pk=generation_id)
     Generation.objects.filter(pk=generation_id).update(
-        status="failed", finish_reason="error", error_code="interrupted", final_text=kept)
+        status="failed", finish_reason="error", error_code="interrupted", final_text=kept,
+        error_message="the stream was interrupted and its relay is gone")
     Message.objects.filter(pk=generation.message_id).update(status="failed", content=kept)
 
 
@@ -94,6 +95,7 @@ async def test_the_text_a_page_was_sent_is_kept_when_its_relay_died_before_savin
     assert response.status_code == 200 and response.json()["text_length"] == len("Once upon a time")
     assert await sync_to_async(stored)(generation) == ("Once upon a time", "Once upon a time")
     assert (generation.status, generation.error_code) == ("failed", "interrupted")
+    assert generation.error_message.endswith("; its page handed back 9 characters it was shown")
 
 
 @pytest.mark.parametrize("pieces, status, code", [
