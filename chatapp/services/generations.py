@@ -260,7 +260,8 @@ def generation_recover(*, generation_id: int, pieces: list[SentPiece]) -> Genera
         text = _joined(current.final_text, pieces)
         if len(text) > len(current.final_text):
             # The audit says where the text's end came from.
-            current.error_message += f"; its page handed back {len(text) - len(current.final_text)} characters it was shown"
+            added = len(text) - len(current.final_text)
+            current.error_message += f"; its page handed back {added} characters it was shown"
             current.final_text = text
             current.save(update_fields=["final_text", "error_message"])
             if message is not None:
@@ -270,17 +271,18 @@ def generation_recover(*, generation_id: int, pieces: list[SentPiece]) -> Genera
 
 
 def _joined(stored: str, pieces: list[SentPiece]) -> str:
-    """The stored text with what the pieces add after it."""
-    text = stored
+    """The stored text with what the pieces add after it (as code points: linear in the text,
+    however many pieces)."""
+    text = list(stored)
     for piece in sorted(pieces, key=lambda piece: piece.offset):
         if piece.offset > len(text):
             raise ApiError(400, "invalid_value",
                            f"the piece at {piece.offset} leaves a gap after character {len(text)}")
-        overlap = text[piece.offset: piece.offset + len(piece.text)]
+        overlap = "".join(text[piece.offset: piece.offset + len(piece.text)])
         if not piece.text.startswith(overlap):
             raise ApiError(409, "text_differs", "the pieces differ from the answer's stored text")
-        text += piece.text[len(overlap):]
-    return text
+        text.extend(piece.text[len(overlap):])
+    return "".join(text)
 
 
 def _is_stop_late(generation: Generation, seen_chars: int | None, cancelled_by: CancelledBy) -> bool:
