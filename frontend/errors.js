@@ -37,6 +37,11 @@ const SENTENCES = {
   nothing_to_regenerate: "There is no answer to regenerate yet.",
   not_truncated: "Only an answer cut short at the length limit can be continued.",
   generation_ended: "That answer had already finished.",
+  // The page's handing back of what it was shown (generation.js): said to nobody, kept complete.
+  not_interrupted: "That answer was not interrupted; its text stays as stored.",
+  answer_continued: "That answer was continued since; its text stays as stored.",
+  text_differs: "The text on this page differs from the stored answer. Reload the page to see it.",
+  invalid_proof: PAGE_OUTDATED,
   upstream_busy: MODEL_BUSY,
   upstream_unreachable: MODEL_UNREACHABLE,
   upstream_timeout: "The model took too long to answer. Please try again.",

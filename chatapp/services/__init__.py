@@ -22,7 +22,6 @@ from .conversations import (
     validate_content,
 )
 from .generations import (
-    INTERRUPTED,
     IllegalTransition,
     Outcome,
     PartialText,
@@ -36,7 +35,7 @@ from .generations import (
 )
 
 __all__ = [
-    "AnswerPlan", "AnswerStart", "INTERRUPTED", "IllegalTransition", "Outcome", "PartialText", "SentPiece",
+    "AnswerPlan", "AnswerStart", "IllegalTransition", "Outcome", "PartialText", "SentPiece",
     "answer_continue", "answer_regenerate", "answer_unstarted", "answer_write", "conversation_create",
     "conversation_delete", "conversation_title_by_model", "conversation_update", "generation_finish", "generation_heartbeat",
     "generation_move", "generation_recover", "generation_save_partials", "generation_stop", "message_edit_and_resend",

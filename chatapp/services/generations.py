@@ -236,7 +236,7 @@ class SentPiece:
     text: str
 
 
-# What the reaper records of an answer whose relay died (chatapp/tasks.py).
+# The error code the reaper records of an answer whose relay died (chatapp/tasks.py).
 INTERRUPTED = "interrupted"
 
 
