@@ -21,10 +21,9 @@ from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import selectors as staff_selectors
-from .streaming import answer_start, prompt_fit, watch
+from .streaming import answer_start, prompt_fit, text_proof, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
-from .streaming.text_proof import TextProof
 from .upstream import models as upstream_models
 from .upstream.inference_client import UpstreamRefused
 
@@ -114,10 +113,6 @@ def body_of(request) -> dict:
         raise ApiError(415, "unsupported_media_type",
                        "the API reads a JSON body (Content-Type: application/json), not a form")
     return request_input.json_object(request.body)
-
-
-# A Generation's stop_seen_chars is a PostgreSQL integer; no answer comes near this many characters.
-MAX_SEEN_CHARS = 2**31 - 1
 
 
 # --- shapes ---
@@ -317,8 +312,8 @@ async def generation_events(request, user, generation_id: int):
 def _offset(value: str | None) -> int | None:
     if value is None:
         return None
-    if not value.isascii() or not value.isdigit() or int(value) > MAX_SEEN_CHARS:
-        raise ApiError(400, "invalid_value", f"from must be an integer from 0 to {MAX_SEEN_CHARS}")
+    if not value.isascii() or not value.isdigit() or int(value) > request_input.MAX_CHARS:
+        raise ApiError(400, "invalid_value", f"from must be an integer from 0 to {request_input.MAX_CHARS}")
     return int(value)
 
 
@@ -327,8 +322,9 @@ async def stop(request, user, generation_id: int):
     """Stop with the number of characters (code points) of this generation the user saw."""
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     seen = body_of(request).get("seen_chars")
-    if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= MAX_SEEN_CHARS:
-        raise ApiError(400, "invalid_value", f"seen_chars must be an integer from 0 to {MAX_SEEN_CHARS}")
+    if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= request_input.MAX_CHARS:
+        raise ApiError(400, "invalid_value",
+                       f"seen_chars must be an integer from 0 to {request_input.MAX_CHARS}")
     return await _stopped(found, seen_chars=seen, cancelled_by=CancelledBy.USER)
 
 
@@ -337,30 +333,9 @@ async def recover(request, user, generation_id: int):
     """The text this page was sent of an answer that lost it (its relay died between two partial
     saves), handed back piece by piece with the proofs it came with (streaming/text_proof.py)."""
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    pieces = _proven_pieces(body_of(request), TextProof(found.pk))
+    pieces = text_proof.proven_pieces(body_of(request).get("pieces"), found.pk)
     recovered = await on_database_thread(services.generation_recover)(generation_id=found.pk, pieces=pieces)
     return JsonResponse(generation_json(recovered))
-
-
-MAX_PIECES = 1_000_000
-
-
-def _proven_pieces(body: dict, proof: TextProof) -> list[services.SentPiece]:
-    listed = body.get("pieces")
-    if not isinstance(listed, list) or not 0 < len(listed) <= MAX_PIECES:
-        raise ApiError(400, "invalid_value", f"pieces must be a list of 1 to {MAX_PIECES} pieces")
-    pieces = []
-    for item in listed:
-        item = item if isinstance(item, dict) else {}
-        offset, text, said = item.get("offset"), item.get("text"), item.get("proof")
-        if (isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_SEEN_CHARS
-                or not isinstance(text, str) or not text or not isinstance(said, str)):
-            raise ApiError(400, "invalid_value",
-                           'each piece is {"offset": an integer from 0, "text": a non-empty string, "proof"}')
-        if not proof.holds(offset, text, said):
-            raise ApiError(400, "invalid_proof", "a piece was not sent by this server as it stands")
-        pieces.append(services.SentPiece(offset, text))
-    return pieces
 
 
 async def _stopped(generation, *, seen_chars: int | None, cancelled_by: CancelledBy) -> JsonResponse:

@@ -13,6 +13,9 @@ from common import strict_json
 from .errors import ApiError
 
 MAX_DEPTH = 32
+# A count or an offset of an answer's characters: a Generation's stop_seen_chars is a PostgreSQL
+# integer, and no answer comes near this many.
+MAX_CHARS = 2**31 - 1
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _ABSENT = object()
 

@@ -289,8 +289,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
         msg.markContextStart(view.messages, start.context_from_message_id);
       }
     },
-    resume: api.resume,
-    recover: api.recover,
+    resume: api.resume, recover: api.recover, // a lost stream again; what the server lost of it
     // A lost connection is not an error yet: the answer goes on at the server while it is away.
     onReconnecting: (on) => {
       if (entry.el) messageList.setReconnecting(entry.el, on);
