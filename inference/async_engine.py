@@ -197,7 +197,6 @@ class RequestStream:
 
     def __init__(self, engine: AsyncEngine, key: str, queue: asyncio.Queue):
         self.key = key  # the engine's
-        self.request_id = caller_id(key)
         self._engine = engine
         self._queue = queue
         self._done = False  # the engine holds nothing more of this request
