@@ -42,6 +42,9 @@ class Answer:
     generation_id: int | None = None
     message_id: int | None = None
     seen: str = ""  # the text of every delta the client read
+    # With `keeps_pieces`, each delta as the page keeps it, to hand back what the server lost.
+    keeps_pieces: bool = False
+    pieces: list[dict] = field(default_factory=list)  # {"offset", "text", "proof"}
     done: dict | None = None
     error: str = ""
     stop_status: int | None = None
@@ -111,6 +114,9 @@ class ChatClient:
                     answer.generation_id, answer.message_id = payload["generation_id"], payload["message_id"]
                 elif event.event == "delta":
                     answer.first_delta_at = answer.first_delta_at or time.monotonic()
+                    if answer.keeps_pieces:
+                        answer.pieces.append({"offset": answer.seen_chars, "text": payload["text"],
+                                              "proof": payload["proof"]})
                     answer.seen += payload["text"]
                 elif event.event == "error":
                     answer.error = f"{payload.get('code')}: {payload.get('message')}"
@@ -140,6 +146,12 @@ class ChatClient:
             return True
         answer.is_stop_late = True
         return False
+
+    async def hand_back(self, answer: Answer) -> int:
+        """What a page does once an answer whose web process died ends shorter than it saw
+        (docs/api.md, "Resuming an answer"): the pieces it was sent, with their proofs. The status."""
+        response = await self._post(f"/api/generations/{answer.generation_id}/recover", {"pieces": answer.pieces})
+        return response.status_code
 
     async def _post(self, path: str, body: dict) -> httpx2.Response:
         return await self.http.post(path, json=body, headers=self._csrf())

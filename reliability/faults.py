@@ -71,7 +71,7 @@ class FaultClient(ChatClient):
     async def answer(self, hook=None) -> Answer:
         self.at_first_delta = hook
         conversation = await self.new_conversation("faults")
-        return await self.ask(conversation, QUESTION, Answer(Ending.READ_ALL))
+        return await self.ask(conversation, QUESTION, Answer(Ending.READ_ALL, keeps_pieces=True))
 
 
 def _row(generation_id: int | None) -> dict | None:
@@ -154,6 +154,12 @@ class Faults:
 
         answer = await self.client.answer(kill_it)
         row = await final_row(answer, timeout_s=90)
+        shown = stored(row)
+        if role is Role.WEB and row is not None:
+            # What the relay sent after its last partial save died with it: the client hands it back.
+            handed = await self.client.hand_back(answer)
+            row = await asyncio.to_thread(_row, answer.generation_id)
+            shown += f"; handed back ({handed}): {len(row['text'])} code points"
         back = await self.comes_back(role, old)
         if role is Role.INFERENCE:
             back = back and await until(lambda: healthy(f"{self.stack.inference_url}/health"), COMEBACK_TIMEOUT_S)
@@ -164,13 +170,14 @@ class Faults:
             Role.INFERENCE: lambda: (answer.done or {}).get("status") == "failed" and bool(answer.error)
             and row["status"] == "failed" and same_text(answer, row),
             # The relay died with the process: nobody is left to send an event; the reaper ends
-            # the row once its heartbeat stops, keeping the text saved last.
+            # the row once its heartbeat stops, keeping the text saved last, and the client
+            # hands back the rest of what it saw.
             Role.WEB: lambda: answer.done is None and row["status"] == "failed"
-            and row["error_code"] == "interrupted" and answer.seen.startswith(row["text"]),
+            and row["error_code"] == "interrupted" and same_text(answer, row),
             Role.WORKER: lambda: answer.outcome is Outcome.FINISHED and same_text(answer, row),
         }[role]
         return FaultResult(
-            f"kill -9 of {role.value} mid-answer", saw(answer), stored(row),
+            f"kill -9 of {role.value} mid-answer", saw(answer), shown,
             f"{role.value} back under a new pid: {'yes' if back else 'NO'}; next answer: {saw(after)}",
             row is not None and expected() and back and after.outcome is Outcome.FINISHED)
 
