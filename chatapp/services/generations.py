@@ -74,13 +74,24 @@ def _move(generation: Generation, to: GenerationStatus, **fields) -> Generation:
     for name, value in fields.items():
         setattr(generation, name, value)
     generation.save(update_fields=["status", *fields])
-    message = generation.message
-    if message is not None and to.is_final:
-        earlier = _earlier_texts(message, generation.pk)
-        message.content = "".join(earlier) + generation.final_text
-        message.status = _message_status(to, continues=bool(earlier))
-        message.save(update_fields=["content", "status"])
+    if generation.message is not None and to.is_final:
+        _write_message(generation, to)
     return generation
+
+
+def _write_message(generation: Generation, ended: GenerationStatus | None = None) -> None:
+    """The answer's message takes the text of its generations up to this one (a continued
+    answer's starts with the earlier ones') and, with `ended` (this one's final status), the
+    status it shows."""
+    message = generation.message
+    earlier = message.generations.filter(pk__lt=generation.pk).exclude(status__in=Generation.LIVE_STATUSES)
+    texts = list(earlier.order_by("pk").values_list("final_text", flat=True))
+    message.content = "".join(texts) + generation.final_text
+    if ended is None:
+        message.save(update_fields=["content"])
+        return
+    message.status = _message_status(ended, continues=bool(texts))
+    message.save(update_fields=["content", "status"])
 
 
 def _message_status(to: GenerationStatus, continues: bool) -> MessageStatus:
@@ -192,18 +203,6 @@ def generation_heartbeat(*, generation_id: int) -> bool:
                 .update(heartbeat_at=timezone.now()))
 
 
-def _prefix(message: Message, generation_id: int) -> str:
-    """The answer's text before this generation (the part a continuation continues)."""
-    return "".join(_earlier_texts(message, generation_id))
-
-
-def _earlier_texts(message: Message, generation_id: int) -> list[str]:
-    """The texts of the answer's generations before this one, oldest first: none unless this
-    generation continues the answer."""
-    earlier = message.generations.filter(pk__lt=generation_id).exclude(status__in=Generation.LIVE_STATUSES)
-    return list(earlier.order_by("pk").values_list("final_text", flat=True))
-
-
 def generation_stop(*, generation: Generation, seen_chars: int | None,
                     cancelled_by: CancelledBy = CancelledBy.USER) -> Generation:
     """Records a Stop with the length its user saw; the relay applies it at its final write.
@@ -265,8 +264,7 @@ def generation_recover(*, generation_id: int, pieces: list[SentPiece]) -> Genera
             current.final_text = text
             current.save(update_fields=["final_text", "error_message"])
             if message is not None:
-                message.content = _prefix(message, current.pk) + text
-                message.save(update_fields=["content"])
+                _write_message(current)
         return current
 
 
@@ -302,7 +300,5 @@ def _stop_late(generation: Generation, seen_chars: int) -> Generation:
     generation.final_text = generation.final_text[:seen_chars]
     generation.cancelled_by, generation.stop_seen_chars = CancelledBy.USER, seen_chars
     generation.save(update_fields=["final_text", "cancelled_by", "stop_seen_chars"])
-    message = generation.message
-    message.content = _prefix(message, generation.pk) + generation.final_text
-    message.save(update_fields=["content"])
+    _write_message(generation)
     return generation

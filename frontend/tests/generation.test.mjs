@@ -294,32 +294,26 @@ test("a watched answer that had already ended gives its prefix and done at once"
   assert.equal(outcome.text, "All of it");
 });
 
-test("an error event is reported with the failed done that follows it", async () => {
-  const t = setUp();
-  await settle();
-  const error = { code: "upstream_disconnected", message: "the model went away" };
-  t.feed().push(sse("start", START) + sse("delta", { text: "so" }) + sse("error", error)
-    + sse("done", { ...DONE, finish_reason: "error", status: "failed", message_status: "failed" }));
-  t.feed().close();
-  const outcome = await t.outcome;
-  assert.equal(outcome.status, "failed");
-  assert.deepEqual(outcome.error, error);
-  assert.equal(outcome.ending, undefined);
-  assert.equal(outcome.text, "so");
-});
-
-test("a continuation that failed leaves its answer as the server's done says: truncated, to be continued again", async () => {
-  const t = setUp({ baseText: "Once upon" });
-  await settle();
-  const error = { code: "engine_error", message: "the model failed" };
-  t.feed().push(sse("start", START) + sse("delta", { text: " a time" }) + sse("error", error)
-    + sse("done", { ...DONE, finish_reason: "error", status: "failed", message_status: "truncated" }));
-  t.feed().close();
-  const outcome = await t.outcome;
-  assert.equal(outcome.status, "truncated");
-  assert.deepEqual(outcome.error, error);
-  assert.equal(outcome.text, "Once upon a time");
-});
+// An error event, then `done` failed: the outcome has the error, and the message's status as
+// `done` says it (a continuation that failed leaves its answer truncated, to be continued again).
+for (const { name, baseText, delta, messageStatus, text } of [
+  { name: "an error event is reported with the failed done that follows it", baseText: "", delta: "so", messageStatus: "failed", text: "so" },
+  { name: "a continuation that failed leaves its answer as the server's done says: truncated, to be continued again", baseText: "Once upon", delta: " a time", messageStatus: "truncated", text: "Once upon a time" },
+]) {
+  test(name, async () => {
+    const t = setUp({ baseText });
+    await settle();
+    const error = { code: "upstream_disconnected", message: "the model went away" };
+    t.feed().push(sse("start", START) + sse("delta", { text: delta }) + sse("error", error)
+      + sse("done", { ...DONE, finish_reason: "error", status: "failed", message_status: messageStatus }));
+    t.feed().close();
+    const outcome = await t.outcome;
+    assert.equal(outcome.status, messageStatus);
+    assert.deepEqual(outcome.error, error);
+    assert.equal(outcome.ending, undefined);
+    assert.equal(outcome.text, text);
+  });
+}
 
 test("Stop after done changes nothing", async () => {
   const t = setUp();
