@@ -19,6 +19,13 @@ from . import live_channel
 
 logger = logging.getLogger(__name__)
 
+# How long a finished relay's inbox waits to leave its group. A layer that answers nothing (a
+# stalled Redis) must not hold that task for long: the relay has cancelled it and gone on, and
+# a closing event loop (a server's at shutdown, a test's) cancels it once more, then waits for
+# the leaving it started on the first cancel. The member left behind expires with the group
+# (the layer's group expiry) and until then only draws messages nobody reads.
+LEAVE_WITHIN_SECONDS = 5.0
+
 
 async def tell_relay_to_stop(generation_id: int) -> None:
     """After a Stop is recorded: the stream may be held by another daphne process, so tell
@@ -75,7 +82,17 @@ class RelayInbox:
                 if message.get("type") == live_channel.READER:
                     self._on_reader(message)
         finally:  # also when cancelled while joining: a member left behind lingers for a day
-            await asyncio.shield(layer.group_discard(group, channel))
+            await asyncio.shield(self._leave(layer, group, channel))
+
+    async def _leave(self, layer, group: str, channel: str) -> None:
+        """Leaves the group, or gives up after LEAVE_WITHIN_SECONDS; either way the listener's
+        own end (a cancellation, most often) goes on."""
+        try:
+            async with asyncio.timeout(LEAVE_WITHIN_SECONDS):
+                await layer.group_discard(group, channel)
+        except Exception:
+            logger.exception("the stop listener of generation %s did not leave its group",
+                             self.generation_id)
 
     async def _read_early_stop(self, at_once: bool) -> None:
         """A Stop that came before we listened was sent to nobody; its row remembers it. The

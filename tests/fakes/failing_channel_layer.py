@@ -3,6 +3,8 @@
 Redis cannot be made to fail or time out on demand inside a test; these layers can.
 """
 
+import asyncio
+
 import redis.exceptions
 from channels.layers import InMemoryChannelLayer
 
@@ -26,3 +28,19 @@ class TimingOutChannelLayer(InMemoryChannelLayer):
         if self.timeouts % 2:
             raise redis.exceptions.TimeoutError("injected: Timeout reading from socket")
         return await super().receive(channel)
+
+
+class StallingChannelLayer(InMemoryChannelLayer):
+    """Leaving a group never returns, as with a Redis that took the connection and answers
+    nothing; `joined` is set once a member has joined a group."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.joined = asyncio.Event()
+
+    async def group_add(self, group, channel):
+        await super().group_add(group, channel)
+        self.joined.set()
+
+    async def group_discard(self, group, channel):
+        await asyncio.Event().wait()

@@ -1,0 +1,27 @@
+"""A relay's inbox leaves its group when the relay is done, and a channel layer that stalls
+then cannot keep its task, or the event loop's close, waiting."""
+
+import asyncio
+
+from channels.layers import get_channel_layer
+
+from chatapp.streaming import relay_inbox
+from chatapp.streaming.relay_inbox import RelayInbox
+
+
+async def test_a_stop_listener_cancelled_while_its_layer_stalls_on_leaving_ends_within_the_bound(
+        settings, monkeypatch):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.StallingChannelLayer"}}
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
+    monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", 0.05)
+    inbox = RelayInbox(4242, on_stop=lambda: None, on_reader=lambda message: None,
+                       first_delta_sent=asyncio.Event())
+    tasks = inbox.listen(at_once=False)
+    await asyncio.wait_for(get_channel_layer().joined.wait(), 10)
+
+    for task in tasks:
+        task.cancel()
+    done, _ = await asyncio.wait(tasks, timeout=10)
+
+    assert set(done) == set(tasks)
+    assert all(task.cancelled() for task in tasks)  # the cancellation went through, not swallowed
