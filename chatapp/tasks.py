@@ -31,7 +31,7 @@ def fail_interrupted_streams() -> int:
     for generation in selectors.generations_stale(cutoff=cutoff):
         finished = services.generation_finish(
             generation_id=generation.pk, unless_heartbeat_since=cutoff, outcome=services.Outcome(
-                text=generation.final_text, error_code="interrupted",
+                text=None, error_code="interrupted",
                 error_message="the stream was interrupted and its relay is gone"))
         ended += finished is not None
     if ended:

@@ -216,7 +216,13 @@ export class Generation {
         break;
       case "resume":
         // The answer again, its deltas from the offset asked (this.chars): nothing to replace.
+        // Stored short of what this page holds (its relay died between two saves, or a live
+        // one's saves lag): the rest goes back now, before the answer is ended from the shorter
+        // text (by the reaper, or by a Stop the user presses while nothing comes).
         this.stall.arm(payload.heartbeat_s);
+        if (Number.isInteger(payload.stored_chars) && payload.stored_chars < this.chars) {
+          this.#handBack(payload.stored_chars);
+        }
         break;
       case "delta":
         // After Stop the text is what the user saw; what still arrives was never shown.
@@ -266,10 +272,17 @@ export class Generation {
       this.#show(cut);
       return;
     }
-    const lost = this.pieces.filter((piece) => piece.offset + piece.chars > cut.chars)
+    this.#handBack(cut.chars);
+  }
+
+  /** Hands back, with their proofs, the pieces this page holds past the first `storedChars`. */
+  #handBack(storedChars) {
+    if (!this.recover || this.id === null) return;
+    const lost = this.pieces.filter((piece) => piece.offset + piece.chars > storedChars)
       .map(({ offset, start, end, proof }) => ({ offset, text: this.text.slice(start, end), proof }));
+    if (lost.length === 0) return;
     // Refused or unreachable, the record stays as the server had it; the page still shows it all.
-    if (lost.length > 0) this.handedBack = this.recover(this.id, lost).catch(() => {});
+    this.handedBack = Promise.all([this.handedBack, this.recover(this.id, lost).catch(() => {})]);
   }
 
   #started(payload) {

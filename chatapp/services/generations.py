@@ -19,7 +19,9 @@ logger = logging.getLogger(__name__)
 class Outcome:
     """How one generation ended, as the relay saw it."""
 
-    text: str = ""  # what went out to the browser
+    # What went out to the browser. None: the text saved last, read under the row's lock (the
+    # reaper's, for a relay that died: its page may have handed back text since the reaper read).
+    text: str | None = ""
     finish_reason: FinishReason | None = None
     cancelled_by: CancelledBy | None = None
     error_code: str = ""
@@ -119,7 +121,8 @@ def generation_finish(*, generation_id: int, outcome: Outcome,
     if unless_heartbeat_since is not None and (current.heartbeat_at >= unless_heartbeat_since
                                                or GenerationStatus(current.status).is_final):
         return None  # alive after all, or its relay finished it meanwhile
-    text, reason, cancelled_by = outcome.text, outcome.finish_reason, outcome.cancelled_by
+    text = current.final_text if outcome.text is None else outcome.text
+    reason, cancelled_by = outcome.finish_reason, outcome.cancelled_by
     error_code, error_message = outcome.error_code, outcome.error_message
     if current.status == GenerationStatus.STOP_REQUESTED:
         # An admin's Stop has no count of characters seen: the user keeps all that was sent.
@@ -241,26 +244,30 @@ INTERRUPTED = "interrupted"
 
 def generation_recover(*, generation_id: int, pieces: list[SentPiece]) -> Generation:
     """Keeps the text a page was sent past what was stored, of an answer whose relay died between
-    two partial saves: the reaper ended it `failed` (`interrupted`) with the text saved last,
-    shorter than what its user saw. The caller checked each piece's proof
+    two partial saves. Still `streaming` (its resumed stream said the stored text is shorter than
+    the page's), the saved text grows, and whatever ends the answer next starts from it: the
+    reaper, or the relay's own final write if it was alive after all (its text agrees: the page
+    was sent it). Ended by the reaper (`failed`, `interrupted`) with the text saved last, the
+    final text grows, and the audit says by how much. The caller checked each piece's proof
     (chatapp/streaming/text_proof.py); the pieces must join the stored text, agreeing with it
-    where they overlap. Raises ApiError: 409 for an answer that did not end so, or that was
+    where they overlap. Raises ApiError: 409 for an answer that ended otherwise, or that was
     continued since (its later text was written after the shorter one), or pieces that differ
     from its text; 400 for pieces that leave a gap.
     """
     with transaction.atomic():
         current = _locked(generation_id)
-        if current.status != GenerationStatus.FAILED or current.error_code != INTERRUPTED:
-            raise ApiError(409, "not_interrupted",
-                           "only an answer whose stream was interrupted takes back the text its page holds")
+        interrupted = current.status == GenerationStatus.FAILED and current.error_code == INTERRUPTED
+        if not (interrupted or current.is_streaming):
+            raise ApiError(409, "not_interrupted", "only an answer still being written, or whose stream "
+                                                   "was interrupted, takes back the text its page holds")
         message = current.message
         if message is not None and message.generations.filter(pk__gt=current.pk).exists():
             raise ApiError(409, "answer_continued", "the answer was continued since; its text stays")
         text = _joined(current.final_text, pieces)
         if len(text) > len(current.final_text):
-            # The audit says where the text's end came from.
-            added = len(text) - len(current.final_text)
-            current.error_message += f"; its page handed back {added} characters it was shown"
+            if interrupted:  # the audit says where the text's end came from
+                added = len(text) - len(current.final_text)
+                current.error_message += f"; its page handed back {added} characters it was shown"
             current.final_text = text
             current.save(update_fields=["final_text", "error_message"])
             if message is not None:

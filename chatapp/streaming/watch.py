@@ -118,5 +118,9 @@ def _resume(progress: selectors.Progress, offset: int) -> bytes:
                                 # The deltas that follow go on from this character of the
                                 # generation's own text: the one the page asked from.
                                 "offset": offset, "earlier_chars": progress.text_length - progress.own_length,
+                                # How much of its own text is stored: less than the page holds
+                                # when the relay died between two saves, and the page may hand
+                                # back the rest (text_proof.py) before the reaper ends the answer.
+                                "stored_chars": progress.own_length,
                                 "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
                                 "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS})

@@ -113,6 +113,25 @@ test("an answer whose web process died keeps the text the page holds, and hands 
   assert.deepEqual(t.recovered, [[7, [{ offset: 5, text: ", wörld", proof: "p5" }]]]);
 });
 
+test("a resumed stream that says the record is short of what the page holds gets the rest at once, before anything ends the answer", async () => {
+  const t = setUp();
+  // Its relay died between two saves; the reaper has not ended it yet, and the user may Stop.
+  await resumedShorter(t, sse("resume", { ...RESUME, offset: 12, stored_chars: 8 }));
+  assert.deepEqual(t.recovered, [[7, [{ offset: 5, text: ", wörld", proof: "p5" }]]]);
+  assert.equal(t.generation.stop(t.sendStop), 12);
+  t.handBack();
+  const outcome = await t.outcome;
+  assert.equal(outcome.text, "Hello, wörld");
+  assert.deepEqual(t.stops, [[7, 12]]);
+});
+
+test("a resumed stream whose record holds all the page was sent hands nothing back", async () => {
+  const t = setUp();
+  await resumedShorter(t, sse("resume", { ...RESUME, offset: 12, stored_chars: 12 }) + sse("done", DONE));
+  assert.equal((await t.outcome).text, "Hello, wörld");
+  assert.deepEqual(t.recovered, []);
+});
+
 test("a Stop elsewhere that cut the answer short of what this page holds replaces it, and nothing is handed back", async () => {
   const t = setUp();
   await resumedShorter(t, sse("prefix", { ...RESUME, text: "Hel", earlier_chars: 0 })

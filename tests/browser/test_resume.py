@@ -5,6 +5,7 @@ so the stored text is what the user saw, even once the grace has run out."""
 
 import os
 import random
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -83,10 +84,11 @@ def two_process_resetting_stack(django_db_setup, django_db_blocker, fake_upstrea
         yield proxy
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def two_process_stack_saving_seldom(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
     """Two daphne processes behind nginx, sharing Redis, whose relays save an answer's text only
-    every 30 s: one killed mid-answer dies with all it sent."""
+    every 30 s: one killed mid-answer dies with all it sent (nothing restarts it here: a stack
+    for each test)."""
     folder = tmp_path_factory.mktemp("saving-seldom")
     logs = (folder / "web-1.log", folder / "web-2.log")
     with running_stack(fake_upstream.url, folder, access_logs=logs, TEST_CHAT_RESUME_GRACE_SECONDS=20,
@@ -97,8 +99,10 @@ def two_process_stack_saving_seldom(django_db_setup, django_db_blocker, fake_ups
 def relay_process(upstream) -> psutil.Process:
     """The web process holding the answer's relay: the one whose connection asked the upstream."""
     _, port = upstream.clients[-1]
+    upstream_port = urlsplit(upstream.url).port  # a local port is unique only with its far end
     (pid,) = {connection.pid for connection in psutil.net_connections(kind="tcp")
-              if connection.laddr.port == port and connection.pid != os.getpid()}
+              if connection.laddr.port == port and connection.raddr and connection.raddr.port == upstream_port
+              and connection.pid != os.getpid()}
     return psutil.Process(pid)
 
 
@@ -284,27 +288,59 @@ def test_an_answer_reset_three_times_resumes_on_the_other_web_process_too_and_en
     assert len(seen.relay) == 1 and seen.resumes - seen.relay, (seen.relay, seen.resumes)
 
 
-@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
-def test_a_web_process_killed_mid_answer_loses_none_of_what_its_page_showed_before_and_after_a_reload(
-        page, two_process_stack_saving_seldom, user, upstream, settings):
+def killed_mid_answer(page, stack_url: str, user, upstream) -> None:
+    """An answer of 100 characters and more on the page, then its relay's web process killed;
+    nothing of it saved yet (its relay saves every 30 s)."""
     upstream.script.chunks = ANSWER
     upstream.script.interval_s = 0.04
-    sign_in(page, two_process_stack_saving_seldom, user)
+    sign_in(page, stack_url, user)
+    page.evaluate(SIGNS_PROBE)
     send(page, "count slowly")
     wait_for_true(page, f"{STREAMING_TEXT} > 100")
-    relay_process(upstream).kill()  # nothing of the answer saved yet: its relay saves every 30 s
-    settings.CHAT_STALE_STREAM_SECONDS = 1
-    waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
-    wait_for_end(page)
-    shown = shown_text(page)
-    waiting.wait_until(lambda: Message.objects.get(role="assistant").content != "", 30,
-                       "the page handing back what it was shown")
-    generation = Generation.objects.select_related("message").get()
+    relay_process(upstream).kill()
 
-    assert (generation.status, generation.error_code) == ("failed", "interrupted")
+
+def assert_stored_and_shown_after_a_reload(page, shown: str) -> Generation:
+    """The record holds all the page showed, and shows it again after a reload."""
+    generation = Generation.objects.select_related("message").get()
     assert len(shown) > 100
     assert generation.message.content == generation.final_text
     assert generation.final_text.split() == shown.split()
     page.reload()
     page.wait_for_selector('#messages .message[data-role="assistant"]')
     assert shown_text(page).split() == shown.split()
+    return generation
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
+def test_a_web_process_killed_mid_answer_loses_none_of_what_its_page_showed_before_and_after_a_reload(
+        page, two_process_stack_saving_seldom, user, upstream, settings):
+    killed_mid_answer(page, two_process_stack_saving_seldom, user, upstream)
+    settings.CHAT_STALE_STREAM_SECONDS = 1
+    waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
+    wait_for_end(page)
+    shown = shown_text(page)
+    waiting.wait_until(lambda: Message.objects.get(role="assistant").content != "", 30,
+                       "the page handing back what it was shown")
+
+    generation = assert_stored_and_shown_after_a_reload(page, shown)
+    assert (generation.status, generation.error_code) == ("failed", "interrupted")
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
+def test_a_stop_pressed_while_an_answer_whose_web_process_was_killed_waits_for_the_reaper_keeps_what_the_user_saw(
+        page, two_process_stack_saving_seldom, user, upstream, settings):
+    killed_mid_answer(page, two_process_stack_saving_seldom, user, upstream)
+    # Resumed on the other process, the answer looks stuck ("Writing…", nothing new): the user stops it.
+    wait_for_true(page, f"window.__signs.reconnecting > 0 && {LAST_ANSWER}.dataset.reconnecting !== 'true'")
+    shown = shown_text(page)
+    page.click("#stop")
+    waiting.wait_until(lambda: Generation.objects.get().status == "stop_requested"
+                       and Message.objects.get(role="assistant").content != "", 30,
+                       "the Stop recorded, and what the page was shown handed back")
+    settings.CHAT_STALE_STREAM_SECONDS = 1
+    waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
+
+    generation = assert_stored_and_shown_after_a_reload(page, shown)
+    assert (generation.status, generation.cancelled_by) == ("stopped", "user")
+    assert last_answer(page).locator(".message-state").inner_text() == "Stopped"

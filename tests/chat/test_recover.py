@@ -2,15 +2,18 @@
 comes with a proof of its piece, and the page hands back what the stored text lacks."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
+from django.utils import timezone
 
 from chatapp.models import Generation, Message
 from chatapp.streaming.text_proof import TextProof
+from chatapp.tasks import fail_interrupted_streams
 from tests import factories
-from tests.chat.streams import read_events, text_of
+from tests.chat.streams import EventReader, read_events, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,6 +45,13 @@ def an_interrupted_answer(owner, kept: str) -> Generation:
     answer = factories.message(factories.conversation(owner=owner), role="assistant",
                                status="failed", content=kept)
     return factories.generation(answer, finish_reason="error", error_code="interrupted", final_text=kept)
+
+
+def an_orphaned_answer(owner, saved: str) -> Generation:
+    """An answer still `streaming` whose relay died after saving `saved`: the reaper's next."""
+    answer = factories.message(factories.conversation(owner=owner), role="assistant",
+                               status="streaming", content=saved)
+    return factories.generation(answer, final_text=saved, heartbeat_at=timezone.now() - timedelta(hours=1))
 
 
 def proven(generation: Generation, *pieces: tuple[int, str]) -> dict:
@@ -96,6 +106,44 @@ async def test_the_text_a_page_was_sent_is_kept_when_its_relay_died_before_savin
     assert await sync_to_async(stored)(generation) == ("Once upon a time", "Once upon a time")
     assert (generation.status, generation.error_code) == ("failed", "interrupted")
     assert generation.error_message.endswith("; its page handed back 9 characters it was shown")
+
+
+async def test_a_resume_of_an_answer_still_written_says_how_much_of_its_text_is_stored(api, user):
+    generation = await sync_to_async(an_orphaned_answer)(user, "Hello")
+
+    resumed = EventReader(await api.get(f"/api/generations/{generation.pk}/events?from=12"))
+    await resumed.until(lambda events: len(events) > 0)
+
+    assert resumed.events[0][0] == "resume"
+    assert (resumed.events[0][1]["offset"], resumed.events[0][1]["stored_chars"]) == (12, 5)
+
+
+async def test_what_a_page_hands_back_of_an_answer_whose_relay_died_is_kept_when_the_reaper_ends_it(api, user):
+    generation = await sync_to_async(an_orphaned_answer)(user, "Hello")
+
+    response = await post(api, f"/api/generations/{generation.pk}/recover", proven(generation, (5, ", world")))
+    handed_back = await sync_to_async(stored)(generation)
+    reaped = await sync_to_async(fail_interrupted_streams)()
+
+    assert response.status_code == 200 and handed_back == ("Hello, world", "Hello, world")
+    assert reaped == 1 and await sync_to_async(stored)(generation) == ("Hello, world", "Hello, world")
+    assert (generation.status, generation.error_code) == ("failed", "interrupted")
+
+
+@pytest.mark.parametrize("stop_first", [True, False], ids=["stop, then hand back", "hand back, then stop"])
+async def test_a_stop_pressed_while_the_reaper_is_awaited_keeps_all_its_user_saw_of_the_handed_back_text(
+        api, user, stop_first):
+    generation = await sync_to_async(an_orphaned_answer)(user, "Hello")
+    stop = lambda: post(api, f"/api/generations/{generation.pk}/stop", {"seen_chars": 9})  # noqa: E731
+    hand_back = lambda: post(api, f"/api/generations/{generation.pk}/recover",  # noqa: E731
+                             proven(generation, (5, ", world")))
+
+    responses = [await stop(), await hand_back()] if stop_first else [await hand_back(), await stop()]
+    reaped = await sync_to_async(fail_interrupted_streams)()
+
+    assert sorted(response.status_code for response in responses) == [200, 202]
+    assert reaped == 1 and await sync_to_async(stored)(generation) == ("Hello, wo", "Hello, wo")
+    assert (generation.status, generation.cancelled_by) == ("stopped", "user")
 
 
 @pytest.mark.parametrize("pieces, status, code, text", [
