@@ -16,7 +16,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy
 
-from . import conversation_settings, login_limit, request_input, selectors, services
+from . import conversation_settings, json_shapes, login_limit, request_input, selectors, services
 from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
@@ -115,32 +115,6 @@ def body_of(request) -> dict:
     return request_input.json_object(request.body)
 
 
-# --- shapes ---
-def user_json(user) -> dict | None:
-    if not user.is_authenticated:
-        return None
-    return {"id": user.pk, "username": user.username, "is_staff": user.is_staff}
-
-
-def conversation_json(conversation) -> dict:
-    return {"id": conversation.pk, "title": conversation.title,
-            "system_prompt": conversation.system_prompt, "model": conversation.model_name,
-            "temperature": conversation.temperature, "top_p": conversation.top_p,
-            "created_at": conversation.created_at.isoformat(),
-            "updated_at": conversation.updated_at.isoformat()}
-
-
-def message_json(message) -> dict:
-    generations = list(message.generations.all())  # read with the message (selectors.message_list)
-    latest = generations[-1] if generations else None
-    return {"id": message.pk, "role": message.role, "content": message.content,
-            "status": message.status, "created_at": message.created_at.isoformat(),
-            "generation": None if latest is None else {
-                "id": latest.pk, "status": latest.status, "finish_reason": latest.finish_reason,
-                "cancelled_by": latest.cancelled_by, "context_from_message_id": latest.context_from_message_id,
-                "ttft_ms": latest.ttft_ms, "output_tokens": latest.output_tokens}}
-
-
 # --- models ---
 @endpoint("GET")
 async def models(request, user):
@@ -163,7 +137,7 @@ def _model_json(name: str) -> dict:
 @endpoint("GET", login_required=False)
 async def session(request, user):
     # The limits too, signed in or not: the page shows them before it sends, not after a 400.
-    return JsonResponse({"user": user_json(user),
+    return JsonResponse({"user": json_shapes.user_json(user),
                          "limits": {"max_message_chars": settings.CHAT_MAX_MESSAGE_CHARS}})
 
 
@@ -180,7 +154,7 @@ async def login(request, user):
             return refused
         raise ApiError(400, "invalid_credentials", "wrong username or password")
     await alogin(request, signed_in)
-    return JsonResponse({"user": user_json(signed_in)})
+    return JsonResponse({"user": json_shapes.user_json(signed_in)})
 
 
 @endpoint("POST")
@@ -196,7 +170,7 @@ async def conversations(request, user):
         body = body_of(request)
         title, choices = request_input.text(body, "title", ""), await _choices(body)
         created = await on_database_thread(services.conversation_create)(owner=user, title=title, choices=choices)
-        return JsonResponse(conversation_json(created), status=201)
+        return JsonResponse(json_shapes.conversation_json(created), status=201)
     page = await on_database_thread(_conversation_page)(
         user, request_input.query_text(request, "q"), request.GET.get("page", 1))
     return JsonResponse(page)
@@ -213,7 +187,7 @@ async def _choices(body: dict, current_model: str | None = None) -> dict:
 
 def _conversation_page(user, query: str, page) -> dict:
     found = selectors.conversation_list(user=user, query=query.strip(), page=page)
-    return {"results": [conversation_json(c) for c in found], "page": found.number,
+    return {"results": [json_shapes.conversation_json(c) for c in found], "page": found.number,
             "num_pages": found.paginator.num_pages, "count": found.paginator.count}
 
 
@@ -231,7 +205,7 @@ async def conversation(request, user, conversation_id: int):
         choices = await _choices(body, current_model=found.model_name)
         found = await on_database_thread(services.conversation_update)(
             conversation=found, title=title, choices=choices)
-    return JsonResponse(conversation_json(found))
+    return JsonResponse(json_shapes.conversation_json(found))
 
 
 async def messages(request, conversation_id: int):
@@ -244,7 +218,8 @@ async def messages(request, conversation_id: int):
 async def message_list(request, user, conversation_id: int):
     found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     listed = await on_database_thread(selectors.message_list)(conversation=found)
-    return JsonResponse({"conversation": conversation_json(found), "results": [message_json(m) for m in listed]})
+    return JsonResponse({"conversation": json_shapes.conversation_json(found),
+                         "results": [json_shapes.message_json(m) for m in listed]})
 
 
 # The answer views run on a database thread, whole (see answer_endpoint): they only read.
@@ -275,29 +250,10 @@ def continue_answer(request, user, message_id: int) -> services.AnswerPlan:
     return services.answer_continue(user=user, message=found)
 
 
-def generation_json(generation) -> dict:
-    """Where one generation stands, with its answer's message and its audit figures."""
-    message = generation.message
-    saved = message.content if message is not None else generation.final_text
-    return {"id": generation.pk, "status": generation.status,
-            "message_id": generation.message_id, "message_status": message and message.status,
-            "text_length": len(saved), "finish_reason": generation.finish_reason,
-            "cancelled_by": generation.cancelled_by, "error_code": generation.error_code,
-            "ttft_ms": generation.ttft_ms, "itl_mean_ms": generation.itl_mean_ms,
-            "itl_max_ms": generation.itl_max_ms, "input_tokens": generation.input_tokens,
-            "output_tokens": generation.output_tokens,
-            "created_at": _iso(generation.started_at), "first_token_at": _iso(generation.first_token_at),
-            "finished_at": _iso(generation.finished_at)}
-
-
-def _iso(moment) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
 @endpoint("GET")
 async def generation(request, user, generation_id: int):
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return JsonResponse(generation_json(found))
+    return JsonResponse(json_shapes.generation_json(found))
 
 
 @endpoint("GET")
@@ -335,7 +291,7 @@ async def recover(request, user, generation_id: int):
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
     pieces = text_proof.proven_pieces(body_of(request).get("pieces"), found.pk)
     recovered = await on_database_thread(services.generation_recover)(generation_id=found.pk, pieces=pieces)
-    return JsonResponse(generation_json(recovered))
+    return JsonResponse(json_shapes.generation_json(recovered))
 
 
 async def _stopped(generation, *, seen_chars: int | None, cancelled_by: CancelledBy) -> JsonResponse:
