@@ -37,9 +37,9 @@ def generation_json(generation) -> dict:
             "ttft_ms": generation.ttft_ms, "itl_mean_ms": generation.itl_mean_ms,
             "itl_max_ms": generation.itl_max_ms, "input_tokens": generation.input_tokens,
             "output_tokens": generation.output_tokens,
-            "created_at": iso(generation.started_at), "first_token_at": iso(generation.first_token_at),
-            "finished_at": iso(generation.finished_at)}
+            "created_at": _iso(generation.started_at), "first_token_at": _iso(generation.first_token_at),
+            "finished_at": _iso(generation.finished_at)}
 
 
-def iso(moment) -> str | None:
+def _iso(moment) -> str | None:
     return None if moment is None else moment.isoformat()
