@@ -315,6 +315,10 @@ export class Generation {
         { ...this.retryWith, afterFirst: (taken) => this.#closeAfterStop(taken) });
       this.#endRun();
     };
+    // Lost, the stream may have died with its web process before that saved all it sent, and
+    // no resumed stream will say how much the record holds: the page hands back all it has
+    // (the server keeps what it lacks). Unreachable, the server's relay lives on and keeps it.
+    if (this.reconnecting) this.#handBack(0);
     this.wake?.(); // a wait to reconnect ends: no more tries
     // Before `start` the server may be starting the answer already: wait for its id, so that
     // an early Stop is recorded as the user's too. A request refused instead ends on its own.

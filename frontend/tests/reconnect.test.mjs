@@ -125,6 +125,18 @@ test("a resumed stream that says the record is short of what the page holds gets
   assert.deepEqual(t.stops, [[7, 12]]);
 });
 
+test("a Stop pressed while reconnecting hands back all the page holds: its web process may have died with some of it", async () => {
+  const t = setUp();
+  await t.start([]);
+  t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5" }));
+  await settle();
+  await t.cut();
+  assert.equal(t.generation.stop(t.sendStop), 12);
+  assert.deepEqual(t.recovered, [[7, [{ offset: 0, text: "Hello", proof: "p0" }, { offset: 5, text: ", wörld", proof: "p5" }]]]);
+  assert.deepEqual(t.resumes, [], "no more tries to reconnect");
+  assert.equal((await t.outcome).text, "Hello, wörld");
+});
+
 test("a resumed stream whose record holds all the page was sent hands nothing back", async () => {
   const t = setUp();
   await resumedShorter(t, sse("resume", { ...RESUME, offset: 12, stored_chars: 12 }) + sse("done", DONE));
