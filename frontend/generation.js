@@ -124,6 +124,10 @@ export class Generation {
       // Ended once the record holds it: the page reads the stored answer next, which must not
       // take back what the user saw.
       await this.handedBack;
+      // Lost where the server keeps no answer for a page to resume (no grace period): its web
+      // process may have died with text it had not saved, so all the page holds goes back, the
+      // outcome not waiting on it (a stalled network would hold the answer "Writing…").
+      if (!this.done && !this.stopped && !this.isClosed && !(this.start?.resume_grace_s > 0)) this.#handBack(0);
       return this.outcome();
     } finally {
       this.network?.removeEventListener("offline", this.wentOffline);

@@ -233,13 +233,18 @@ test("past the grace period it says so and offers Retry, with the text kept", as
   assert.deepEqual(t.states, [true, false]);
 });
 
-test("a server without a grace period is not tried again: the answer is interrupted", async () => {
+test("a server without a grace period is not tried again: the answer is interrupted, and all the page holds is handed back", async () => {
   const t = setUp({ startExtra: { resume_grace_s: 0 } });
-  await t.start(["kept"]);
+  await t.start([]);
+  t.feeds[0].push(sse("delta", { text: "kept", proof: "p0" }));
+  await settle();
   await t.cut();
   const outcome = await t.outcome;
   assert.equal(outcome.ending, ENDING.LOST);
+  assert.equal(outcome.text, "kept");
   assert.deepEqual(t.states, []);
+  // Its web process may have died with text it had not saved; nothing resumed says how much.
+  assert.deepEqual(t.recovered, [[7, [{ offset: 0, text: "kept", proof: "p0" }]]]);
 });
 
 test("closing ends the reading at once, sends no Stop and never resumes: the answer goes on elsewhere", async () => {
