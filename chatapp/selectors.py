@@ -88,10 +88,11 @@ def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
                     found.message_status)
 
 
-def generations_stale(*, cutoff) -> list[Generation]:
-    """The live generations whose relay last beat before `cutoff`: their text saved so far."""
+def generation_ids_stale(*, cutoff) -> list[int]:
+    """The live generations whose relay last beat before `cutoff` (their text is read as they
+    end, under their row's lock: a page may hand some back meanwhile)."""
     return list(Generation.objects.filter(status__in=Generation.LIVE_STATUSES, heartbeat_at__lt=cutoff)
-                .only("pk", "final_text"))
+                .values_list("pk", flat=True))
 
 
 def questions_before(*, conversation_id: int, message_id: int) -> int:

@@ -28,9 +28,9 @@ def fail_interrupted_streams() -> int:
     """
     cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_STREAM_SECONDS)
     ended = 0
-    for generation in selectors.generations_stale(cutoff=cutoff):
+    for generation_id in selectors.generation_ids_stale(cutoff=cutoff):
         finished = services.generation_finish(
-            generation_id=generation.pk, unless_heartbeat_since=cutoff, outcome=services.Outcome(
+            generation_id=generation_id, unless_heartbeat_since=cutoff, outcome=services.Outcome(
                 text=None, error_code="interrupted",
                 error_message="the stream was interrupted and its relay is gone"))
         ended += finished is not None
