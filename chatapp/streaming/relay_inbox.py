@@ -19,12 +19,12 @@ from . import live_channel
 
 logger = logging.getLogger(__name__)
 
-# How long a finished relay's inbox waits to leave its group. A layer that answers nothing (a
-# stalled Redis) must not hold that task for long: the relay has cancelled it and gone on, and
-# a closing event loop (a server's at shutdown, a test's) cancels it once more, then waits for
-# the leaving it started on the first cancel. The member left behind expires with the group
+# How long a finished relay's inbox tries to leave its group. A layer that answers nothing (a
+# stalled Redis) must not keep that try for long. The member left behind expires with the group
 # (the layer's group expiry) and until then only draws messages nobody reads.
 LEAVE_WITHIN_SECONDS = 5.0
+# The leavings under way: the loop holds its tasks only weakly.
+_leavings: set[asyncio.Task] = set()
 
 
 async def tell_relay_to_stop(generation_id: int) -> None:
@@ -82,11 +82,16 @@ class RelayInbox:
                 if message.get("type") == live_channel.READER:
                     self._on_reader(message)
         finally:  # also when cancelled while joining: a member left behind lingers for a day
-            await asyncio.shield(self._leave(layer, group, channel))
+            # In a task of its own, not awaited: the listener's end, a cancellation most often,
+            # never waits on the layer. A closing event loop (a server's at shutdown, a test's)
+            # cancels the listener once more and waits for it; a leaving awaited there once held
+            # such a close for 300 s, stuck in redis-py's connect past its bound.
+            leaving = asyncio.ensure_future(self._leave(layer, group, channel))
+            _leavings.add(leaving)
+            leaving.add_done_callback(_leavings.discard)
 
     async def _leave(self, layer, group: str, channel: str) -> None:
-        """Leaves the group, or gives up after LEAVE_WITHIN_SECONDS; either way the listener's
-        own end (a cancellation, most often) goes on."""
+        """Leaves the group, or gives up after LEAVE_WITHIN_SECONDS (logged)."""
         try:
             async with asyncio.timeout(LEAVE_WITHIN_SECONDS):
                 await layer.group_discard(group, channel)

@@ -25,3 +25,24 @@ async def test_a_stop_listener_cancelled_while_its_layer_stalls_on_leaving_ends_
 
     assert set(done) == set(tasks)
     assert all(task.cancelled() for task in tasks)  # the cancellation went through, not swallowed
+
+
+async def test_a_stop_listener_cancelled_never_waits_on_its_layer_to_leave_even_past_the_bound(
+        settings, monkeypatch):
+    # The bound once did not hold: a test's loop, closing, waited 300 s on a leaving stuck in
+    # redis-py's connect (make check, 2026-12-06). The listener's end must not depend on it.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.StallingChannelLayer"}}
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
+    monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", 3600)
+    inbox = RelayInbox(4243, on_stop=lambda: None, on_reader=lambda message: None,
+                       first_delta_sent=asyncio.Event())
+    tasks = inbox.listen(at_once=False)
+    await asyncio.wait_for(get_channel_layer().joined.wait(), 10)
+
+    for task in tasks:
+        task.cancel()
+        task.cancel()  # the relay's, then a closing loop's: both spent on one wake-up
+    done, _ = await asyncio.wait(tasks, timeout=10)
+
+    assert set(done) == set(tasks)
+    assert all(task.cancelled() for task in tasks)
