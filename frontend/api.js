@@ -18,7 +18,7 @@ function cookie(name) {
   return "";
 }
 
-function request(path, { method = "GET", body, signal, accept = "application/json" } = {}) {
+function request(path, { method = "GET", body, signal, accept = "application/json", keepalive = false } = {}) {
   const headers = { Accept: accept };
   if (method !== "GET" && method !== "HEAD") {
     // Read on every request: Django rotates the token when the user signs in.
@@ -31,6 +31,7 @@ function request(path, { method = "GET", body, signal, accept = "application/jso
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: "same-origin",
     signal,
+    keepalive, // outlives the page: sent as it goes (kept_pieces.js)
   });
 }
 
@@ -96,7 +97,9 @@ export const api = {
   // One request: the page sends it again until the server answers (reconnect.js, deliverStop).
   stop: (gid, seenChars) => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } }),
   // What the page was sent of an answer whose relay died before saving it, with each piece's proof.
-  recover: (gid, pieces) => json(`/api/generations/${id(gid)}/recover`, { method: "POST", body: { pieces } }),
+  // keepalive: sent as the page goes (kept_pieces.js).
+  recover: (gid, pieces, { keepalive = false } = {}) =>
+    json(`/api/generations/${id(gid)}/recover`, { method: "POST", body: { pieces }, keepalive }),
   // Staff only, from the live view (staff/live/): stops anyone's answer.
   staffStop: (gid) => json(`/api/staff/generations/${id(gid)}/stop`, { method: "POST" }),
 };

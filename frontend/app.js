@@ -7,6 +7,7 @@ import { createConversationSettings } from "./conversation_settings.js";
 import { NO_SUCH_CONVERSATION, sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
+import { createKeptPieces, sessionStorageOrNull } from "./kept_pieces.js";
 import { onEscape } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
@@ -55,6 +56,11 @@ const sidebar = createSidebar({
   announce,
 });
 live.onChange((ids) => sidebar.setWriting(ids));
+// A page going mid-answer hands back what the server may lack of it, and keeps it for the
+// tab's next load (kept_pieces.js): its stream lost, the web process may have died with it.
+const keptPieces = createKeptPieces({ storage: sessionStorageOrNull(), recover: api.recover });
+addEventListener("pagehide", () => keptPieces.leave([...live.entries()].map(
+  ({ generation }) => ({ id: generation.id, pieces: generation.piecesAtRisk() }))));
 
 /** Says why a request failed; `elsewhere`: the conversation it was of, if not the one on screen. */
 function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
@@ -95,6 +101,7 @@ const auth = createAuth({
     session += 1;
     sidebar.refresh();
     conversationSettings.load();
+    keptPieces.handBack();
     const { kind } = routeOf(location.hash);
     if (kind === ROUTE.NEW || kind === ROUTE.OTHER) showConversation(null);
     else followAddress();
@@ -115,6 +122,7 @@ const auth = createAuth({
     loading += 1; // a conversation still loading must not land on the sign-in form
     opening = null;
     unsentWords.clear();
+    keptPieces.clear();
     clearAlert();
   },
 });

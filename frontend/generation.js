@@ -47,6 +47,7 @@ export class Generation {
     this.pieces = []; // {offset, chars: code points; start, end: UTF-16 indexes in this.text; proof}
     this.storedCut = null; // a `prefix` shorter than this.text: applied, or handed back, at `done`
     this.handedBack = null; // settles once what the server lacked was handed back (or refused)
+    this.handingBack = new Set(); // the stored counts of hand-backs not yet answered
     this.paintedLength = 0; // this.text.length when it was last painted
     this.paintedChars = 0; // code points of this.text the user has seen
     this.start = null;
@@ -282,11 +283,30 @@ export class Generation {
   /** Hands back, with their proofs, the pieces this page holds past the first `storedChars`. */
   #handBack(storedChars) {
     if (!this.recover || this.id === null) return;
-    const lost = this.pieces.filter((piece) => piece.offset + piece.chars > storedChars)
-      .map(({ offset, start, end, proof }) => ({ offset, text: this.text.slice(start, end), proof }));
+    const lost = this.#piecesPast(storedChars);
     if (lost.length === 0) return;
+    this.handingBack.add(storedChars);
     // Refused or unreachable, the record stays as the server had it; the page still shows it all.
-    this.handedBack = Promise.all([this.handedBack, this.recover(this.id, lost).catch(() => {})]);
+    const answered = this.recover(this.id, lost).catch(() => {})
+      .finally(() => this.handingBack.delete(storedChars));
+    this.handedBack = Promise.all([this.handedBack, answered]);
+  }
+
+  #piecesPast(storedChars) {
+    return this.pieces.filter((piece) => piece.offset + piece.chars > storedChars)
+      .map(({ offset, start, end, proof }) => ({ offset, text: this.text.slice(start, end), proof }));
+  }
+
+  /**
+   * What this page holds that the record may lack, should the page go now (kept_pieces.js): all
+   * it holds while its stream is lost (its web process may have died with some of it, and no
+   * resumed stream has said how much the record keeps), and what a hand-back not yet answered
+   * carries (the page going would cancel it). Else none: a live relay keeps what it sent.
+   */
+  piecesAtRisk() {
+    if (this.id === null) return [];
+    if (this.reconnecting) return this.#piecesPast(0);
+    return this.handingBack.size > 0 ? this.#piecesPast(Math.min(...this.handingBack)) : [];
   }
 
   #started(payload) {

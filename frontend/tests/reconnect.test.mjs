@@ -88,11 +88,16 @@ test("a lost connection says Reconnecting, resumes from the last character held,
 });
 
 /** "Hello, wörld" in two proven deltas, the connection lost, and the resumed stream's `ending`. */
-async function resumedShorter(t, ending) {
+/** "Hello, wörld" sent in two proven pieces, then the connection lost. */
+async function lostAfterTwoPieces(t) {
   await t.start([]);
   t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5" }));
   await settle();
   await t.cut();
+}
+
+async function resumedShorter(t, ending) {
+  await lostAfterTwoPieces(t);
   await advance(t, FIRST_RETRY_MS);
   t.feeds[1].push(ending);
   t.feeds[1].close();
@@ -127,10 +132,7 @@ test("a resumed stream that says the record is short of what the page holds gets
 
 test("a Stop pressed while reconnecting hands back all the page holds: its web process may have died with some of it", async () => {
   const t = setUp();
-  await t.start([]);
-  t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5" }));
-  await settle();
-  await t.cut();
+  await lostAfterTwoPieces(t);
   assert.equal(t.generation.stop(t.sendStop), 12);
   assert.deepEqual(t.recovered, [[7, [{ offset: 0, text: "Hello", proof: "p0" }, { offset: 5, text: ", wörld", proof: "p5" }]]]);
   assert.deepEqual(t.resumes, [], "no more tries to reconnect");
@@ -293,4 +295,28 @@ test("Stop while reconnecting ends at once with what was seen, and the Stop is k
   assert.equal(t.stops.length, tries + 1, "and not after it was taken");
   assert.ok(t.stops.every(([id, seen]) => id === 7 && seen === 4));
   assert.deepEqual(t.resumes.length <= 1, true, "no resume after the Stop");
+});
+
+test("a page leaving while its stream is lost holds all its pieces at risk; with its stream open, none", async () => {
+  const t = setUp();
+  await t.start([]);
+  t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5" }));
+  await settle();
+  assert.deepEqual(t.generation.piecesAtRisk(), [], "a live relay keeps what it sent");
+  t.down = true;
+  await t.cut();
+  assert.deepEqual(t.generation.piecesAtRisk(),
+    [{ offset: 0, text: "Hello", proof: "p0" }, { offset: 5, text: ", wörld", proof: "p5" }]);
+});
+
+test("a page leaving while a hand-back is on its way holds the pieces it hands back at risk until it is answered", async () => {
+  const t = setUp();
+  await lostAfterTwoPieces(t);
+  await advance(t, FIRST_RETRY_MS);
+  t.feeds[1].push(sse("resume", { ...RESUME, offset: 12, stored_chars: 5 }));
+  await settle();
+  assert.deepEqual(t.generation.piecesAtRisk(), [{ offset: 5, text: ", wörld", proof: "p5" }]);
+  t.handBack();
+  await settle();
+  assert.deepEqual(t.generation.piecesAtRisk(), []);
 });

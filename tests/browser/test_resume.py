@@ -1,12 +1,16 @@
 """An answer outlives its connection, in a real browser through nginx: connections reset under
 the page mid-answer of the real model are resumed at the exact character (the greedy answer is
 the uninterrupted one), on whichever of two web processes nginx picks, and a Stop pressed while the network is down is kept until it arrives,
-so the stored text is what the user saw, even once the grace has run out."""
+so the stored text is what the user saw, even once the grace has run out. A web process killed
+mid-answer loses none of what its page showed: handed back as it resumes, at a Stop, as the page
+reloads or closes while it reconnects, or from the tab once a reload reaches the server."""
 
 import os
 import random
+import re
 from urllib.parse import urlsplit
 
+import playwright.sync_api
 import psutil
 import pytest
 import redis
@@ -344,3 +348,49 @@ def test_a_stop_pressed_while_an_answer_whose_web_process_was_killed_waits_for_t
     generation = assert_stored_and_shown_after_a_reload(page, shown)
     assert (generation.status, generation.cancelled_by) == ("stopped", "user")
     assert last_answer(page).locator(".message-state").inner_text() == "Stopped"
+
+
+RESUMES = re.compile(r"/api/generations/\d+/events\?from=")
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
+def test_a_page_reloaded_offline_while_it_reconnects_hands_back_what_it_showed_once_a_reload_reaches_the_server(
+        page, two_process_stack_saving_seldom, user, upstream, settings):
+    # No web process to resume on at first (as while a lone one restarts), then no network.
+    page.route(RESUMES, lambda route: route.abort())
+    killed_mid_answer(page, two_process_stack_saving_seldom, user, upstream)
+    page.context.set_offline(True)
+    page.unroute(RESUMES)
+    wait_for_true(page, f"{LAST_ANSWER}.dataset.reconnecting === 'true'")
+    shown = shown_text(page)
+    with pytest.raises(playwright.sync_api.Error, match="ERR_INTERNET_DISCONNECTED"):
+        page.reload()  # nothing could be handed back as the page went
+    assert Message.objects.get(role="assistant").content == ""
+    page.context.set_offline(False)
+    page.reload()
+    waiting.wait_until(lambda: Message.objects.get(role="assistant").content != "", 30,
+                       "what the tab kept handed back")
+    settings.CHAT_STALE_STREAM_SECONDS = 1
+    waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
+
+    generation = assert_stored_and_shown_after_a_reload(page, shown)
+    assert (generation.status, generation.error_code) == ("failed", "interrupted")
+
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="web processes share a channel layer only on Redis")
+def test_a_tab_closed_while_it_reconnects_to_an_answer_whose_web_process_was_killed_hands_back_what_it_showed(
+        page, two_process_stack_saving_seldom, user, upstream, settings):
+    page.route(RESUMES, lambda route: route.abort())
+    killed_mid_answer(page, two_process_stack_saving_seldom, user, upstream)
+    wait_for_true(page, f"{LAST_ANSWER}.dataset.reconnecting === 'true'")
+    shown = shown_text(page)
+    page.unroute(RESUMES)
+    page.close(run_before_unload=True)
+    settings.CHAT_STALE_STREAM_SECONDS = 1
+    waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
+
+    waiting.wait_until(lambda: Message.objects.get(role="assistant").content != "", 30,
+                       "what the tab was shown handed back as it closed")
+    generation = Generation.objects.select_related("message").get()
+    assert generation.final_text.split() == generation.message.content.split() == shown.split()
