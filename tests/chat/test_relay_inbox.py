@@ -9,15 +9,22 @@ from chatapp.streaming import relay_inbox
 from chatapp.streaming.relay_inbox import RelayInbox
 
 
-async def test_a_stop_listener_cancelled_while_its_layer_stalls_on_leaving_ends_within_the_bound(
-        settings, monkeypatch):
+async def listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s: float) -> list[asyncio.Task]:
+    """An inbox's tasks, its stop listener joined to its group on a layer that then answers
+    nothing, the leaving bounded at `leave_within_s`."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.StallingChannelLayer"}}
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
-    monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", 0.05)
+    monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", leave_within_s)
     inbox = RelayInbox(4242, on_stop=lambda: None, on_reader=lambda message: None,
                        first_delta_sent=asyncio.Event())
     tasks = inbox.listen(at_once=False)
     await asyncio.wait_for(get_channel_layer().joined.wait(), 10)
+    return tasks
+
+
+async def test_a_stop_listener_cancelled_while_its_layer_stalls_on_leaving_ends_within_the_bound(
+        settings, monkeypatch):
+    tasks = await listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s=0.05)
 
     for task in tasks:
         task.cancel()
@@ -31,13 +38,7 @@ async def test_a_stop_listener_cancelled_never_waits_on_its_layer_to_leave_even_
         settings, monkeypatch):
     # The bound once did not hold: a test's loop, closing, waited 300 s on a leaving stuck in
     # redis-py's connect (make check, 2026-12-06). The listener's end must not depend on it.
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.StallingChannelLayer"}}
-    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
-    monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", 3600)
-    inbox = RelayInbox(4243, on_stop=lambda: None, on_reader=lambda message: None,
-                       first_delta_sent=asyncio.Event())
-    tasks = inbox.listen(at_once=False)
-    await asyncio.wait_for(get_channel_layer().joined.wait(), 10)
+    tasks = await listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s=3600)
 
     for task in tasks:
         task.cancel()
