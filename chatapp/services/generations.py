@@ -5,6 +5,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from common.vocabulary import CancelledBy, FinishReason, GenerationStatus, MessageStatus, status_for
@@ -170,16 +171,24 @@ def generation_save_partials(*, partials: list[PartialText]) -> int:
 
     Only answers whose generation is still live are written: their rows are locked first (on
     PostgreSQL; a SQLite transaction of ours holds the file's write lock), so one that ends
-    meanwhile either ended before (and is left alone) or waits for this write to commit.
+    meanwhile either ended before (and is left alone) or waits for this write to commit. A text
+    shorter than the stored one is not written (its heartbeat is): the relay took it before its
+    page handed back what it had been sent since (generation_recover), which the relay's next
+    save or final write has too.
     """
     with transaction.atomic():
-        live = set(Generation.objects.select_for_update()
-                   .filter(pk__in=[p.generation_id for p in partials], status__in=Generation.LIVE_STATUSES)
-                   .values_list("pk", flat=True))
-        kept = [p for p in partials if p.generation_id in live]
+        stored_length = dict(Generation.objects.select_for_update()
+                             .filter(pk__in=[p.generation_id for p in partials],
+                                     status__in=Generation.LIVE_STATUSES)
+                             .values_list("pk", Length("final_text")))
+        kept = [p for p in partials if p.generation_id in stored_length]
+        grown, shorter = [], []
+        for p in kept:
+            (grown if len(p.text) >= stored_length[p.generation_id] else shorter).append(p)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
-        _update_each(Generation, ["final_text", "heartbeat_at"], [(p.text, now, p.generation_id) for p in kept])
-        _update_each(Message, ["content"], [(p.before + p.text, p.message_id) for p in kept])
+        _update_each(Generation, ["final_text", "heartbeat_at"], [(p.text, now, p.generation_id) for p in grown])
+        _update_each(Generation, ["heartbeat_at"], [(now, p.generation_id) for p in shorter])
+        _update_each(Message, ["content"], [(p.before + p.text, p.message_id) for p in grown])
     return len(kept)
 
 

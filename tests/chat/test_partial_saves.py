@@ -92,3 +92,15 @@ def test_only_answers_still_streaming_are_written():
     live.refresh_from_db(), ended.refresh_from_db()
     assert (live.final_text, Message.objects.get(pk=live.message_id).content) == ("more", "earlier more")
     assert ended.final_text == "final"
+
+
+def test_a_save_taken_before_a_page_handed_back_more_text_does_not_shorten_it_when_written_after():
+    (answer,) = streaming_answers(1)
+    taken = partial(answer, "Hello")  # the relay's text then; it sent more, which its page hands back
+    services.generation_recover(generation_id=answer.pk, pieces=[services.SentPiece(0, "Hello, world")])
+
+    written = services.generation_save_partials(partials=[taken])
+
+    answer.refresh_from_db()
+    assert written == 1  # its heartbeat, at least
+    assert (answer.final_text, Message.objects.get(pk=answer.message_id).content) == ("Hello, world",) * 2
