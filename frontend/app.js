@@ -7,13 +7,14 @@ import { createConversationSettings } from "./conversation_settings.js";
 import { NO_SUCH_CONVERSATION, sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
-import { createKeptPieces, sessionStorageOrNull } from "./kept_pieces.js";
+import { keepPiecesAsThePageGoes } from "./kept_pieces.js";
 import { onEscape } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
 import { createNotices } from "./notices.js";
 import { createFramePainter } from "./render.js";
+import { createSendStop } from "./send_stop.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
 import { createSidebar } from "./sidebar.js";
 import { createUnsentWords } from "./unsent_words.js";
@@ -56,11 +57,8 @@ const sidebar = createSidebar({
   announce,
 });
 live.onChange((ids) => sidebar.setWriting(ids));
-// A page going mid-answer hands back what the server may lack of it, and keeps it for the
-// tab's next load (kept_pieces.js): its stream lost, the web process may have died with it.
-const keptPieces = createKeptPieces({ storage: sessionStorageOrNull(), recover: api.recover });
-addEventListener("pagehide", () => keptPieces.leave([...live.entries()].map(
-  ({ generation }) => ({ id: generation.id, pieces: generation.piecesAtRisk() }))));
+// A page going mid-answer hands back what the server may lack of it (kept_pieces.js).
+const keptPieces = keepPiecesAsThePageGoes({ recover: api.recover, atRisk: () => live.piecesAtRisk() });
 
 /** Says why a request failed; `elsewhere`: the conversation it was of, if not the one on screen. */
 function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
@@ -249,17 +247,10 @@ view.newConversation.addEventListener("click", async () => {
 /** Send or Stop, for the conversation on screen. */
 const syncStreaming = () => setStreaming(liveHere() !== null);
 
-function setStreaming(on) {
-  const focused = document.activeElement;
-  document.body.dataset.streaming = on ? "true" : "false";
-  view.send.disabled = on || characterLimit.isOver();
-  view.stop.hidden = !on;
-  msg.refreshActions(view.messages, on);
-  const lost = !focused || focused === document.body || !focused.isConnected;
-  // Do not strand keyboard focus on a control that just went away; never steal it otherwise.
-  if (on && (lost || focused === view.send)) view.stop.focus();
-  if (!on && (lost || focused === view.stop || focused.disabled)) view.composer.focus();
-}
+const setStreaming = createSendStop({
+  send: view.send, stop: view.stop, composer: view.composer, isOverLimit: () => characterLimit.isOver(),
+  refreshActions: (on) => msg.refreshActions(view.messages, on),
+});
 
 /** Follows an answer this page did not start (another tab's, or one from before a reload). */
 function watchAnswer(el, generationId) {

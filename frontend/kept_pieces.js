@@ -81,8 +81,18 @@ export function createKeptPieces({ storage, recover }) {
   };
 }
 
+/**
+ * This tab's kept pieces, left as each of its pages goes: `atRisk()` says what the page's
+ * answers hold that their server may lack, `[{id, pieces}]`.
+ */
+export function keepPiecesAsThePageGoes({ recover, atRisk }) {
+  const kept = createKeptPieces({ storage: sessionStorageOrNull(), recover });
+  addEventListener("pagehide", () => kept.leave(atRisk()));
+  return kept;
+}
+
 /** The tab's session storage, or null where the browser blocks it (site data turned off). */
-export function sessionStorageOrNull() {
+function sessionStorageOrNull() {
   try {
     return globalThis.sessionStorage ?? null;
   } catch {

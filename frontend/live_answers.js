@@ -62,6 +62,11 @@ export class LiveAnswers {
     return [...this.#entries.values()];
   }
 
+  /** `[{id, pieces}]`: what each answer holds that its server may lack (Generation.piecesAtRisk). */
+  piecesAtRisk() {
+    return this.entries().map(({ generation }) => ({ id: generation.id, pieces: generation.piecesAtRisk() }));
+  }
+
   /** Leaving a conversation: its answer keeps streaming, painted nowhere. */
   detachAll() {
     for (const entry of this.#entries.values()) entry.el = null;
