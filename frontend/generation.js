@@ -3,6 +3,7 @@
 // The same object reads an answer's own stream (POST, from `start`) and the watch stream of an
 // answer another tab or device started (GET .../events, from `prefix`), and, when either is
 // lost, resumes it from the last character it holds (reconnect.js).
+import { ProvenPieces } from "./proven_pieces.js";
 import { deliverStop, FIRST_RETRY_MS, isFinalRefusal, nextRetryMs, pause } from "./reconnect.js";
 import { createStallWatch, SYSTEM_CLOCK } from "./stall.js";
 import { payloadOf, readEvents } from "./stream.js";
@@ -43,11 +44,8 @@ export class Generation {
     this.baseText = baseText;
     this.text = ""; // every delta of this generation, appended the moment it arrives
     this.chars = 0; // code points in this.text
-    // Each delta's place in this.text and its proof, to hand back should the server lose it.
-    this.pieces = []; // {offset, chars: code points; start, end: UTF-16 indexes in this.text; proof}
+    this.pieces = new ProvenPieces(); // each delta's, to hand back should the server lose it
     this.storedCut = null; // a `prefix` shorter than this.text: applied, or handed back, at `done`
-    this.handedBack = null; // settles once what the server lacked was handed back (or refused)
-    this.handingBack = new Set(); // the stored counts of hand-backs not yet answered
     this.paintedLength = 0; // this.text.length when it was last painted
     this.paintedChars = 0; // code points of this.text the user has seen
     this.start = null;
@@ -124,7 +122,7 @@ export class Generation {
       while (this.#isResumable() && await this.#reconnect());
       // Ended once the record holds it: the page reads the stored answer next, which must not
       // take back what the user saw.
-      await this.handedBack;
+      await this.pieces.handedBack;
       // Lost where the server keeps no answer for a page to resume (no grace period): its web
       // process may have died with text it had not saved, so all the page holds goes back, the
       // outcome not waiting on it (a stalled network would hold the answer "Writing…").
@@ -236,7 +234,7 @@ export class Generation {
           const chars = Array.from(payload.text).length;
           if (typeof payload.proof === "string") {
             const start = this.text.length;
-            this.pieces.push({ offset: this.chars, chars, start, end: start + payload.text.length, proof: payload.proof });
+            this.pieces.add({ offset: this.chars, chars, start, end: start + payload.text.length, proof: payload.proof });
           }
           this.text += payload.text;
           this.chars += chars;
@@ -260,7 +258,7 @@ export class Generation {
     this.baseText = cut.baseText;
     this.text = cut.text;
     this.chars = cut.chars;
-    this.pieces = [];
+    this.pieces.clear();
     this.painter.schedule();
   }
 
@@ -283,18 +281,8 @@ export class Generation {
   /** Hands back, with their proofs, the pieces this page holds past the first `storedChars`. */
   #handBack(storedChars) {
     if (!this.recover || this.id === null) return;
-    const lost = this.#piecesPast(storedChars);
-    if (lost.length === 0) return;
-    this.handingBack.add(storedChars);
-    // Refused or unreachable, the record stays as the server had it; the page still shows it all.
-    const answered = this.recover(this.id, lost).catch(() => {})
-      .finally(() => this.handingBack.delete(storedChars));
-    this.handedBack = Promise.all([this.handedBack, answered]);
-  }
-
-  #piecesPast(storedChars) {
-    return this.pieces.filter((piece) => piece.offset + piece.chars > storedChars)
-      .map(({ offset, start, end, proof }) => ({ offset, text: this.text.slice(start, end), proof }));
+    const id = this.id;
+    this.pieces.handBack((lost) => this.recover(id, lost), storedChars, this.text);
   }
 
   /**
@@ -305,8 +293,7 @@ export class Generation {
    */
   piecesAtRisk() {
     if (this.id === null) return [];
-    if (this.reconnecting) return this.#piecesPast(0);
-    return this.handingBack.size > 0 ? this.#piecesPast(Math.min(...this.handingBack)) : [];
+    return this.reconnecting ? this.pieces.past(0, this.text) : this.pieces.unanswered(this.text);
   }
 
   #started(payload) {
