@@ -76,7 +76,12 @@ class RelayInbox:
                 try:
                     message = await layer.receive(channel)
                 except (TimeoutError, RedisTimeoutError):
-                    continue  # nothing came within the layer's wait: not a Stop
+                    # Nothing came within the layer's wait: not a Stop. Unless this task was
+                    # cancelled meanwhile, and a timeout inside the layer took the cancellation
+                    # for its own: a test loop's close once found a cancelled listener back here.
+                    if asyncio.current_task().cancelling():
+                        raise asyncio.CancelledError from None
+                    continue
                 if message.get("type") == live_channel.STOP:
                     return
                 if message.get("type") == live_channel.READER:

@@ -9,10 +9,11 @@ from chatapp.streaming import relay_inbox
 from chatapp.streaming.relay_inbox import RelayInbox
 
 
-async def listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s: float) -> list[asyncio.Task]:
+async def listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s: float,
+                                        layer: str = "StallingChannelLayer") -> list[asyncio.Task]:
     """An inbox's tasks, its stop listener joined to its group on a layer that then answers
-    nothing, the leaving bounded at `leave_within_s`."""
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.StallingChannelLayer"}}
+    nothing (tests/fakes/failing_channel_layer.py), the leaving bounded at `leave_within_s`."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"tests.fakes.failing_channel_layer.{layer}"}}
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
     monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", leave_within_s)
     inbox = RelayInbox(4242, on_stop=lambda: None, on_reader=lambda message: None,
@@ -43,6 +44,18 @@ async def test_a_stop_listener_cancelled_never_waits_on_its_layer_to_leave_even_
     for task in tasks:
         task.cancel()
         task.cancel()  # the relay's, then a closing loop's: both spent on one wake-up
+    done, _ = await asyncio.wait(tasks, timeout=10)
+
+    assert set(done) == set(tasks)
+    assert all(task.cancelled() for task in tasks)
+
+
+async def test_a_stop_listener_whose_layer_turns_its_cancellation_into_a_timeout_still_ends(settings, monkeypatch):
+    tasks = await listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s=0.05,
+                                                layer="CancellationAsTimeoutChannelLayer")
+
+    for task in tasks:
+        task.cancel()
     done, _ = await asyncio.wait(tasks, timeout=10)
 
     assert set(done) == set(tasks)

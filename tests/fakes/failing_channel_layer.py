@@ -44,3 +44,15 @@ class StallingChannelLayer(InMemoryChannelLayer):
 
     async def group_discard(self, group, channel):
         await asyncio.Event().wait()
+
+
+class CancellationAsTimeoutChannelLayer(StallingChannelLayer):
+    """A receive that, cancelled, raises a timeout instead, as an inner `asyncio.timeout` does
+    when it takes the task's cancellation for its own expiry: a test loop's close once found a
+    cancelled relay's stop listener back in Redis's BZPOPMIN (make test, 2026-12-06)."""
+
+    async def receive(self, channel):
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise TimeoutError("injected: a cancellation taken for a timeout") from None
