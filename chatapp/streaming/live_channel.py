@@ -22,12 +22,13 @@ import time
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from ..runtime.held_tasks import held_until_done
+
 logger = logging.getLogger(__name__)
 
 DELTA, END, READER, STOP = "generation.delta", "generation.end", "generation.reader", "generation.stop"
 # A reader silent for this many presence intervals has left.
 _PRESENCE_INTERVALS = 3
-_sending: set[asyncio.Task] = set()  # each answer's sending task, held until it ends
 
 
 def relay_group(generation_id: int) -> str:
@@ -85,9 +86,7 @@ class LivePublisher:
     def _hand_in(self, channel: str | None, message: dict) -> None:
         self._waiting.append((channel, message))
         if self._task is None:
-            self._task = asyncio.create_task(self._send_waiting())
-            _sending.add(self._task)
-            self._task.add_done_callback(_sending.discard)
+            self._task = held_until_done(self._send_waiting())
 
     async def _send_waiting(self) -> None:
         layer = get_channel_layer()

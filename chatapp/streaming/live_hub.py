@@ -29,6 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import selectors
 from ..runtime.database_threads import on_database_thread
+from ..runtime.held_tasks import held_until_done
 from ..runtime.per_loop import per_loop
 from ..upstream import titles
 from . import live_channel
@@ -36,7 +37,6 @@ from .live_text import LiveText
 
 logger = logging.getLogger(__name__)
 _hubs = per_loop(dict)  # generation id -> its hub, in this process's loop
-_closing: set[asyncio.Task] = set()  # hubs leaving their group, held until they have
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,7 @@ class LiveHub:
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        closing = asyncio.ensure_future(self._unsubscribe())
-        _closing.add(closing)
-        closing.add_done_callback(_closing.discard)
+        held_until_done(self._unsubscribe())  # leaving the group, awaited by nobody
 
     async def _subscribe(self) -> None:
         self._channel = await self._layer.new_channel()

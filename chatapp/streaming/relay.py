@@ -36,6 +36,7 @@ from common.vocabulary import CancelledBy, GenerationStatus
 
 from .. import services
 from ..runtime.database_threads import on_database_thread
+from ..runtime.held_tasks import held_until_done
 from ..runtime.to_the_end import to_the_end
 from ..upstream import titles
 from ..upstream.inference_client import UpstreamBroken, UpstreamStream
@@ -49,7 +50,6 @@ from .upstream_backlog import UpstreamBacklog
 logger = logging.getLogger(__name__)
 
 _HEARTBEAT, _STOP, _TIMEOUT, _NOBODY_BACK = (object() for _ in range(4))
-_unattended: set[asyncio.Task] = set()  # answers carried on after their page left, held until they end
 
 
 class Relay:
@@ -145,9 +145,7 @@ class Relay:
             item, self._in_flight = self._in_flight, None
             self._sent_delta(item.text, item.chunks)
             self._ended_with(item)
-        task = asyncio.create_task(self._unattended())
-        _unattended.add(task)
-        task.add_done_callback(_unattended.discard)
+        held_until_done(self._unattended())
 
     async def _unattended(self) -> None:
         """The answer with its page gone: read on until it ends, a Stop, or nobody back in time.

@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import selectors, services
 from ..runtime.database_threads import on_database_thread
+from ..runtime.held_tasks import held_until_done
 from . import live_channel
 
 logger = logging.getLogger(__name__)
@@ -23,8 +24,6 @@ logger = logging.getLogger(__name__)
 # stalled Redis) must not keep that try for long. The member left behind expires with the group
 # (the layer's group expiry) and until then only draws messages nobody reads.
 LEAVE_WITHIN_SECONDS = 5.0
-# The leavings under way: the loop holds its tasks only weakly.
-_leavings: set[asyncio.Task] = set()
 
 
 async def tell_relay_to_stop(generation_id: int) -> None:
@@ -91,9 +90,7 @@ class RelayInbox:
             # never waits on the layer. A closing event loop (a server's at shutdown, a test's)
             # cancels the listener once more and waits for it; a leaving awaited there once held
             # such a close for 300 s, stuck in redis-py's connect past its bound.
-            leaving = asyncio.ensure_future(self._leave(layer, group, channel))
-            _leavings.add(leaving)
-            leaving.add_done_callback(_leavings.discard)
+            held_until_done(self._leave(layer, group, channel))
 
     async def _leave(self, layer, group: str, channel: str) -> None:
         """Leaves the group, or gives up after LEAVE_WITHIN_SECONDS (logged)."""

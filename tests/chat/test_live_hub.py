@@ -9,6 +9,7 @@ from channels.layers import get_channel_layer
 from chatapp import selectors
 from chatapp.models import Generation
 from chatapp.selectors import Progress
+from chatapp.runtime import held_tasks
 from chatapp.streaming import live_channel, live_hub
 
 GENERATION_ID = 4242
@@ -85,7 +86,7 @@ async def test_watchers_of_one_answer_in_a_process_share_one_hub_and_one_member_
 
     async with live_hub.joined(GENERATION_ID) as first, live_hub.joined(GENERATION_ID) as second:
         shared = first is second
-    await asyncio.gather(*live_hub._closing)
+    await held_tasks.all_done()  # the hub's leaving, awaited by nobody
 
     assert shared
     assert joins == leaves == [live_channel.live_group(GENERATION_ID)]  # left once the last watcher did
