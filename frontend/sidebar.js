@@ -11,12 +11,19 @@ const ICONS = {
 const SEARCH_DELAY_MS = 250;
 
 /**
- * @param {object} hooks
- * @param {(id: number) => void} hooks.open the user picked a conversation
- * @param {(id: number) => void} hooks.deleted a conversation is gone
- * @param {(error: Error) => void} hooks.failed an API call failed
- * @param {(text: string) => void} hooks.announce tell screen readers
+ * Puts `items` in `list` in that order, and nothing else: it moves as few as it can, and never
+ * the one holding the keyboard's focus (a node moved loses it, and a rename would end on blur).
  */
+function arrange(list, items) {
+  const wanted = new Set(items);
+  for (const child of [...list.children]) if (!wanted.has(child)) child.remove();
+  const anchor = items.find((li) => li.contains(document.activeElement));
+  items.forEach((li, i) => {
+    while (li === anchor && list.children[i] !== anchor) list.append(list.children[i]);
+    if (list.children[i] !== li) list.insertBefore(li, list.children[i] ?? null);
+  });
+}
+
 /** A conversation's icon button: `action` names its icon and its class (conversation-<action>). */
 function iconButton(action, title, onClick) {
   const button = document.createElement("button");
@@ -29,6 +36,13 @@ function iconButton(action, title, onClick) {
   return button;
 }
 
+/**
+ * @param {object} hooks
+ * @param {(id: number) => void} hooks.open the user picked a conversation
+ * @param {(id: number) => void} hooks.deleted a conversation is gone
+ * @param {(error: Error) => void} hooks.failed an API call failed
+ * @param {(text: string) => void} hooks.announce tell screen readers
+ */
 export function createSidebar({ open, deleted, failed, announce }) {
   const list = document.getElementById("conversation-list");
   const search = document.getElementById("conversation-search");
@@ -42,6 +56,15 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let generation = 0; // newer requests win: a slow answer to an old search must not land
   const listed = new Map(); // id -> {conversation, link} of the items shown
 
+  /** The list's item for `conversation`: the one shown, updated in place, else a new one. */
+  function itemFor(conversation) {
+    const shown = listed.get(conversation.id);
+    if (!shown) return item(conversation);
+    Object.assign(shown.conversation, conversation); // rename and delete hold this object
+    shown.link.textContent = conversation.title || UNTITLED;
+    return shown.li;
+  }
+
   function item(conversation) {
     const li = document.createElement("li");
     li.dataset.conversationId = String(conversation.id);
@@ -50,7 +73,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     link.className = "conversation-open";
     link.textContent = conversation.title || UNTITLED;
     link.addEventListener("click", () => open(conversation.id));
-    listed.set(conversation.id, { conversation, link });
+    listed.set(conversation.id, { conversation, link, li });
     const rename = iconButton("rename", "Rename", () => startRename(li, conversation));
     const remove = iconButton("delete", "Delete", () => removeConversation(li, conversation));
     const marker = document.createElement("span");
@@ -131,6 +154,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     // Keep keyboard users in the list: focus the neighbour, else the search box.
     const neighbour = li.nextElementSibling || li.previousElementSibling;
     li.remove();
+    listed.delete(conversation.id);
     (neighbour?.querySelector(".conversation-open") || search).focus();
     empty.hidden = list.children.length > 0;
     announce(`Deleted ${name}`);
@@ -145,17 +169,18 @@ export function createSidebar({ open, deleted, failed, announce }) {
       page = result.page;
       // The open conversation may have been named by its first message: let the page know.
       document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
-      const items = result.results.map(item);
-      // A refresh rebuilds the items: keep keyboard focus on the same control of the same one.
-      const focused = list.contains(document.activeElement) ? document.activeElement : null;
-      const focusedId = focused?.closest("li")?.dataset.conversationId;
-      if (append) list.append(...items);
-      else list.replaceChildren(...items);
-      if (!append) for (const id of [...listed.keys()]) if (!result.results.some((c) => c.id === id)) listed.delete(id);
-      if (focused && !focused.isConnected) {
-        const again = list.querySelector(`li[data-conversation-id="${focusedId}"] .${focused.classList[0]}`);
-        (again || search).focus();
+      // Items already shown are kept, not rebuilt: a click or a rename begun on one before the
+      // answer came goes on (a rebuilt item would take the mouse's release, or drop the rename).
+      const focused = list.contains(document.activeElement);
+      if (append) {
+        const unseen = result.results.filter((c) => !listed.has(c.id)); // a page shifted by new ones
+        arrange(list, [...list.children, ...unseen.map(item)]);
+      } else {
+        const ids = new Set(result.results.map((c) => c.id));
+        for (const id of [...listed.keys()]) if (!ids.has(id)) listed.delete(id);
+        arrange(list, result.results.map(itemFor));
       }
+      if (focused && !list.contains(document.activeElement)) search.focus(); // its item is gone
       more.hidden = result.page >= result.num_pages;
       empty.hidden = list.children.length > 0;
       empty.textContent = query ? "No conversation matches." : "No conversations yet.";
