@@ -9,9 +9,31 @@ from chatapp.runtime.asgi_handler import application as django_asgi_application 
 # Django must be set up before anything imports models.
 django_application = django_asgi_application()
 
+import logging  # noqa: E402
+import threading  # noqa: E402
+
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 # nginx serves /static/ itself in front of us; this answers it only when nginx is absent
 # (`make run` on a machine without nginx), and passes every other path straight through.
 application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_application)})
+
+from chatapp import tasks  # noqa: E402
+from chatapp.runtime import web_process  # noqa: E402
+
+
+def _end_answers_of_the_process_before() -> None:
+    try:
+        tasks.fail_interrupted_streams()
+    except Exception:  # the reaper's next round tries again (with Redis; without, their heartbeat)
+        logging.getLogger(__name__).exception("ending the answers of a web process gone before this one failed")
+
+
+# The answers this process starts name it from now on (runtime/web_process.py). Without Redis it
+# is the only web process: one relaying answers before it has gone (killed, crashed), and its
+# answers end now, in the background, so that a page resuming one is told so at once, not when
+# their heartbeat goes stale. With Redis the reaper tells gone processes apart.
+web_process.announce()
+if not web_process.presence_shared():
+    threading.Thread(target=_end_answers_of_the_process_before, name="answers-orphaned", daemon=True).start()

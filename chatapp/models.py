@@ -125,6 +125,9 @@ class Generation(models.Model):
     # Refreshed by the relay's own timer while it streams, tokens or not: a live row whose
     # heartbeat is old has lost its relay (a crash, a killed process) and is reaped.
     heartbeat_at = models.DateTimeField(default=timezone.now)
+    # The web process relaying it (chatapp/runtime/web_process.py; '' when none announced itself):
+    # a live row whose process is gone lost its relay, and is reaped without waiting for the heartbeat.
+    relay_process = models.CharField(max_length=32, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-started_at"]

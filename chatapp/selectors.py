@@ -95,6 +95,18 @@ def generation_ids_stale(*, cutoff) -> list[int]:
                 .values_list("pk", flat=True))
 
 
+def relay_processes_live() -> set[str]:
+    """The web processes named as relaying a live generation (chatapp/runtime/web_process.py)."""
+    return set(Generation.objects.filter(status__in=Generation.LIVE_STATUSES).exclude(relay_process="")
+               .values_list("relay_process", flat=True).distinct())
+
+
+def generation_ids_relayed_by(*, processes: set[str]) -> list[int]:
+    """The live generations relayed by these web processes."""
+    return list(Generation.objects.filter(status__in=Generation.LIVE_STATUSES, relay_process__in=processes)
+                .values_list("pk", flat=True))
+
+
 def questions_before(*, conversation_id: int, message_id: int) -> int:
     """The user's messages in the conversation before the message `message_id`."""
     return Message.objects.filter(conversation_id=conversation_id, role=Message.Role.USER,

@@ -66,8 +66,11 @@ try:
     # relay has not done so for CHAT_STALE_STREAM_SECONDS lost it (a crash) and is reaped.
     CHAT_RELAY_HEARTBEAT_SECONDS = env.number("CHAT_RELAY_HEARTBEAT_SECONDS", 10.0, minimum=0.01)
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
+    # A web process keeps a key in Redis this long, rewritten four times as often; an answer whose
+    # relay's process lost its key is reaped at once (chatapp/runtime/web_process.py), heartbeat or not.
+    CHAT_WEB_PROCESS_TTL_SECONDS = env.number("CHAT_WEB_PROCESS_TTL_SECONDS", 10.0, minimum=1)
     # How often that check runs: Celery beat with Redis, `manage.py reap_streams` without.
-    CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 15.0, minimum=0.1)
+    CHAT_REAP_INTERVAL_SECONDS = env.number("CHAT_REAP_INTERVAL_SECONDS", 5.0, minimum=0.1)
     # Audit rows and deleted conversations older than this many days are purged (chatapp/staff/retention.py);
     # 0 keeps them forever.
     CHAT_RETENTION_DAYS = env.integer("CHAT_RETENTION_DAYS", 0, minimum=0)

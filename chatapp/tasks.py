@@ -12,6 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import selectors, services
+from .runtime import web_process
 from .staff import retention, rollups
 
 logger = logging.getLogger(__name__)
@@ -19,7 +20,8 @@ logger = logging.getLogger(__name__)
 
 @shared_task
 def fail_interrupted_streams() -> int:
-    """Ends answers whose relay died (a crash, a killed process): their heartbeat stopped.
+    """Ends answers whose relay died (a crash, a killed process): its web process is gone
+    (chatapp/runtime/web_process.py: seconds), or its heartbeat stopped (a minute).
 
     A relay refreshes its row's heartbeat on a timer of its own, so an answer that is alive but
     slow (a late first token, a stalled upstream) is never taken for dead. What was saved last
@@ -27,16 +29,22 @@ def fail_interrupted_streams() -> int:
     counts as theirs.
     """
     cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_STREAM_SECONDS)
-    ended = 0
-    for generation_id in selectors.generation_ids_stale(cutoff=cutoff):
-        finished = services.generation_finish(
-            generation_id=generation_id, unless_heartbeat_since=cutoff, outcome=services.Outcome(
-                text=None, error_code="interrupted",
-                error_message="the stream was interrupted and its relay is gone"))
-        ended += finished is not None
+    orphaned = selectors.generation_ids_relayed_by(processes=web_process.gone(selectors.relay_processes_live()))
+    stale = set(selectors.generation_ids_stale(cutoff=cutoff)) - set(orphaned)
+    ended = sum(_interrupted(generation_id) for generation_id in orphaned)
+    ended += sum(_interrupted(generation_id, unless_heartbeat_since=cutoff) for generation_id in stale)
     if ended:
         logger.info("ended %d interrupted stream(s)", ended)
     return ended
+
+
+def _interrupted(generation_id: int, unless_heartbeat_since=None) -> bool:
+    """Ends the answer as interrupted; False where it had ended (or, given a time, beat since)."""
+    return services.generation_finish(
+        generation_id=generation_id, unless_ended=True, unless_heartbeat_since=unless_heartbeat_since,
+        outcome=services.Outcome(
+            text=None, error_code="interrupted",
+            error_message="the stream was interrupted and its relay is gone")) is not None
 
 
 @shared_task

@@ -106,6 +106,7 @@ class AnswerPlan:
     title: str | None = None  # the conversation's title from its first message, when it takes one
     chosen_model: str | None = None  # another model the user picked for this answer (regenerate)
     context_from: Message | None = None  # the first message the model reads, when older ones are left out
+    relay_process: str = ""  # the web process that will relay it (chatapp/runtime/web_process.py)
 
     @property
     def continue_final_message(self) -> bool:
@@ -245,4 +246,5 @@ def _generation_row(plan: AnswerPlan, answer: Message | None) -> Generation:
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
         model=plan.model, sampling=plan.sampling, prompt_messages=len(plan.prompt),
         context_from_message_id=plan.context_from and plan.context_from.pk,
+        relay_process=plan.relay_process,
     )

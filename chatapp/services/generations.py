@@ -108,20 +108,22 @@ def _message_status(to: GenerationStatus, continues: bool) -> MessageStatus:
 
 
 @transaction.atomic
-def generation_finish(*, generation_id: int, outcome: Outcome,
-                      unless_heartbeat_since: object = None) -> Generation | None:
+def generation_finish(*, generation_id: int, outcome: Outcome, unless_heartbeat_since: object = None,
+                      unless_ended: bool = False) -> Generation | None:
     """The final write: the exact text the user saw, the status, and the audit figures.
 
     A Stop recorded earlier (stop_requested) wins over however the stream ended: the text is cut
     to what the user saw then. A generation that already ended (the reaper judged it dead) keeps
-    its final status: it is returned as it is. With `unless_heartbeat_since` (the reaper's
-    cutoff), a generation whose relay has proven alive since then is left alone (None).
+    its final status: it is returned as it is, or None given `unless_ended` (the reaper's). With
+    `unless_heartbeat_since` (the reaper's cutoff), a generation whose relay has proven alive
+    since then is left alone (None) too.
     """
     # Locked from this read on, so that a Stop or a heartbeat cannot land between it and the move.
     current = _locked(generation_id)
-    if unless_heartbeat_since is not None and (current.heartbeat_at >= unless_heartbeat_since
-                                               or GenerationStatus(current.status).is_final):
-        return None  # alive after all, or its relay finished it meanwhile
+    if (unless_ended or unless_heartbeat_since is not None) and GenerationStatus(current.status).is_final:
+        return None  # its relay finished it meanwhile
+    if unless_heartbeat_since is not None and current.heartbeat_at >= unless_heartbeat_since:
+        return None  # alive after all
     text = current.final_text if outcome.text is None else outcome.text
     reason, cancelled_by = outcome.finish_reason, outcome.cancelled_by
     error_code, error_message = outcome.error_code, outcome.error_message

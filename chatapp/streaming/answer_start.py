@@ -19,6 +19,7 @@ from common.vocabulary import CancelledBy
 
 from .. import services
 from ..runtime.database_threads import on_database_thread
+from ..runtime import web_process
 from ..runtime.to_the_end import to_the_end
 from ..upstream import token_counts
 from ..upstream.inference_client import UpstreamRefused, UpstreamStream
@@ -40,6 +41,7 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
         await _unstarted(plan, services.Outcome(error_code=refusal.code,
                                                 error_message=refusal.message))
         raise
+    plan.relay_process = web_process.relay_process()  # this one: its death orphans the answer
     writing = asyncio.ensure_future(on_database_thread(services.answer_write)(plan=plan))
     try:
         await asyncio.wait({writing})  # a database call cannot be called back: it is waited for

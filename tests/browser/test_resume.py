@@ -88,6 +88,9 @@ def two_process_resetting_stack(django_db_setup, django_db_blocker, fake_upstrea
         yield proxy
 
 
+WEB_PROCESS_TTL_S = 2  # a killed web process is taken for gone seconds after
+
+
 @pytest.fixture
 def two_process_stack_saving_seldom(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
     """Two daphne processes behind nginx, sharing Redis, whose relays save an answer's text only
@@ -96,7 +99,7 @@ def two_process_stack_saving_seldom(django_db_setup, django_db_blocker, fake_ups
     folder = tmp_path_factory.mktemp("saving-seldom")
     logs = (folder / "web-1.log", folder / "web-2.log")
     with running_stack(fake_upstream.url, folder, access_logs=logs, TEST_CHAT_RESUME_GRACE_SECONDS=20,
-                       CHAT_SAVE_INTERVAL_SECONDS=30) as url:
+                       CHAT_SAVE_INTERVAL_SECONDS=30, CHAT_WEB_PROCESS_TTL_SECONDS=WEB_PROCESS_TTL_S) as url:
         yield url
 
 
@@ -320,7 +323,9 @@ def assert_stored_and_shown_after_a_reload(page, shown: str) -> Generation:
 def test_a_web_process_killed_mid_answer_loses_none_of_what_its_page_showed_before_and_after_a_reload(
         page, two_process_stack_saving_seldom, user, upstream, settings):
     killed_mid_answer(page, two_process_stack_saving_seldom, user, upstream)
-    settings.CHAT_STALE_STREAM_SECONDS = 1
+    # Its heartbeat fresh for ten minutes more: the reaper ends it because its process is gone.
+    settings.CHAT_STALE_STREAM_SECONDS = 600
+    settings.CHAT_WEB_PROCESS_TTL_SECONDS = WEB_PROCESS_TTL_S
     waiting.wait_until(lambda: fail_interrupted_streams() > 0, 60, "the reaper ending the answer")
     wait_for_end(page)
     shown = shown_text(page)

@@ -1,0 +1,101 @@
+"""This web process, and whether the one that relays an answer is still there.
+
+An answer's row names the web process that relays it (`Generation.relay_process`). While it
+lives, each web process keeps a key of its own in the shared cache (Redis), rewritten by a
+thread, not on the event loop: a loop busy for seconds is not a dead process. An answer whose
+relay's process has lost its key is orphaned (the process was killed, crashed, or its machine
+went), and the reaper ends it within seconds (chatapp/tasks.py) instead of waiting for its
+heartbeat to go stale (CHAT_STALE_STREAM_SECONDS, a minute), during which a page that resumed
+it would say "Writing…" over nothing.
+
+A key can also vanish with Redis itself (a restart without persistence): a process is taken
+for gone only once its key has stayed missing for two of its rewrites, so a live one has
+written it again by then.
+
+Without Redis there is one web process (stack/web.py) and nothing shared to keep keys in; that
+process, once it starts, takes every other for gone: the one before it, whose answers it ends.
+Rows whose relay named no process (written by something that never announced itself, a test's
+own relay) are left to the heartbeat.
+"""
+
+import logging
+import threading
+import time
+import uuid
+
+from django.conf import settings
+from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
+
+ID = uuid.uuid4().hex  # this process's, for as long as it runs (a restart is another process)
+_HERE, _MISSING = "chatapp:web-process:{}", "chatapp:web-process-missing:{}"
+_announced = threading.Event()
+
+
+def presence_shared() -> bool:
+    """Web processes see each other's keys: the cache is Redis (see settings.CACHES)."""
+    return bool(settings.REDIS_URL)
+
+
+def rewrite_interval() -> float:
+    return settings.CHAT_WEB_PROCESS_TTL_SECONDS / 4
+
+
+def announce() -> None:
+    """Called once the process serves answers (chatapp/asgi.py): from then on the answers it
+    starts name it, and its key is kept. The first write is made before this returns, so no
+    row names a process whose key was never written."""
+    if _announced.is_set():
+        return
+    if presence_shared():
+        try:
+            _say_here()
+        except Exception:  # Redis away: its thread writes it once Redis is back, and until then
+            logger.exception("announcing this web process failed")  # no reaper can read either
+        threading.Thread(target=_keep_saying_here, name="web-process-presence", daemon=True).start()
+    _announced.set()
+
+
+def relay_process() -> str:
+    """What a new answer's row records as its relay's process: '' until this one announced."""
+    return ID if _announced.is_set() else ""
+
+
+def gone(process_ids: set[str]) -> set[str]:
+    """Of these web processes, the ones known to be gone; none when that cannot be told (the
+    cache is away, or per process and this one is not a web process)."""
+    if not process_ids:
+        return set()
+    if not presence_shared():
+        return {process for process in process_ids if process != ID} if _announced.is_set() else set()
+    try:
+        return _missing_for_a_while(process_ids)
+    except Exception:  # nothing is known while the cache is away: the heartbeat still counts
+        logger.exception("reading the web processes' presence failed")
+        return set()
+
+
+def _missing_for_a_while(process_ids: set[str]) -> set[str]:
+    present = cache.get_many([_HERE.format(process) for process in process_ids])
+    missing = {process for process in process_ids if _HERE.format(process) not in present}
+    cache.delete_many([_MISSING.format(process) for process in process_ids - missing])
+    now = time.time()
+    for process in missing:  # when it was first seen missing, kept by the first look
+        cache.add(_MISSING.format(process), now, timeout=settings.CHAT_WEB_PROCESS_TTL_SECONDS * 10)
+    since = cache.get_many([_MISSING.format(process) for process in missing])
+    return {process for process in missing
+            if now - since.get(_MISSING.format(process), now) >= 2 * rewrite_interval()}
+
+
+def _say_here() -> None:
+    cache.set(_HERE.format(ID), 1, timeout=settings.CHAT_WEB_PROCESS_TTL_SECONDS)
+
+
+def _keep_saying_here() -> None:
+    while True:
+        time.sleep(rewrite_interval())
+        try:
+            _say_here()
+        except Exception:  # Redis away: said again next round, well within the key's life
+            logger.exception("keeping this web process's presence failed")
