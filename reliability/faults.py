@@ -7,9 +7,11 @@ records what the client saw, reads the stored rows, checks that the part came ba
 one more question that must be answered in full. The verdicts go into RELIABILITY.md's
 `## Faults` section; the exit status is 0 only when every fault passes.
 
-Timings are shortened so that the run takes minutes: the relay's heartbeat every 5 s, an
-answer without one for 15 s is reaped (every 2 s), the relay gives up on a silent upstream
-after 10 s, and it pings the browser every 2 s.
+Timings are shortened so that the run takes minutes: the relay's heartbeat every 5 s, the
+reaper's round every 2 s, the relay gives up on a silent upstream after 10 s, and it pings the
+browser every 2 s. An answer without a heartbeat is reaped only after 120 s: one whose web
+process died is ended because its process is gone (chatapp/runtime/web_process.py), and one
+whose web process was only paused must not be.
 """
 
 import asyncio
@@ -39,12 +41,13 @@ QUESTION = "Write a long story about a lighthouse keeper and the sea."
 SETTINGS = {
     "CHAT_MAX_TOKENS": "96",
     "CHAT_RELAY_HEARTBEAT_SECONDS": "5",
-    "CHAT_STALE_STREAM_SECONDS": "15",
+    "CHAT_STALE_STREAM_SECONDS": "120",
     "CHAT_REAP_INTERVAL_SECONDS": "2",
-    "INFERENCE_READ_TIMEOUT_SECONDS": "10",
+    "INFERENCE_READ_TIMEOUT_SECONDS": "15",  # beyond the web process's pause (WEB_PAUSE_S)
     "CHAT_HEARTBEAT_SECONDS": "2",
 }
 REDIS_OUTAGE_S = 30
+WEB_PAUSE_S = 12  # longer than a web process's key lives (CHAT_WEB_PROCESS_TTL_SECONDS, 10 s)
 COMEBACK_TIMEOUT_S = 300  # a restarted inference service loads the model again
 
 
@@ -148,14 +151,17 @@ class Faults:
 
     async def kill(self, role: Role) -> FaultResult:
         old = self.stack.pids()[role]
+        killed_at = []
 
         async def kill_it(_):
             os.kill(old, signal.SIGKILL)
+            killed_at.append(time.monotonic())
 
         answer = await self.client.answer(kill_it)
         row = await final_row(answer, timeout_s=90)
         shown = stored(row)
         if role is Role.WEB and row is not None:
+            shown += f", ended {time.monotonic() - killed_at[0]:.0f} s after the kill"
             # What the relay sent after its last partial save died with it: the client hands it back.
             handed = await self.client.hand_back(answer)
             row = await asyncio.to_thread(_row, answer.generation_id)
@@ -170,8 +176,8 @@ class Faults:
             Role.INFERENCE: lambda: (answer.done or {}).get("status") == "failed" and bool(answer.error)
             and row["status"] == "failed" and same_text(answer, row),
             # The relay died with the process: nobody is left to send an event; the reaper ends
-            # the row once its heartbeat stops, keeping the text saved last, and the client
-            # hands back the rest of what it saw.
+            # the row once the process's key is gone, keeping the text saved last, and the
+            # client hands back the rest of what it saw.
             Role.WEB: lambda: answer.done is None and row["status"] == "failed"
             and row["error_code"] == "interrupted" and same_text(answer, row),
             Role.WORKER: lambda: answer.outcome is Outcome.FINISHED and same_text(answer, row),
@@ -251,6 +257,24 @@ class Faults:
             and same_text(stopped_during, row_during) and same_text(stopped_after, row_after)
             and latency_after is not None and latency_after < float(SETTINGS["CHAT_RELAY_HEARTBEAT_SECONDS"]))
 
+    async def paused_web(self) -> FaultResult:
+        pid = self.stack.pids()[Role.WEB]
+
+        async def pause(_):
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(WEB_PAUSE_S)  # the pause's length
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+        answer = await self.client.answer(pause)
+        row = await final_row(answer, timeout_s=60)
+        return FaultResult(
+            f"the web process paused (SIGSTOP) for {WEB_PAUSE_S} s mid-answer", saw(answer), stored(row),
+            f"SIGCONT: the same pid serves: {'yes' if self.stack.pids().get(Role.WEB) == pid else 'NO'}",
+            answer.outcome is Outcome.FINISHED and row is not None and row["status"] in ("completed", "truncated")
+            and same_text(answer, row) and self.stack.pids().get(Role.WEB) == pid)
+
     async def stalled_upstream(self) -> FaultResult:
         pid = self.stack.pids()[Role.INFERENCE]
 
@@ -282,6 +306,7 @@ async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -
             await faults.database_backends_idle(),
             await faults.redis_outage(),
             await faults.stalled_upstream(),
+            await faults.paused_web(),
             await faults.kill(Role.INFERENCE),
             await faults.kill(Role.WEB),
         ]

@@ -9,8 +9,10 @@ heartbeat to go stale (CHAT_STALE_STREAM_SECONDS, a minute), during which a page
 it would say "Writing…" over nothing.
 
 A key can also vanish with Redis itself (a restart without persistence): a process is taken
-for gone only once its key has stayed missing for two of its rewrites, so a live one has
-written it again by then.
+for gone only once its key has stayed missing for as long again as it lives (four of its
+rewrites), so a live one has written it again by then. A process paused (SIGSTOP, a VM
+migrating) for less than that is no death either. So an answer whose process died ends some
+20 s later at the defaults (10 s for the key to expire, 10 s more missing, the reaper's round).
 
 Without Redis there is one web process (stack/web.py) and nothing shared to keep keys in; that
 process, once it starts, takes every other for gone: the one before it, whose answers it ends.
@@ -38,7 +40,7 @@ def presence_shared() -> bool:
     return bool(settings.REDIS_URL)
 
 
-def rewrite_interval() -> float:
+def _rewrite_interval() -> float:
     return settings.CHAT_WEB_PROCESS_TTL_SECONDS / 4
 
 
@@ -85,7 +87,7 @@ def _missing_for_a_while(process_ids: set[str]) -> set[str]:
         cache.add(_MISSING.format(process), now, timeout=settings.CHAT_WEB_PROCESS_TTL_SECONDS * 10)
     since = cache.get_many([_MISSING.format(process) for process in missing])
     return {process for process in missing
-            if now - since.get(_MISSING.format(process), now) >= 2 * rewrite_interval()}
+            if now - since.get(_MISSING.format(process), now) >= settings.CHAT_WEB_PROCESS_TTL_SECONDS}
 
 
 def _say_here() -> None:
@@ -94,8 +96,11 @@ def _say_here() -> None:
 
 def _keep_saying_here() -> None:
     while True:
-        time.sleep(rewrite_interval())
+        time.sleep(_rewrite_interval())
         try:
             _say_here()
-        except Exception:  # Redis away: said again next round, well within the key's life
-            logger.exception("keeping this web process's presence failed")
+        except Exception:  # a connection Redis dropped (a restart) fails once: at once again
+            try:
+                _say_here()
+            except Exception:  # Redis away: said again next round, well within the key's life
+                logger.exception("keeping this web process's presence failed")
