@@ -127,7 +127,8 @@ class Generation(models.Model):
     heartbeat_at = models.DateTimeField(default=timezone.now)
     # The web process relaying it (chatapp/runtime/web_process.py; '' when none announced itself):
     # a live row whose process is gone lost its relay, and is reaped without waiting for the heartbeat.
-    relay_process = models.CharField(max_length=32, blank=True, default="", editable=False)
+    # A default in the database too, for rows written by SQL of our own (benchmarks/audit_bench.py).
+    relay_process = models.CharField(max_length=32, blank=True, default="", db_default="", editable=False)
 
     class Meta:
         ordering = ["-started_at"]

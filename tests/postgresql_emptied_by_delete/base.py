@@ -10,10 +10,26 @@ this falls back to TRUNCATE if one does). Django's foreign keys are DEFERRABLE I
 DEFERRED, and the flush runs in one transaction, so the order of the tables does not matter.
 """
 
+from django.db import OperationalError
 from django.db.backends.postgresql import base, operations
+
+DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
+FLUSH_TRIES = 3
 
 
 class DatabaseOperations(operations.DatabaseOperations):
+    def execute_sql_flush(self, sql_list):
+        """DELETE locks rows one after another where TRUNCATE waited for whole tables: a
+        stack's relay still writing its answer's rows as its test ends may lock two of them in
+        the other order, and PostgreSQL then ends one of the two transactions. The flush, when
+        it is the one ended, is made again (the other one has ended by then)."""
+        for attempt in range(1, FLUSH_TRIES + 1):
+            try:
+                return super().execute_sql_flush(sql_list)
+            except OperationalError as error:
+                if attempt == FLUSH_TRIES or getattr(error.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
+                    raise
+
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences or allow_cascade:
             return super().sql_flush(style, tables, reset_sequences=reset_sequences,
