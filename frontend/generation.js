@@ -223,8 +223,9 @@ export class Generation {
         // one's saves lag): the rest goes back now, before the answer is ended from the shorter
         // text (by the reaper, or by a Stop the user presses while nothing comes).
         this.stall.arm(payload.heartbeat_s);
-        if (Number.isInteger(payload.stored_chars) && payload.stored_chars < this.chars) {
-          this.#handBack(payload.stored_chars);
+        if (Number.isInteger(payload.stored_chars)) {
+          this.pieces.saved(payload.stored_chars); // the record keeps those
+          if (payload.stored_chars < this.chars) this.#handBack(payload.stored_chars);
         }
         break;
       case "delta":
@@ -240,6 +241,7 @@ export class Generation {
           this.chars += chars;
           this.painter.schedule();
         }
+        if (Number.isInteger(payload.saved)) this.pieces.saved(payload.saved); // stored: safe
         break;
       case "error":
         this.error = payload;

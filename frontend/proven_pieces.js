@@ -11,6 +11,11 @@ export class ProvenPieces {
     this.#pieces.push(piece);
   }
 
+  /** The record holds the first `savedChars` code points: their pieces need not be kept. */
+  saved(savedChars) {
+    this.#pieces = this.#pieces.filter((piece) => piece.offset + piece.chars > savedChars);
+  }
+
   /** The text they were pieces of was replaced. */
   clear() {
     this.#pieces = [];

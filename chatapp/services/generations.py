@@ -167,9 +167,9 @@ class PartialText:
     text: str  # this generation's text so far
 
 
-def generation_save_partials(*, partials: list[PartialText]) -> int:
+def generation_save_partials(*, partials: list[PartialText]) -> list[int]:
     """The periodic saves of several streaming answers, in one transaction: a crash loses at
-    most one interval. Returns how many were written.
+    most one interval. Returns the generations written: each now stores at least its text.
 
     Only answers whose generation is still live are written: their rows are locked first (on
     PostgreSQL; a SQLite transaction of ours holds the file's write lock), so one that ends
@@ -191,7 +191,7 @@ def generation_save_partials(*, partials: list[PartialText]) -> int:
         _update_each(Generation, ["final_text", "heartbeat_at"], [(p.text, now, p.generation_id) for p in grown])
         _update_each(Generation, ["heartbeat_at"], [(now, p.generation_id) for p in shorter])
         _update_each(Message, ["content"], [(p.before + p.text, p.message_id) for p in grown])
-    return len(kept)
+    return [p.generation_id for p in kept]
 
 
 def _update_each(model, fields: list[str], rows: list[tuple]) -> None:

@@ -10,6 +10,9 @@ median and 224-282 ms at p99 with them, 46 and 171 ms with one writer.
 
 A relay withdraws before its final write: its text still waiting here is dropped, and a write
 that holds it is waited for, so that no partial save lands after the final one.
+
+What each write committed is remembered until the relay withdraws (`saved_chars`): the relay
+tells its page, which then need not keep the proven pieces of that text to hand back.
 """
 
 import asyncio
@@ -28,6 +31,7 @@ class PartialSaves:
         self._in_write: frozenset[int] = frozenset()
         self._written = asyncio.Event()  # set when the write of `_in_write` has ended
         self._writer: asyncio.Task | None = None
+        self._saved: dict[int, int] = {}  # generation -> code points of its own text stored
 
     def hand_in(self, partial: services.PartialText) -> None:
         """Saved by the next write; a newer text of the same answer replaces one still waiting."""
@@ -35,11 +39,16 @@ class PartialSaves:
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_while_waiting())
 
+    def saved_chars(self, generation_id: int) -> int:
+        """How much of the answer's own text a write here has committed (code points)."""
+        return self._saved.get(generation_id, 0)
+
     async def withdraw(self, generation_id: int) -> None:
         """Nothing of this answer is saved here after this returns."""
         self._waiting.pop(generation_id, None)
         if generation_id in self._in_write:
             await self._written.wait()
+        self._saved.pop(generation_id, None)
 
     async def settled(self) -> None:
         """Returns once everything handed in has been written (or its write failed)."""
@@ -53,7 +62,9 @@ class PartialSaves:
                 batch, self._waiting = self._waiting, {}
                 self._in_write, self._written = frozenset(batch), asyncio.Event()
                 try:
-                    await save(partials=list(batch.values()))
+                    written = await save(partials=list(batch.values()))
+                    for generation_id in written:
+                        self._saved[generation_id] = len(batch[generation_id].text)
                 except Exception:  # a failed coarse save must not end a stream; the final save follows
                     logger.exception("saving the partial answers of %d generation(s) failed", len(batch))
                 finally:

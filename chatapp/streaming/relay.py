@@ -74,6 +74,7 @@ class Relay:
         self._backlog: UpstreamBacklog | None = None
         self._last_save = started
         self._unsaved = False  # text went out since the last partial save
+        self._told_saved = 0  # code points the page was told are stored
         self._first_delta_sent = asyncio.Event()
         self._inbox = RelayInbox(self.generation.pk, on_stop=self._ask_stop, on_reader=self._reader_announced,
                                  first_delta_sent=self._first_delta_sent)
@@ -101,7 +102,7 @@ class Relay:
                     else:
                         if item.text:
                             self._in_flight = item
-                            yield sse.delta(item.text, self._proof.of(self._length, item.text))
+                            yield sse.delta(item.text, self._proof.of(self._length, item.text), self._saved_news())
                             self._in_flight = None
                             self._sent_delta(item.text, item.chunks)  # once the event went out
                         self._ended_with(item)
@@ -263,6 +264,14 @@ class Relay:
             self._save_partial(now)
         else:
             self._unsaved = True
+
+    def _saved_news(self) -> int | None:
+        """How much of the text partial saves have stored, when more than the page was told."""
+        saved = partial_saves().saved_chars(self.generation.pk)
+        if saved <= self._told_saved:
+            return None
+        self._told_saved = saved
+        return saved
 
     def _idle_wait(self, deadline: float, unattended: bool) -> float:
         """How long to wait for the upstream: until the heartbeat, the time limit, the save

@@ -8,11 +8,14 @@ def event(name: str, payload: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
 
-def delta(text: str, proof: str) -> bytes:
+def delta(text: str, proof: str, saved: int | None = None) -> bytes:
     """A `delta` event, the one sent per token: only the text is encoded, the rest is fixed.
-    `proof` (text_proof.py, hex digits) lets the page hand the piece back should it be lost."""
+    `proof` (text_proof.py, hex digits) lets the page hand the piece back should it be lost;
+    `saved` (the relay's, when it changed) says how much of the text is stored, which the page
+    then need not keep pieces of."""
+    saved_field = b"" if saved is None else b', "saved": ' + str(saved).encode()
     return (b'event: delta\ndata: {"text": ' + _encode_string(text).encode()
-            + b', "proof": "' + proof.encode() + b'"}\n\n')
+            + b', "proof": "' + proof.encode() + b'"' + saved_field + b'}\n\n')
 
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode

@@ -309,6 +309,28 @@ test("a page leaving while its stream is lost holds all its pieces at risk; with
     [{ offset: 0, text: "Hello", proof: "p0" }, { offset: 5, text: ", wörld", proof: "p5" }]);
 });
 
+test("pieces of text the relay said is stored are not at risk when the stream is lost", async () => {
+  const t = setUp();
+  await t.start([]);
+  t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5" })
+    + sse("delta", { text: "!", proof: "p12", saved: 5 }));
+  await settle();
+  t.down = true;
+  await t.cut();
+  assert.deepEqual(t.generation.piecesAtRisk(),
+    [{ offset: 5, text: ", wörld", proof: "p5" }, { offset: 12, text: "!", proof: "p12" }]);
+});
+
+test("pieces a resumed stream said the record holds are not at risk when it is lost again", async () => {
+  const t = setUp();
+  await lostAfterTwoPieces(t);
+  await advance(t, FIRST_RETRY_MS);
+  t.feeds[1].push(sse("resume", { ...RESUME, offset: 12, stored_chars: 12 }) + sse("delta", { text: "!", proof: "p12" }));
+  await settle();
+  await t.cut();
+  assert.deepEqual(t.generation.piecesAtRisk(), [{ offset: 12, text: "!", proof: "p12" }]);
+});
+
 test("a page leaving while a hand-back is on its way holds the pieces it hands back at risk until it is answered", async () => {
   const t = setUp();
   await lostAfterTwoPieces(t);

@@ -88,7 +88,7 @@ def test_only_answers_still_streaming_are_written():
     Generation.objects.filter(pk=ended.pk).update(status=GenerationStatus.COMPLETED, final_text="final")
     written = services.generation_save_partials(
         partials=[partial(live, "more", before="earlier "), partial(ended, "stale")])
-    assert written == 1
+    assert written == [live.pk]
     live.refresh_from_db(), ended.refresh_from_db()
     assert (live.final_text, Message.objects.get(pk=live.message_id).content) == ("more", "earlier more")
     assert ended.final_text == "final"
@@ -102,5 +102,5 @@ def test_a_save_taken_before_a_page_handed_back_more_text_does_not_shorten_it_wh
     written = services.generation_save_partials(partials=[taken])
 
     answer.refresh_from_db()
-    assert written == 1  # its heartbeat, at least
+    assert written == [answer.pk]  # its heartbeat, at least
     assert (answer.final_text, Message.objects.get(pk=answer.message_id).content) == ("Hello, world",) * 2

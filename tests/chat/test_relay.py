@@ -213,6 +213,26 @@ async def test_the_partial_text_is_saved_while_streaming_not_only_at_the_end(
     assert earlier or answer == "new"
 
 
+async def test_the_page_is_told_how_much_of_its_answer_is_stored_as_partial_saves_commit(
+        api, conversation, upstream, settings):
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 0.1
+    upstream.script.chunks = [f"w{i} " for i in range(12)]
+    upstream.script.interval_s = 0.05
+
+    events = await read_events(await send(api, conversation))
+
+    deltas = [payload for name, payload in events if name == "delta"]
+    held, told = 0, []  # code points the page held before each `saved`, and what it said
+    for delta in deltas:
+        if "saved" in delta:
+            told.append((held, delta["saved"]))
+        held += len(delta["text"])
+    assert told, "no delta said what was stored"
+    boundaries = {len("".join(d["text"] for d in deltas[:i])) for i in range(len(deltas) + 1)}
+    assert all(0 < saved <= before and saved in boundaries for before, saved in told)
+    assert [saved for _, saved in told] == sorted({saved for _, saved in told})  # news only, growing
+
+
 async def test_an_answer_past_its_time_limit_is_stopped_and_its_upstream_closed(
         api, conversation, upstream, settings):
     import asyncio
