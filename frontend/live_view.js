@@ -1,6 +1,7 @@
 // The staff's live view (staff/live/, chatapp/staff/live_view.py): the answers streaming now and each
 // inference replica's load, redrawn from each `live` event, with a Stop for every answer.
 import { api } from "./api.js";
+import { arrangeChildren } from "./child_order.js";
 
 const EVENTS_URL = "/api/staff/live/events";
 
@@ -14,16 +15,16 @@ function cell(text, className = "") {
 const number = (value) => (value === null || value === undefined ? "–" : String(value));
 const percent = (share) => (share === null || share === undefined ? "–" : `${(share * 100).toFixed(1)}%`);
 
-function stopButton(stream) {
+function stopButton(generationId) {
   const button = document.createElement("button");
   button.type = "button";
   button.textContent = "Stop";
-  button.disabled = stream.status !== "streaming";
   button.addEventListener("click", async () => {
+    button.dataset.asked = "true"; // the view's redraws leave it as it is from now on
     button.disabled = true;
     button.textContent = "Stopping…";
     try {
-      await api.staffStop(stream.generation_id);
+      await api.staffStop(generationId);
     } catch (error) {
       button.textContent = `Stop failed: ${error.message}`;
     }
@@ -31,16 +32,26 @@ function stopButton(stream) {
   return button;
 }
 
+/** A stream's row, made once and then kept: each redraw writes its cells in place. */
 function streamRow(stream) {
   const row = document.createElement("tr");
   row.dataset.generationId = String(stream.generation_id);
-  const conversation = `#${stream.conversation_id} ${stream.conversation_title}`.trim();
-  row.append(cell(stream.username), cell(conversation), cell(stream.model), cell(stream.age_s.toFixed(0), "number"),
-    cell(String(stream.chars_so_far), "number"), cell(stream.status.replace("_", " ")));
+  row.append(cell(""), cell(""), cell(""), cell("", "number"), cell("", "number"), cell(""));
   const action = document.createElement("td");
-  action.append(stopButton(stream));
+  action.append(stopButton(stream.generation_id));
   row.append(action);
   return row;
+}
+
+function fillStreamRow(row, stream) {
+  const conversation = `#${stream.conversation_id} ${stream.conversation_title}`.trim();
+  const texts = [stream.username, conversation, stream.model, stream.age_s.toFixed(0),
+    String(stream.chars_so_far), stream.status.replace("_", " ")];
+  texts.forEach((text, i) => {
+    if (row.cells[i].textContent !== text) row.cells[i].textContent = text;
+  });
+  const button = row.querySelector("button");
+  if (!button.dataset.asked) button.disabled = stream.status !== "streaming";
 }
 
 function replicaRow(replica) {
@@ -55,16 +66,13 @@ function replicaRow(replica) {
   return row;
 }
 
-/** Redraws both tables; a row whose Stop is on its way keeps its button as it is. */
+/** Redraws both tables; the streams' rows are kept, with their buttons and the focus on one. */
 function show({ streams, replicas }) {
   const body = document.querySelector("#streams tbody");
-  const pending = new Map([...body.querySelectorAll("tr")]
-    .filter((row) => row.querySelector("button")?.disabled)
-    .map((row) => [row.dataset.generationId, row.querySelector("td:last-child button")]));
-  body.replaceChildren(...streams.map((stream) => {
-    const row = streamRow(stream);
-    const kept = pending.get(row.dataset.generationId);
-    if (kept) row.lastChild.replaceChildren(kept);
+  const shown = new Map([...body.rows].map((row) => [row.dataset.generationId, row]));
+  arrangeChildren(body, streams.map((stream) => {
+    const row = shown.get(String(stream.generation_id)) ?? streamRow(stream);
+    fillStreamRow(row, stream);
     return row;
   }));
   document.getElementById("no-streams").hidden = streams.length > 0;

@@ -1,5 +1,6 @@
 // The conversation list: newest first, searchable, with rename and delete on each item.
 import { api } from "./api.js";
+import { arrangeChildren } from "./child_order.js";
 import { isComposing } from "./keys.js";
 
 const UNTITLED = "New conversation";
@@ -9,20 +10,6 @@ const ICONS = {
   delete: '<svg viewBox="0 0 16 16" width="16" height="16" aria-hidden="true" focusable="false"><path d="M3 4h10M6 4V2.5h4V4M4.5 4l.7 9.5h5.6l.7-9.5" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"/></svg>',
 };
 const SEARCH_DELAY_MS = 250;
-
-/**
- * Puts `items` in `list` in that order, and nothing else: it moves as few as it can, and never
- * the one holding the keyboard's focus (a node moved loses it, and a rename would end on blur).
- */
-function arrange(list, items) {
-  const wanted = new Set(items);
-  for (const child of [...list.children]) if (!wanted.has(child)) child.remove();
-  const anchor = items.find((li) => li.contains(document.activeElement));
-  items.forEach((li, i) => {
-    while (li === anchor && list.children[i] !== anchor) list.append(list.children[i]);
-    if (list.children[i] !== li) list.insertBefore(li, list.children[i] ?? null);
-  });
-}
 
 /** A conversation's icon button: `action` names its icon and its class (conversation-<action>). */
 function iconButton(action, title, onClick) {
@@ -174,11 +161,11 @@ export function createSidebar({ open, deleted, failed, announce }) {
       const focused = list.contains(document.activeElement);
       if (append) {
         const unseen = result.results.filter((c) => !listed.has(c.id)); // a page shifted by new ones
-        arrange(list, [...list.children, ...unseen.map(item)]);
+        arrangeChildren(list, [...list.children, ...unseen.map(item)]);
       } else {
         const ids = new Set(result.results.map((c) => c.id));
         for (const id of [...listed.keys()]) if (!ids.has(id)) listed.delete(id);
-        arrange(list, result.results.map(itemFor));
+        arrangeChildren(list, result.results.map(itemFor));
       }
       if (focused && !list.contains(document.activeElement)) search.focus(); // its item is gone
       more.hidden = result.page >= result.num_pages;

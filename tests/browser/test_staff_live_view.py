@@ -33,16 +33,21 @@ def admin_page(chromium):
     context.close()
 
 
+def admin_watching_a_slow_answer(page, admin_page, stack_url: str, user, upstream) -> Generation:
+    """The user's answer streaming slowly, and an admin on the live view; the answer's row."""
+    upstream.script.chunks, upstream.script.interval_s = SLOW_ANSWER, 0.05
+    sign_in(page, stack_url, user)
+    send(page, "count slowly")
+    wait_for_true(page, "window.chatappStats.paints >= 3")
+    sign_in(admin_page, stack_url, factories.user(is_staff=True, password=PASSWORD))
+    admin_page.goto(stack_url + "/staff/live/")
+    return Generation.objects.get()
+
+
 def test_an_admin_sees_the_streaming_answer_and_its_stop_ends_it_as_stopped_by_an_administrator(
         page, admin_page, stack_with_fake_upstream, user, reporting_upstream):
     upstream = reporting_upstream
-    upstream.script.chunks, upstream.script.interval_s = SLOW_ANSWER, 0.05
-    sign_in(page, stack_with_fake_upstream, user)
-    send(page, "count slowly")
-    wait_for_true(page, "window.chatappStats.paints >= 3")
-    sign_in(admin_page, stack_with_fake_upstream, factories.user(is_staff=True, password=PASSWORD))
-    admin_page.goto(stack_with_fake_upstream + "/staff/live/")
-    generation = Generation.objects.get()
+    generation = admin_watching_a_slow_answer(page, admin_page, stack_with_fake_upstream, user, upstream)
     row = admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"]')
     row.wait_for()
     listed = row.inner_text()
@@ -64,6 +69,24 @@ def test_an_admin_sees_the_streaming_answer_and_its_stop_ends_it_as_stopped_by_a
     assert last_answer(page).locator(".message-state").inner_text() == "Stopped by an administrator"
     assert admin_page.locator("#no-streams").is_visible()
     assert admin_page.console_errors == [] and page.console_errors == []
+
+
+def test_a_stop_the_admin_reached_by_keyboard_keeps_its_focus_as_the_view_redraws_and_enter_stops_the_answer(
+        page, admin_page, stack_with_fake_upstream, user, upstream):
+    generation = admin_watching_a_slow_answer(page, admin_page, stack_with_fake_upstream, user, upstream)
+    stop = admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"] button')
+    stop.focus()
+    updated = admin_page.locator("#connection").inner_text()
+
+    wait_for_true(admin_page, f"document.getElementById('connection').textContent !== {updated!r}")  # redrawn
+    wait_for_true(admin_page, "document.getElementById('connection').textContent !== "
+                              f"{admin_page.locator('#connection').inner_text()!r}")  # and again
+
+    assert stop.evaluate("button => button === document.activeElement")
+    admin_page.keyboard.press("Enter")
+    wait_for_end(page)
+    waiting.wait_until(lambda: Generation.objects.get().status == "stopped", 30, "the answer's final write")
+    assert Generation.objects.get().cancelled_by == "admin"
 
 
 @pytest.mark.parametrize("path", ["/staff/live/", "/staff/audit/"])
