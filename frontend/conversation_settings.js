@@ -72,6 +72,11 @@ export function createConversationSettings({ api, failed, announce }) {
   }
 
   function fill() {
+    fillPicker();
+    fillFields();
+  }
+
+  function fillPicker() {
     const current = conversation?.model ?? draft.model ?? startingModel(catalogue);
     picker.replaceChildren(...modelOptions(catalogue.models, current, catalogue !== EMPTY_CATALOGUE).map(({ value, label }) => {
       const option = document.createElement("option");
@@ -80,6 +85,9 @@ export function createConversationSettings({ api, failed, announce }) {
       return option;
     }));
     picker.value = current;
+  }
+
+  function fillFields() {
     const shown = conversation ?? draft;
     systemPrompt.value = shown.system_prompt ?? "";
     temperature.value = shown.temperature ?? "";
@@ -101,16 +109,24 @@ export function createConversationSettings({ api, failed, announce }) {
     // The user may open another conversation before the server answers: the answer is about this
     // one, and the panel, which shows the other by then, is left alone.
     const isStillShown = () => conversation?.id === id;
+    let taken = false;
     try {
       const updated = await api.updateConversation(id, changes);
       if (isStillShown()) conversation = updated;
+      taken = true;
       return true;
     } catch (refusal) {
       if ((refusal.status === 400 || refusal.status === 404) && isStillShown()) showError(sentenceFor(refusal));
       else failed(refusal);
       return false;
     } finally {
-      if (isStillShown()) fill();
+      // The picker shows the stored model, taken or not. The fields show what was stored only
+      // when these changes were theirs and taken: words still being written there (a model
+      // picked meanwhile), or refused (to be mended), stay as the user left them.
+      if (isStillShown()) {
+        fillPicker();
+        if (taken && Object.keys(changes).some((key) => key !== "model")) fillFields();
+      }
     }
   }
 

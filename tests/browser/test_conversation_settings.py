@@ -4,6 +4,7 @@ refused value is a sentence on the page with nothing stored. Two stand-in upstre
 models; the first echoes what it was asked."""
 
 import contextlib
+import json
 
 import pytest
 
@@ -112,6 +113,35 @@ def test_settings_saved_in_one_conversation_answered_after_another_opened_stay_w
                        "the picked model stored for the conversation on screen")
     alpha.refresh_from_db()
     assert (alpha.system_prompt, alpha.model_name) == ("Be A, again.", DEFAULT_MODEL)
+
+
+def test_a_system_prompt_being_written_is_kept_when_the_model_is_changed_meanwhile(chat, user):
+    send(chat, "Hello")
+    wait_for_end(chat)
+    open_settings(chat)
+    chat.fill("#settings-system-prompt", "Answer in one sentence.")  # not saved yet
+
+    chat.select_option("#model-picker", OTHER_MODEL)
+    wait_for_true(chat, "document.getElementById('announcer').textContent.startsWith('Answers now come from')")
+
+    assert chat.locator("#settings-system-prompt").input_value() == "Answer in one sentence."
+    assert Conversation.objects.get(owner=user).system_prompt == ""
+
+
+def test_a_system_prompt_the_server_refused_stays_in_the_form_to_be_mended(chat, user):
+    send(chat, "Hello")
+    wait_for_end(chat)
+    conversation = Conversation.objects.get(owner=user)
+    chat.route(f"**/api/conversations/{conversation.pk}", lambda route: route.fulfill(
+        status=400, content_type="application/json",
+        body=json.dumps({"error": {"code": "invalid_value", "message": "refused by the test",
+                                   "field": "system_prompt"}})) if route.request.method == "PATCH"
+               else route.continue_())
+
+    save_settings(chat, system_prompt="A long, careful system prompt.")
+
+    chat.wait_for_selector("#settings-error:not([hidden])")
+    assert chat.locator("#settings-system-prompt").input_value() == "A long, careful system prompt."
 
 
 def test_a_temperature_out_of_range_is_a_sentence_and_nothing_is_stored(chat, user):
