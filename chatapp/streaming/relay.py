@@ -74,6 +74,7 @@ class Relay:
         self._backlog: UpstreamBacklog | None = None
         self._last_save = started
         self._unsaved = False  # text went out since the last partial save
+        self._handed_in = 0  # code points of the last text handed in to be saved
         self._told_saved = 0  # code points the page was told are stored
         self._first_delta_sent = asyncio.Event()
         self._inbox = RelayInbox(self.generation.pk, on_stop=self._ask_stop, on_reader=self._reader_announced,
@@ -267,6 +268,8 @@ class Relay:
 
     def _saved_news(self) -> int | None:
         """How much of the text partial saves have stored, when more than the page was told."""
+        if self._handed_in <= self._told_saved:
+            return None  # nothing more was handed in: most deltas stop here
         saved = partial_saves().saved_chars(self.generation.pk)
         if saved <= self._told_saved:
             return None
@@ -288,7 +291,7 @@ class Relay:
         return now - self._last_save >= settings.CHAT_SAVE_INTERVAL_SECONDS
 
     def _save_partial(self, now: float) -> None:
-        self._last_save, self._unsaved = now, False
+        self._last_save, self._unsaved, self._handed_in = now, False, self._length
         partial_saves().hand_in(services.PartialText(
             self.generation.pk, self.start.message.pk, self.start.message.content, "".join(self._sent)))
 
