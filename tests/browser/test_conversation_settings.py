@@ -4,7 +4,6 @@ refused value is a sentence on the page with nothing stored. Two stand-in upstre
 models; the first echoes what it was asked."""
 
 import contextlib
-import json
 
 import pytest
 
@@ -131,17 +130,16 @@ def test_a_system_prompt_being_written_is_kept_when_the_model_is_changed_meanwhi
 def test_a_system_prompt_the_server_refused_stays_in_the_form_to_be_mended(chat, user):
     send(chat, "Hello")
     wait_for_end(chat)
-    conversation = Conversation.objects.get(owner=user)
-    chat.route(f"**/api/conversations/{conversation.pk}", lambda route: route.fulfill(
-        status=400, content_type="application/json",
-        body=json.dumps({"error": {"code": "invalid_value", "message": "refused by the test",
-                                   "field": "system_prompt"}})) if route.request.method == "PATCH"
-               else route.continue_())
+    open_settings(chat)
+    # Pasted from somewhere with a NUL in it, which the database cannot store: refused (400).
+    refused = "A long, careful system prompt.\u0000"
+    chat.locator("#settings-system-prompt").evaluate("(field, text) => { field.value = text; }", refused)
 
-    save_settings(chat, system_prompt="A long, careful system prompt.")
+    chat.click("#settings-panel [type=submit]")
 
     chat.wait_for_selector("#settings-error:not([hidden])")
-    assert chat.locator("#settings-system-prompt").input_value() == "A long, careful system prompt."
+    assert chat.locator("#settings-system-prompt").input_value() == refused
+    assert Conversation.objects.get(owner=user).system_prompt == ""
 
 
 def test_a_temperature_out_of_range_is_a_sentence_and_nothing_is_stored(chat, user):
