@@ -90,6 +90,7 @@ const unsentWords = createUnsentWords({
   edit: (el, text) => startEdit(el, text),
   isComposerEmpty: () => !view.composer.value,
   fillComposer: (text) => setComposerText(text),
+  page: window, composerText: () => (isSignedIn ? view.composer.value : ""), // kept as the page goes
 });
 
 // --- signing in ---

@@ -6,6 +6,7 @@
 // the server cannot be reached, or more than such a request may carry. The server keeps only
 // what it lacks (docs/api.md, recover), so a piece handed back twice is harmless.
 import { ApiError } from "./api.js";
+import { tabStorage } from "./tab_storage.js";
 
 const KEY = "chatapp.piecesToHandBack";
 // Browsers refuse keepalive requests whose bodies pass 64 KiB in all; room left for headers.
@@ -86,16 +87,7 @@ export function createKeptPieces({ storage, recover }) {
  * answers hold that their server may lack, `[{id, pieces}]`.
  */
 export function keepPiecesAsThePageGoes({ recover, atRisk }) {
-  const kept = createKeptPieces({ storage: sessionStorageOrNull(), recover });
+  const kept = createKeptPieces({ storage: tabStorage(), recover });
   addEventListener("pagehide", () => kept.leave(atRisk()));
   return kept;
-}
-
-/** The tab's session storage, or null where the browser blocks it (site data turned off). */
-function sessionStorageOrNull() {
-  try {
-    return globalThis.sessionStorage ?? null;
-  } catch {
-    return null;
-  }
 }

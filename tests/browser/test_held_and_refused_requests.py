@@ -77,6 +77,23 @@ def test_a_message_refused_after_the_user_opened_another_conversation_is_named_a
     assert chat.input_value("#composer") == "my carefully written long question"
 
 
+def test_words_being_written_come_back_in_the_composer_of_their_conversation_after_a_reload(chat, user):
+    notes = factories.conversation(owner=user, title="Notes")
+    other = factories.conversation(owner=user, title="Other")
+    chat.reload()
+    open_conversation(chat, notes)
+    chat.fill("#composer", "a long question I was still writing")
+
+    chat.reload()
+    wait_for_true(chat, "document.getElementById('conversation-title').textContent === 'Notes'")
+
+    assert chat.input_value("#composer") == "a long question I was still writing"
+    chat.fill("#composer", "")
+    open_conversation(chat, other)
+    open_conversation(chat, notes)
+    assert chat.input_value("#composer") == "", "given back once"
+
+
 def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
     conversation = factories.conversation(owner=user, title="Questions")
     question = factories.message(conversation, content="short q")
