@@ -41,7 +41,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let page = 1;
   let searchTimer = 0;
   let generation = 0; // newer requests win: a slow answer to an old search must not land
-  const listed = new Map(); // id -> {conversation, link} of the items shown
+  const listed = new Map(); // id -> {conversation, link, li} of the items shown
 
   /** The list's item for `conversation`: the one shown, updated in place, else a new one. */
   function itemFor(conversation) {
