@@ -15,7 +15,7 @@ from django.db import connection
 
 from chatapp.models import Generation, Message
 from harness import waiting
-from tests import factories
+from tests import factories, servers
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's flush")
 
@@ -49,12 +49,8 @@ def test_a_flush_that_deadlocks_with_another_session_is_made_again_once_that_one
         key=lambda table_pk: deleted.index(table_pk[0]))
     connection.ensure_connection()
     flushing_pid = connection.connection.info.backend_pid
-    settings = connection.settings_dict
-    with psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
-                         port=settings["PORT"] or 5432, password=settings["PASSWORD"]) as other, \
-            psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
-                            port=settings["PORT"] or 5432, password=settings["PASSWORD"],
-                            autocommit=True) as watcher:
+    database_url = servers.shared_database_url()
+    with psycopg.connect(database_url) as other, psycopg.connect(database_url, autocommit=True) as watcher:
         other.execute(f"SELECT 1 FROM {later} WHERE id = %s FOR UPDATE", (later_pk,))
 
         def lock_the_other_row_then_end():
