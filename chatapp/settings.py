@@ -204,10 +204,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # The layer waits for a message with a blocking pop of up to 5 s; redis-py's own read
-            # timeout (also 5 s) would end that wait with TimeoutError. A longer one lets
-            # the server's answer arrive; a listener still expects and survives the error.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+            # No socket timeout (redis-py's default is 5 s): with one, redis-py sends each command
+            # under asyncio.wait_for, which in Python 3.11 loses a cancellation arriving as the
+            # send completes (CPython gh-86296), and a cancelled receive then waits for ever. The
+            # layer's own blocking pop ends every 5 s; our waits a user feels carry their own
+            # bounds (live_channel.SEND_WITHIN_SECONDS); keepalive finds a vanished server.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None,
+                                  "socket_keepalive": True}]},
         }
     }
     CACHES = {

@@ -29,6 +29,12 @@ logger = logging.getLogger(__name__)
 DELTA, END, READER, STOP = "generation.delta", "generation.end", "generation.reader", "generation.stop"
 # A reader silent for this many presence intervals has left.
 _PRESENCE_INTERVALS = 3
+# How long one message to the layer, or a leaving of its group, may take. The layer's connection
+# to Redis has no socket timeout (settings.py says why), so a Redis that answers nothing would
+# hold these for ever: a Stop's response, a relay's publishing, a finished relay's leaving. What
+# is not sent is no loss: the rows hold it (a relay's heartbeat reads a Stop there, a reader
+# reads a gap there), and a member left behind expires with its group (the layer's group expiry).
+LAYER_WITHIN_SECONDS = 5.0
 
 
 def relay_group(generation_id: int) -> str:
@@ -94,10 +100,11 @@ class LivePublisher:
             while self._waiting:
                 channel, message = self._waiting.pop(0)
                 try:
-                    if channel is None:
-                        await layer.group_send(self._group, message)
-                    else:
-                        await layer.send(channel, message)
+                    async with asyncio.timeout(LAYER_WITHIN_SECONDS):
+                        if channel is None:
+                            await layer.group_send(self._group, message)
+                        else:
+                            await layer.send(channel, message)
                 except Exception:  # readers notice the gap by offset and read the rows
                     logger.exception("publishing on the live channel %s failed", self._group)
         finally:
@@ -106,4 +113,5 @@ class LivePublisher:
 
 async def tell_relay(generation_id: int, message: dict) -> None:
     """A message to the relay of this answer, in whichever process it runs."""
-    await get_channel_layer().group_send(relay_group(generation_id), message)
+    async with asyncio.timeout(LAYER_WITHIN_SECONDS):
+        await get_channel_layer().group_send(relay_group(generation_id), message)

@@ -106,8 +106,9 @@ class LiveHub:
     async def _unsubscribe(self) -> None:
         """Also after a join that failed or was cancelled: a member left behind lingers for a day."""
         try:
-            await self.subscribed
-            await self._layer.group_discard(live_channel.live_group(self.generation_id), self._channel)
+            async with asyncio.timeout(live_channel.LAYER_WITHIN_SECONDS):
+                await self.subscribed
+                await self._layer.group_discard(live_channel.live_group(self.generation_id), self._channel)
         except Exception:
             logger.exception("leaving the live channel of generation %s failed", self.generation_id)
 

@@ -20,11 +20,6 @@ from . import live_channel
 
 logger = logging.getLogger(__name__)
 
-# How long a finished relay's inbox tries to leave its group. A layer that answers nothing (a
-# stalled Redis) must not keep that try for long. The member left behind expires with the group
-# (the layer's group expiry) and until then only draws messages nobody reads.
-LEAVE_WITHIN_SECONDS = 5.0
-
 
 async def tell_relay_to_stop(generation_id: int) -> None:
     """After a Stop is recorded: the stream may be held by another daphne process, so tell
@@ -93,9 +88,9 @@ class RelayInbox:
             held_until_done(self._leave(layer, group, channel))
 
     async def _leave(self, layer, group: str, channel: str) -> None:
-        """Leaves the group, or gives up after LEAVE_WITHIN_SECONDS (logged)."""
+        """Leaves the group, or gives up after live_channel.LAYER_WITHIN_SECONDS (logged)."""
         try:
-            async with asyncio.timeout(LEAVE_WITHIN_SECONDS):
+            async with asyncio.timeout(live_channel.LAYER_WITHIN_SECONDS):
                 await layer.group_discard(group, channel)
         except Exception:
             logger.exception("the stop listener of generation %s did not leave its group",

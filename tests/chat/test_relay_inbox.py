@@ -3,10 +3,13 @@ then cannot keep its task, or the event loop's close, waiting."""
 
 import asyncio
 
+import pytest
 from channels.layers import get_channel_layer
+from django.conf import settings as configured
 
-from chatapp.streaming import relay_inbox
+from chatapp.streaming import live_channel
 from chatapp.streaming.relay_inbox import RelayInbox
+from tests.fakes.cancellation_as_sent import cancel_as_next_sent
 
 
 async def listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s: float,
@@ -15,7 +18,7 @@ async def listening_on_a_stalling_layer(settings, monkeypatch, leave_within_s: f
     nothing (tests/fakes/failing_channel_layer.py), the leaving bounded at `leave_within_s`."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": f"tests.fakes.failing_channel_layer.{layer}"}}
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
-    monkeypatch.setattr(relay_inbox, "LEAVE_WITHIN_SECONDS", leave_within_s)
+    monkeypatch.setattr(live_channel, "LAYER_WITHIN_SECONDS", leave_within_s)
     inbox = RelayInbox(4242, on_stop=lambda: None, on_reader=lambda message: None,
                        first_delta_sent=asyncio.Event())
     tasks = inbox.listen(at_once=False)
@@ -60,3 +63,22 @@ async def test_a_stop_listener_whose_layer_turns_its_cancellation_into_a_timeout
 
     assert set(done) == set(tasks)
     assert all(task.cancelled() for task in tasks)
+
+
+@pytest.mark.skipif(not configured.REDIS_URL, reason="the channel layer on Redis: REDIS_URL")
+async def test_a_stop_listener_cancelled_as_its_command_reaches_redis_still_ends(settings, monkeypatch):
+    """The layer the settings configure, on the real Redis: a cancellation that lands as a
+    command goes out must not be lost there (tests/fakes/cancellation_as_sent.py)."""
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
+    inbox = RelayInbox(4243, on_stop=lambda: None, on_reader=lambda message: None,
+                       first_delta_sent=asyncio.Event())
+    tasks = inbox.listen(at_once=False)
+    listener = tasks[0]  # joins its group, then receives: each a command to Redis
+    cancel_as_next_sent(monkeypatch, listener)
+
+    done, _ = await asyncio.wait({listener}, timeout=15)
+    for task in tasks:
+        task.cancel()
+
+    assert listener in done, "the cancelled listener went on receiving"
+    assert listener.cancelled()
