@@ -4,7 +4,7 @@ import { api, ApiError } from "./api.js";
 import { createAuth } from "./auth.js";
 import { createComposer } from "./composer.js";
 import { createConversationSettings } from "./conversation_settings.js";
-import { NO_SUCH_CONVERSATION, sentenceFor } from "./errors.js";
+import { NO_SUCH_CONVERSATION, sentenceElsewhere, sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
 import { keepPiecesAsThePageGoes } from "./kept_pieces.js";
@@ -64,10 +64,7 @@ const keptPieces = keepPiecesAsThePageGoes({ recover: api.recover, atRisk: () =>
 function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
   if (error instanceof ApiError && error.status === 401) return auth.showLogin(sentenceFor(error));
   const sentence = sentenceFor(error, { maxMessageChars: characterLimit.maxMessageChars });
-  if (elsewhere === null) return showAlert(sentence);
-  const name = sidebar.nameOf(elsewhere);
-  const kept = isTextKept ? " Your text is back in the message box when you open it." : "";
-  showAlert(`${name === null ? "In another conversation" : `In “${name}”`}: ${sentence}${kept}`);
+  showAlert(elsewhere === null ? sentence : sentenceElsewhere(sidebar.nameOf(elsewhere), sentence, isTextKept));
 }
 
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
@@ -87,17 +84,16 @@ const { limit: characterLimit, setText: setComposerText } = createComposer({
 const unsentWords = createUnsentWords({
   shownId: () => conversationId,
   findMessage: (id) => view.messages.querySelector(`.message[data-role="user"][data-message-id="${id}"]`),
-  edit: (el, text) => startEdit(el, text),
-  isComposerEmpty: () => !view.composer.value,
-  fillComposer: (text) => setComposerText(text),
-  page: window, composerText: () => (isSignedIn ? view.composer.value : ""), // kept as the page goes
+  edit: (el, text) => startEdit(el, text), fillComposer: (text) => setComposerText(text),
+  page: window, composerText: () => view.composer.value, // kept as the page goes
 });
 
 // --- signing in ---
 const auth = createAuth({
-  signedIn() {
+  signedIn(user) {
     isSignedIn = true;
     session += 1;
+    unsentWords.signedIn(user.username);
     sidebar.refresh();
     conversationSettings.load();
     keptPieces.handBack();
@@ -107,7 +103,8 @@ const auth = createAuth({
     view.composer.focus();
   },
   limitsKnown: (limits) => characterLimit.setLimits(limits),
-  leaving() {
+  leaving({ signingOut = false } = {}) {
+    unsentWords.leaving(); // kept for the same user's next sign-in
     isSignedIn = false;
     session += 1;
     // The user's own answers stop with the session; answers only watched here go on elsewhere.
@@ -120,14 +117,15 @@ const auth = createAuth({
     if (conversationId !== null || opening !== null) showConversation(null);
     loading += 1; // a conversation still loading must not land on the sign-in form
     opening = null;
-    unsentWords.clear();
+    if (signingOut) unsentWords.clear();
     keptPieces.clear();
     clearAlert();
   },
 });
 
 // --- the open conversation ---
-function showConversation(id, title = "", messages = [], conversation = null) {
+function showConversation(id, title = "", messages = [], conversation = null, { composerStays = false } = {}) {
+  if (!composerStays) unsentWords.opening(id);
   conversationId = id;
   conversationSettings.show(id === null ? null : conversation);
   sidebar.setCurrent(id);
@@ -332,7 +330,7 @@ async function send() {
     creating = true;
     try {
       const created = await api.createConversation(conversationSettings.forNewConversation());
-      showConversation(created.id, created.title, [], created);
+      showConversation(created.id, created.title, [], created, { composerStays: true });
       sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
     } catch (error) {
       return handleError(error);

@@ -5,7 +5,8 @@ import { sentenceFor } from "./errors.js";
 /**
  * @param {object} hooks
  * @param {(user: object) => void} hooks.signedIn the app view is shown; fill it
- * @param {() => void} hooks.leaving before the sign-in form replaces the app (stop, clear)
+ * @param {(how: {signingOut?: boolean}) => void} hooks.leaving before the sign-in form replaces
+ *   the app (stop, clear); `signingOut`: the user signed out here, rather than the session ended
  * @param {(limits: object) => void} [hooks.limitsKnown] the server's limits, read at start
  */
 export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
@@ -50,7 +51,7 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
   });
 
   document.getElementById("logout").addEventListener("click", async () => {
-    leaving();
+    leaving({ signingOut: true });
     try {
       await api.logout();
     } catch {

@@ -91,5 +91,14 @@ export function sentenceFor(error, context = {}) {
   return GENERIC;
 }
 
+/**
+ * `sentence` about a request of another conversation than the one on screen, named `name` (null:
+ * not known); `isTextKept`: what the user wrote waits in that conversation's message box.
+ */
+export function sentenceElsewhere(name, sentence, isTextKept) {
+  const kept = isTextKept ? " Your text is back in the message box when you open it." : "";
+  return `${name === null ? "In another conversation" : `In “${name}”`}: ${sentence}${kept}`;
+}
+
 /** The codes with a sentence of their own (for the test that keeps the list complete). */
 export const KNOWN_CODES = Object.freeze(Object.keys(SENTENCES));

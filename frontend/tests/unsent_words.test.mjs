@@ -14,19 +14,26 @@ function tab() {
     },
     items,
   };
-  t.load = ({ shown = 7, typed = "" } = {}) => {
+  /** A page loaded on the tab, `user` signed in (null: nobody yet), conversation `shown` open. */
+  t.load = ({ shown = 7, typed = "", user = "ann" } = {}) => {
     const page = new EventTarget();
-    const loaded = { page, composer: typed, edited: [] };
+    const loaded = { page, composer: typed, edited: [], shown };
     loaded.words = createUnsentWords({
-      shownId: () => shown,
+      shownId: () => loaded.shown,
       findMessage: () => null,
       edit: (el, text) => loaded.edited.push(text),
-      isComposerEmpty: () => loaded.composer === "",
       fillComposer: (text) => { loaded.composer = text; },
       storage: t.storage,
       page,
       composerText: () => loaded.composer,
     });
+    if (user !== null) loaded.words.signedIn(user);
+    /** Opens conversation `id`, as app.js's showConversation does. */
+    loaded.open = (id) => {
+      loaded.words.opening(id);
+      loaded.shown = id;
+      loaded.words.giveBack();
+    };
     return loaded;
   };
   return t;
@@ -78,4 +85,49 @@ test("words a refused request carried outlive a reload, and signing out forgets 
   next.words.giveBack();
   assert.equal(next.composer, "");
   assert.equal(t.items.size, 0);
+});
+
+test("words being written stay with their conversation when another is opened", () => {
+  const page = tab().load({ shown: 7, typed: "half a question" });
+
+  page.open(8);
+  assert.equal(page.composer, "", "Send would post them into the other conversation");
+  page.composer = "for eight";
+  page.open(null); // a new conversation, not yet created
+  assert.equal(page.composer, "");
+  page.open(7);
+  assert.equal(page.composer, "half a question");
+  page.open(7);
+  assert.equal(page.composer, "half a question", "the same conversation again keeps its composer");
+  page.open(8);
+  assert.equal(page.composer, "for eight");
+});
+
+test("words left when the session ended come back to the same user, never to another", () => {
+  const t = tab();
+  const page = t.load({ shown: 7, typed: "a long reply" });
+  page.words.leaving();
+  assert.equal(page.composer, "", "off the screen the sign-in form replaces");
+  page.words.giveBack();
+  assert.equal(page.composer, "", "nobody is signed in");
+
+  page.words.signedIn("ann");
+  page.words.giveBack();
+  assert.equal(page.composer, "a long reply");
+
+  page.words.leaving();
+  const reloaded = t.load({ shown: 7, user: null });
+  reloaded.words.signedIn("bob");
+  reloaded.words.giveBack();
+  assert.equal(reloaded.composer, "");
+  assert.equal(t.items.size, 0, "forgotten, not only hidden");
+});
+
+test("words kept before they had an owner go to whoever signs in first", () => {
+  const t = tab();
+  t.storage.setItem("chatapp.unsentWords", JSON.stringify([[7, { text: "kept by an older page", editOf: null }]]));
+
+  const page = t.load({ shown: 7 });
+  page.words.giveBack();
+  assert.equal(page.composer, "kept by an older page");
 });

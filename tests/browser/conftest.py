@@ -94,6 +94,11 @@ def page(chromium):
 
 def sign_in(page, base_url: str, user) -> None:
     page.goto(base_url + "/")
+    sign_in_on_form(page, user)
+
+
+def sign_in_on_form(page, user) -> None:
+    """Signs in on the sign-in form the page shows (the page is not loaded again)."""
     page.fill("#login-form [name=username]", user.username)
     page.fill("#login-form [name=password]", PASSWORD)
     page.click("#login-form [type=submit]")

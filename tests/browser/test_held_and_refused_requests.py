@@ -5,13 +5,14 @@ What the user pressed takes effect on screen at once, and what the user wrote is
 import json
 
 import pytest
+from django.contrib.sessions.models import Session
 
 from chatapp.models import Message
 from harness import waiting
 from harness.page_probes import (alert_text, last_answer, send, wait_for_end, wait_for_handled,
                                  wait_for_streaming_text, wait_for_true)
 from tests import factories
-from tests.browser.conftest import held, open_conversation, sign_in
+from tests.browser.conftest import PASSWORD, held, open_conversation, sign_in, sign_in_on_form
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -77,12 +78,20 @@ def test_a_message_refused_after_the_user_opened_another_conversation_is_named_a
     assert chat.input_value("#composer") == "my carefully written long question"
 
 
-def test_words_being_written_come_back_in_the_composer_of_their_conversation_after_a_reload(chat, user):
+def writing_in_notes(chat, user, words: str):
+    """Two conversations, "Notes" (one question asked) and "Other"; Notes open, `words` typed in
+    its composer."""
     notes = factories.conversation(owner=user, title="Notes")
+    factories.message(notes, content="an earlier question")  # not empty: New makes another
     other = factories.conversation(owner=user, title="Other")
     chat.reload()
     open_conversation(chat, notes)
-    chat.fill("#composer", "a long question I was still writing")
+    chat.fill("#composer", words)
+    return notes, other
+
+
+def test_words_being_written_come_back_in_the_composer_of_their_conversation_after_a_reload(chat, user):
+    notes, other = writing_in_notes(chat, user, "a long question I was still writing")
 
     chat.reload()
     wait_for_true(chat, "document.getElementById('conversation-title').textContent === 'Notes'")
@@ -92,6 +101,46 @@ def test_words_being_written_come_back_in_the_composer_of_their_conversation_aft
     open_conversation(chat, other)
     open_conversation(chat, notes)
     assert chat.input_value("#composer") == "", "given back once"
+
+
+def test_words_being_written_stay_with_their_conversation_when_another_is_opened(chat, user):
+    notes, other = writing_in_notes(chat, user, "half a question for the notes")
+
+    open_conversation(chat, other)
+    assert chat.input_value("#composer") == "", "Send would post it into the other conversation"
+    chat.fill("#composer", "words for the other one")
+    open_conversation(chat, notes)
+    assert chat.input_value("#composer") == "half a question for the notes"
+    chat.click("#new-conversation")
+    wait_for_true(chat, f"/^#\\/c\\/\\d+$/.test(location.hash) && location.hash !== '#/c/{notes.pk}'"
+                        f" && location.hash !== '#/c/{other.pk}'")
+    assert chat.input_value("#composer") == ""
+    open_conversation(chat, other)
+    assert chat.input_value("#composer") == "words for the other one"
+
+
+def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_only(chat, user):
+    stranger = factories.user(password=PASSWORD)
+    notes, other = writing_in_notes(chat, user, "a long reply I was writing")
+
+    Session.objects.all().delete()  # the session ends at the server (expired, or signed out elsewhere)
+    chat.click(f'#conversation-list li[data-conversation-id="{other.pk}"] .conversation-open')
+    chat.wait_for_selector("#login-form", state="visible")
+    sign_in_on_form(chat, stranger)
+    assert chat.input_value("#composer") == "", "not for the next person at this computer"
+    chat.click("#logout")
+    chat.wait_for_selector("#login-form", state="visible")
+    sign_in_on_form(chat, user)
+    open_conversation(chat, notes)
+    assert chat.input_value("#composer") == ""  # the stranger signed in: they were forgotten
+
+    chat.fill("#composer", "written again")
+    Session.objects.all().delete()
+    chat.click(f'#conversation-list li[data-conversation-id="{other.pk}"] .conversation-open')
+    chat.wait_for_selector("#login-form", state="visible")
+    sign_in_on_form(chat, user)
+    open_conversation(chat, notes)
+    assert chat.input_value("#composer") == "written again"
 
 
 def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
