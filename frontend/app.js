@@ -86,6 +86,7 @@ const unsentWords = createUnsentWords({
   findMessage: (id) => view.messages.querySelector(`.message[data-role="user"][data-message-id="${id}"]`),
   edit: (el, text) => startEdit(el, text), fillComposer: (text) => setComposerText(text),
   page: window, composerText: () => view.composer.value, // kept as the page goes
+  rewrites: () => msg.openRewrites(view.messages), // and the message editors' words
 });
 
 // --- signing in ---

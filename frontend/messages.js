@@ -209,6 +209,16 @@ export function refreshActions(container, streaming) {
  * Edits a user message in place, starting from `text`, and hands the new text to `submit`;
  * Escape or Cancel puts things back and returns focus to the Edit button.
  */
+/** The rewrites under way in the open editors of `list`'s messages, where they changed the text. */
+export function openRewrites(list) {
+  const rewrites = [];
+  for (const el of list.querySelectorAll('.message.editing[data-role="user"][data-message-id]')) {
+    const text = el.querySelector(".edit-input")?.value ?? "";
+    if (text.trim() && text !== textOf(el)) rewrites.push({ text, editOf: el.dataset.messageId });
+  }
+  return rewrites;
+}
+
 export function openEditor(userEl, text, submit) {
   if (userEl.querySelector(".edit-form")) return;
   const form = document.createElement("form");

@@ -1,18 +1,20 @@
-// What the user wrote in requests the server refused (it stored nothing of them), and what was
-// still being written in the composer when the user opened another conversation, or the page
-// went (a reload, a closed tab), or the session ended: kept by conversation until they can go
-// back where they were written. They live in the tab's session storage with the name of the user
-// who wrote them: a reload finds them, another tab does not, another user who signs in on the
-// page does not (they are forgotten then), and signing out forgets them.
+// What the user wrote and has not had stored: requests the server refused (it stored nothing of
+// them), and what was still being written, in the composer or a message's editor, when the user
+// opened another conversation, or the page went (a reload, a closed tab), or the session ended.
+// Kept by conversation until they can go back where they were written. They live in the tab's
+// session storage with the name of the user who wrote them: a reload finds them, another tab does
+// not, another user who signs in on the page does not (they are forgotten then), and signing out
+// forgets them.
 
 import { tabStorage } from "./tab_storage.js";
 
 const KEY = "chatapp.unsentWords";
 
 /**
- * Words a refused request carried, `{text, editOf}` (editOf: the id of the message they rewrite;
- * null: a new message), by conversation. Those of the conversation on screen go back at once and
- * the others once it is shown again: an edit's into its message's editor, a new message's into the
+ * Words `{text, editOf}` (editOf: the id of the message they rewrite; null: a new message), by
+ * conversation: at most one new message and one rewrite of each message per conversation. Those
+ * of the conversation on screen go back at once and the others once it is shown again: a rewrite
+ * into its message's editor, a new message (or a rewrite of a message no longer shown) into the
  * composer when that is empty (never into another conversation's, where Send would post them).
  * @param {object} parts
  * @param {() => number|null} parts.shownId  the conversation on screen
@@ -20,23 +22,24 @@ const KEY = "chatapp.unsentWords";
  * @param {(el: Element, text: string) => void} parts.edit  opens its editor with the text
  * @param {(text: string) => void} parts.fillComposer
  * @param {Storage|null} [parts.storage]  the tab's session storage (tab_storage.js)
- * @param {EventTarget} [parts.page]  the window: as it goes (`pagehide`), the composer's words are kept
+ * @param {EventTarget} [parts.page]  the window: as it goes (`pagehide`), what is being written is kept
  * @param {() => string} [parts.composerText]
+ * @param {() => {text: string, editOf: string}[]} [parts.rewrites]  the editors open, changed
  */
 export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
-  storage = tabStorage(), page = null, composerText = () => "" }) {
+  storage = tabStorage(), page = null, composerText = () => "", rewrites = () => [] }) {
   const kept = read();
-  const unsent = new Map(kept.entries);
+  let unsent = kept.entries; // [conversation id, words]
   let owner = kept.owner; // the name of the user who wrote them (null: not known yet)
   let beforeLeaving = null; // what the page going replaced, should the same page be shown again
   let present = false; // someone is signed in on the page: the composer and conversations are theirs
 
   function read() {
     try {
-      const kept = JSON.parse(storage?.getItem(KEY) ?? "null");
-      const list = Array.isArray(kept) ? kept : kept?.unsent; // an array: kept before owners were
+      const stored = JSON.parse(storage?.getItem(KEY) ?? "null");
+      const list = Array.isArray(stored) ? stored : stored?.unsent; // an array: kept before owners were
       return {
-        owner: typeof kept?.owner === "string" ? kept.owner : null,
+        owner: typeof stored?.owner === "string" ? stored.owner : null,
         entries: Array.isArray(list) ? list.filter((entry) => Array.isArray(entry) && typeof entry[1]?.text === "string") : [],
       };
     } catch {
@@ -46,76 +49,83 @@ export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
 
   function write() {
     try {
-      if (unsent.size === 0) storage?.removeItem(KEY);
-      else storage?.setItem(KEY, JSON.stringify({ owner, unsent: [...unsent] }));
+      if (unsent.length === 0) storage?.removeItem(KEY);
+      else storage?.setItem(KEY, JSON.stringify({ owner, unsent }));
     } catch {
       // Full or blocked: they stay on this page only.
     }
   }
 
+  const sameSlot = (id, editOf) => ([otherId, words]) => otherId === id && (words.editOf ?? null) === editOf;
+
+  /** A new message's words join those held; a rewrite replaces the one of the same message. */
   function add(id, words) {
-    const held = unsent.get(id);
-    unsent.set(id, held ? { text: `${held.text}\n\n${words.text}`, editOf: null } : words);
+    const editOf = words.editOf ?? null;
+    const held = unsent.find(sameSlot(id, editOf));
+    if (held && editOf === null) held[1] = { text: `${held[1].text}\n\n${words.text}`, editOf: null };
+    else if (held) held[1] = { text: words.text, editOf };
+    else unsent.push([id, { text: words.text, editOf }]);
+  }
+
+  /** What is being written on screen, kept for the conversation on screen. */
+  function keepWriting() {
+    if (!present) return false;
+    const id = shownId();
+    const text = composerText();
+    if (text.trim()) add(id, { text, editOf: null });
+    for (const rewrite of rewrites()) add(id, rewrite);
     write();
+    return true;
   }
 
   page?.addEventListener("pagehide", () => {
-    const text = composerText();
-    if (!present || !text.trim()) return;
-    const id = shownId();
-    beforeLeaving = { id, held: unsent.get(id) };
-    add(id, { text, editOf: null });
+    const before = structuredClone(unsent);
+    if (keepWriting()) beforeLeaving = before;
   });
   // Back from the back-forward cache, the page still shows those words: no second copy.
   page?.addEventListener("pageshow", (event) => {
     if (!event.persisted || beforeLeaving === null) return;
-    const { id, held } = beforeLeaving;
+    unsent = beforeLeaving;
     beforeLeaving = null;
-    if (held) unsent.set(id, held);
-    else unsent.delete(id);
     write();
   });
 
   function giveBack() {
     if (!present) return; // not into a composer the next person signing in would find
     const id = shownId();
-    const words = unsent.get(id);
-    if (!words) return;
-    const edited = words.editOf !== null && findMessage(words.editOf);
-    if (edited) {
-      unsent.delete(id);
-      write();
-      edit(edited, words.text);
-    } else if (!composerText()) {
-      unsent.delete(id);
-      write();
-      fillComposer(words.text);
+    const left = [];
+    const isRewrite = ([, words]) => (words.editOf === null ? 0 : 1);
+    // A new message's words first: the composer is theirs before a rewrite's whose message is gone.
+    for (const entry of [...unsent].sort((a, b) => isRewrite(a) - isRewrite(b))) {
+      const [entryId, words] = entry;
+      const edited = entryId === id && words.editOf !== null && findMessage(words.editOf);
+      if (entryId !== id) left.push(entry);
+      else if (edited) edit(edited, words.text);
+      else if (!composerText()) fillComposer(words.text);
+      else left.push(entry);
     }
-  }
-
-  /** The composer's words, kept for the conversation on screen; the composer is emptied. */
-  function putAway() {
-    const text = composerText();
-    if (present && text.trim()) add(shownId(), { text, editOf: null });
-    fillComposer("");
+    if (left.length === unsent.length) return;
+    unsent = left;
+    write();
   }
 
   return {
     /**
-     * Conversation `id` is about to be shown: the words being written in another one's composer
-     * stay with it (Send would post them into this one), given back when it is shown again.
+     * Conversation `id` is about to be shown: what is being written in another one stays with it
+     * (in this one's composer Send would post it), given back when it is shown again.
      */
     opening(id) {
-      if (id !== shownId()) putAway();
+      if (id !== shownId() && keepWriting()) fillComposer("");
     },
     /** The session ends (signed out here or elsewhere, expired): its words leave the screen. */
     leaving() {
-      putAway();
+      keepWriting();
+      fillComposer("");
       present = false;
     },
     /** `user` signed in: words another user left on this page are forgotten, never shown. */
     signedIn(user) {
-      if (owner !== null && owner !== user) unsent.clear();
+      if (owner !== null && owner !== user) unsent = [];
       owner = user;
       present = true;
       write();
@@ -124,13 +134,14 @@ export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
     keep(id, words) {
       if (words === null) return false;
       add(id, words);
+      write();
       giveBack();
       return true;
     },
     giveBack,
     /** Forgets them all (a sign-out): not for the next person at this computer. */
     clear() {
-      unsent.clear();
+      unsent = [];
       owner = null;
       write();
     },

@@ -15,13 +15,14 @@ function tab() {
     items,
   };
   /** A page loaded on the tab, `user` signed in (null: nobody yet), conversation `shown` open. */
-  t.load = ({ shown = 7, typed = "", user = "ann" } = {}) => {
+  t.load = ({ shown = 7, typed = "", user = "ann", messages = [], rewrites = [] } = {}) => {
     const page = new EventTarget();
-    const loaded = { page, composer: typed, edited: [], shown };
+    const loaded = { page, composer: typed, edited: [], shown, rewrites };
     loaded.words = createUnsentWords({
       shownId: () => loaded.shown,
-      findMessage: () => null,
-      edit: (el, text) => loaded.edited.push(text),
+      findMessage: (id) => (messages.includes(id) ? id : null),
+      rewrites: () => loaded.rewrites,
+      edit: (el, text) => loaded.edited.push([el, text]),
       fillComposer: (text) => { loaded.composer = text; },
       storage: t.storage,
       page,
@@ -130,4 +131,31 @@ test("words kept before they had an owner go to whoever signs in first", () => {
   const page = t.load({ shown: 7 });
   page.words.giveBack();
   assert.equal(page.composer, "kept by an older page");
+});
+
+test("a rewrite under way comes back into its message's editor, the composer's words into the composer", () => {
+  const t = tab();
+  const rewrite = { text: "put better", editOf: "31" };
+  going(t.load({ shown: 7, typed: "a new question", rewrites: [rewrite] }).page);
+
+  const again = t.load({ shown: 7, messages: ["31"] });
+  again.words.giveBack();
+  assert.deepEqual(again.edited, [["31", "put better"]]);
+  assert.equal(again.composer, "a new question");
+});
+
+test("a later rewrite of the same message replaces the earlier one", () => {
+  const page = tab().load({ shown: 7, typed: "first", rewrites: [{ text: "put better", editOf: "31" }] });
+  page.open(8);
+  page.open(7); // message 31 is not shown: its rewrite waits for an empty composer
+  assert.equal(page.composer, "first");
+  page.composer = "first and more";
+  page.rewrites = [{ text: "put better still", editOf: "31" }];
+  page.open(8);
+
+  page.open(7);
+  assert.equal(page.composer, "first and more");
+  page.composer = "";
+  page.words.giveBack();
+  assert.equal(page.composer, "put better still");
 });

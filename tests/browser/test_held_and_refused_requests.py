@@ -119,6 +119,25 @@ def test_words_being_written_stay_with_their_conversation_when_another_is_opened
     assert chat.input_value("#composer") == "words for the other one"
 
 
+def test_a_rewrite_under_way_in_a_messages_editor_comes_back_after_a_reload_and_another_conversation(
+        chat, user):
+    notes, other = writing_in_notes(chat, user, "and a new question")
+    chat.click('#messages .message[data-role="user"] .edit')
+    chat.fill(".edit-input", "an earlier question, put better")
+
+    chat.reload()
+    wait_for_true(chat, "document.getElementById('conversation-title').textContent === 'Notes'")
+    chat.wait_for_selector(".edit-input")
+    assert chat.input_value(".edit-input") == "an earlier question, put better"
+    assert chat.input_value("#composer") == "and a new question"
+    chat.fill(".edit-input", "an earlier question, put better still")
+    open_conversation(chat, other)
+    open_conversation(chat, notes)
+    chat.wait_for_selector(".edit-input")
+    assert chat.input_value(".edit-input") == "an earlier question, put better still"
+    assert chat.input_value("#composer") == "and a new question"
+
+
 def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_only(chat, user):
     stranger = factories.user(password=PASSWORD)
     notes, other = writing_in_notes(chat, user, "a long reply I was writing")
