@@ -18,6 +18,7 @@ elsewhere nothing is sent, so an answer nobody watches costs the layer nothing p
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -57,10 +58,13 @@ def reader_message(channel: str, offset: int) -> dict:
 
 
 class LivePublisher:
-    """One answer's side of the channel, on the relay's event loop."""
+    """One answer's side of the channel, on the relay's event loop. Each text it sends says how
+    much of the answer's own text the relay's partial saves have stored (`saved`, code points,
+    read from `saved_chars` as it goes out), for the readers' pages (docs/api.md)."""
 
-    def __init__(self, generation_id: int):
+    def __init__(self, generation_id: int, saved_chars: Callable[[], int] = lambda: 0):
         self._group = live_group(generation_id)
+        self._saved_chars = saved_chars
         self._waiting: list[tuple[str | None, dict]] = []  # (a reader's channel, or None: the group)
         self._task: asyncio.Task | None = None
         self.reader_seen_at: float | None = None  # monotonic: the last announcement
@@ -99,6 +103,8 @@ class LivePublisher:
         try:
             while self._waiting:
                 channel, message = self._waiting.pop(0)
+                if message["type"] == DELTA:
+                    message["saved"] = self._saved_chars()
                 try:
                     async with asyncio.timeout(LAYER_WITHIN_SECONDS):
                         if channel is None:

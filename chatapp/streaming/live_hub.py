@@ -70,6 +70,7 @@ class LiveHub:
     def __init__(self, generation_id: int):
         self.generation_id = generation_id
         self.text = LiveText()  # this generation's own text
+        self.stored = 0  # code points of that text the rows hold, as far as the hub heard
         self.final: Final | None = None
         self.changed = asyncio.Event()  # set, then replaced, whenever the text grows or the answer ends
         self.watchers = 0
@@ -91,6 +92,7 @@ class LiveHub:
         if self._earlier is None:
             self._earlier = progress.text_length - progress.own_length
         self._take(0, progress.text_after[self._earlier:])
+        self.stored = max(self.stored, progress.own_length)
         if not self._tasks:
             self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._keep())]
 
@@ -139,9 +141,11 @@ class LiveHub:
                 logger.exception("the live channel of generation %s failed", self.generation_id)
                 return
             self._last_heard = time.monotonic()
-            offset, text = message.get("offset"), message.get("text")
+            offset, text, saved = message.get("offset"), message.get("text"), message.get("saved")
             if message.get("type") == live_channel.DELTA and isinstance(offset, int) and isinstance(text, str):
                 self._take(offset, text)
+                if isinstance(saved, int):
+                    self.stored = max(self.stored, saved)
             elif message.get("type") == live_channel.END:
                 self._final_heard = True
                 self._due.set()
@@ -191,6 +195,7 @@ class LiveHub:
                 await self._settle(progress)
             else:
                 self._take(max(after - self._earlier, 0), progress.text_after[max(self._earlier - after, 0):])
+                self.stored = max(self.stored, progress.own_length)
         except Exception:  # read again within a watch interval
             logger.exception("reading the rows of generation %s failed", self.generation_id)
 

@@ -64,7 +64,7 @@ class Relay:
         self._length = 0  # code points in self._sent: the offset of the next delta
         self._proof = TextProof(self.generation.pk)
         self._in_flight = None  # a delta taken for the page's connection, not yet out
-        self._live = LivePublisher(self.generation.pk)
+        self._live = LivePublisher(self.generation.pk, lambda: partial_saves().saved_chars(self.generation.pk))
         self._left_at: float | None = None  # monotonic: when the page's connection went
         self._first_delta_at: float | None = None
         self._last_delta_at: float | None = None

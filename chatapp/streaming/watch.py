@@ -46,6 +46,7 @@ class Watch:
         self.generation_id, self.hub = generation_id, hub
         self.read = on_database_thread(selectors.generation_progress)
         self.sent = 0  # characters of this generation's own text the page holds
+        self.told_stored = 0  # of those, how many the page was told the rows hold
         self.proof = TextProof(generation_id)
 
     async def events(self, offset: int | None) -> AsyncIterator[bytes]:
@@ -56,6 +57,7 @@ class Watch:
         else:
             yield _resume(progress, offset)
             self.sent = offset
+        self.told_stored = progress.own_length
         if progress.ended:  # an answer ended before is no news of a title
             if new := progress.text_after[progress.text_length - progress.own_length + self.sent:]:
                 yield self._delta(new)
@@ -75,10 +77,15 @@ class Watch:
                        title_requested=final.title_requested)
 
     def _delta(self, new: str) -> bytes:
-        """The characters after those the page holds, proven at their offset; now it holds them."""
-        event = sse.delta(new, self.proof.of(self.sent, new))
+        """The characters after those the page holds, proven at their offset; now it holds them.
+        It says how much of what the page holds is stored, when the hub heard of more."""
+        proof = self.proof.of(self.sent, new)
         self.sent += len(new)
-        return event
+        stored = min(self.hub.stored, self.sent)
+        if stored <= self.told_stored:
+            return sse.delta(new, proof)
+        self.told_stored = stored
+        return sse.delta(new, proof, stored)
 
     async def _live(self) -> AsyncIterator[bytes]:
         """What the hub's text gained since the last event, until the answer's final rows are in

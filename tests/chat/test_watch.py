@@ -41,16 +41,21 @@ async def some_text_saved(generation: Generation) -> None:
             await asyncio.sleep(0.02)
 
 
-async def test_a_watcher_gets_the_saved_prefix_then_the_new_text_then_the_relays_done(
-        api, conversation, upstream, quick_saves):
-    upstream.script.chunks = [f" w{i}" for i in range(30)]
+async def watched_from_its_first_save(api, conversation, upstream, words: int):
+    """An answer of `words` words, one each 50 ms, watched from once part of it was saved:
+    (the watch's response, its events, the answer's own events, its row)."""
+    upstream.script.chunks = [f" w{i}" for i in range(words)]
     upstream.script.interval_s = 0.05
     reading, generation = await start_answer(api, conversation)
     await some_text_saved(generation)
-
     response = await api.get(f"/api/generations/{generation.pk}/events")
     watched = await read_events(response)
-    answered = await reading
+    return response, watched, await reading, generation
+
+
+async def test_a_watcher_gets_the_saved_prefix_then_the_new_text_then_the_relays_done(
+        api, conversation, upstream, quick_saves):
+    response, watched, answered, generation = await watched_from_its_first_save(api, conversation, upstream, 30)
 
     await sync_to_async(generation.message.refresh_from_db)()
     prefix = watched[0][1]
@@ -63,6 +68,22 @@ async def test_a_watcher_gets_the_saved_prefix_then_the_new_text_then_the_relays
     assert 0 < len(prefix["text"]) < len(text_of(answered))
     assert shown(watched) == text_of(answered) == generation.message.content
     assert watched[-1] == answered[-1]  # the relay's own done
+
+
+async def test_a_watcher_is_told_how_much_of_what_it_holds_is_stored_as_the_relays_saves_commit(
+        api, conversation, upstream, quick_saves):
+    _, watched, _, _ = await watched_from_its_first_save(api, conversation, upstream, 40)
+
+    held = len(watched[0][1]["text"])  # the prefix: stored, as the page knows
+    told = []  # (code points the page holds with the delta, what the delta says is stored)
+    for name, payload in watched[1:]:
+        if name == "delta":
+            held += len(payload["text"])
+            if "saved" in payload:
+                told.append((held, payload["saved"]))
+    assert told, "no delta said what was stored"
+    assert all(len(watched[0][1]["text"]) < saved <= holds for holds, saved in told)
+    assert [saved for _, saved in told] == sorted({saved for _, saved in told})  # news only, growing
 
 
 async def test_a_watcher_of_a_conversations_first_answer_hears_that_the_model_names_it_and_of_the_second_not(
