@@ -117,6 +117,19 @@ class LivePublisher:
             self._task = None
 
 
+async def leave(layer, group: str, channel: str) -> None:
+    """`channel` leaves `group`; once what was already on its way to it has arrived, the layer
+    forgets it. channels_redis hands every message for a channel of this process to that
+    channel's buffer, read or not, and keeps the buffer for the process's life: a watcher gone
+    mid-answer left the deltas sent as it went, up to 100 messages a channel."""
+    try:
+        async with asyncio.timeout(LAYER_WITHIN_SECONDS):
+            await layer.group_discard(group, channel)
+        await asyncio.sleep(LAYER_WITHIN_SECONDS)  # the late ones, sent before it left
+    finally:
+        getattr(layer, "receive_buffer", {}).pop(channel, None)
+
+
 async def tell_relay(generation_id: int, message: dict) -> None:
     """A message to the relay of this answer, in whichever process it runs."""
     async with asyncio.timeout(LAYER_WITHIN_SECONDS):

@@ -110,7 +110,7 @@ class LiveHub:
         try:
             async with asyncio.timeout(live_channel.LAYER_WITHIN_SECONDS):
                 await self.subscribed
-                await self._layer.group_discard(live_channel.live_group(self.generation_id), self._channel)
+            await live_channel.leave(self._layer, live_channel.live_group(self.generation_id), self._channel)
         except Exception:
             logger.exception("leaving the live channel of generation %s failed", self.generation_id)
 

@@ -90,8 +90,7 @@ class RelayInbox:
     async def _leave(self, layer, group: str, channel: str) -> None:
         """Leaves the group, or gives up after live_channel.LAYER_WITHIN_SECONDS (logged)."""
         try:
-            async with asyncio.timeout(live_channel.LAYER_WITHIN_SECONDS):
-                await layer.group_discard(group, channel)
+            await live_channel.leave(layer, group, channel)
         except Exception:
             logger.exception("the stop listener of generation %s did not leave its group",
                              self.generation_id)

@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 from channels.layers import get_channel_layer
+from django.conf import settings as configured
 
 from chatapp import selectors
 from chatapp.models import Generation
@@ -77,6 +78,7 @@ async def test_a_gap_the_relay_does_not_fill_is_read_from_the_rows_from_where_th
 
 
 async def test_watchers_of_one_answer_in_a_process_share_one_hub_and_one_member_of_its_live_group(monkeypatch):
+    monkeypatch.setattr(live_channel, "LAYER_WITHIN_SECONDS", 0.2)  # the leaving's wait for late messages
     layer = get_channel_layer()
     joins, leaves = [], []
     group_add, group_discard = layer.group_add, layer.group_discard
@@ -90,3 +92,24 @@ async def test_watchers_of_one_answer_in_a_process_share_one_hub_and_one_member_
 
     assert shared
     assert joins == leaves == [live_channel.live_group(GENERATION_ID)]  # left once the last watcher did
+
+
+@pytest.mark.skipif(not configured.REDIS_URL, reason="the layer of the settings, on Redis: REDIS_URL")
+async def test_a_hub_that_left_keeps_nothing_of_what_still_came_for_it_in_the_layer(settings, monkeypatch):
+    # channels_redis hands each message for a channel of this process to that channel's buffer,
+    # read or not: a message that came after its reader left stayed there for the process's life.
+    settings.CHAT_WATCH_INTERVAL_SECONDS = 60
+    monkeypatch.setattr(live_channel, "LAYER_WITHIN_SECONDS", 0.2)
+    layer = get_channel_layer()
+    async with live_hub.joined(GENERATION_ID + 1) as staying:  # its receive takes what comes
+        staying.heard_rows(saved(""))
+        async with live_hub.joined(GENERATION_ID) as leaving:
+            leaving.heard_rows(saved(""))
+            gone = leaving._channel
+        await layer.send(gone, {"type": live_channel.DELTA, "offset": 0, "text": "late"})  # in flight as it left
+        await layer.group_send(live_channel.live_group(GENERATION_ID + 1),
+                               {"type": live_channel.DELTA, "offset": 0, "text": WHOLE})
+        await until_text(staying, WHOLE)  # the late one, sent first, was taken before this
+        await held_tasks.all_done()  # the hub's leaving, awaited by nobody
+
+        assert gone not in layer.receive_buffer
