@@ -197,7 +197,7 @@ async def conversation(request, user, conversation_id: int):
     if request.method == "DELETE":
         stopped = await on_database_thread(services.conversation_delete)(conversation=found)
         for generation_id in stopped:
-            await tell_relay_to_stop(generation_id)
+            tell_relay_to_stop(generation_id)
         return HttpResponse(status=204)
     if request.method == "PATCH":
         body = body_of(request)
@@ -302,7 +302,7 @@ async def _stopped(generation, *, seen_chars: int | None, cancelled_by: Cancelle
     except services.IllegalTransition as refused:
         raise ApiError(409, "generation_ended",
                        f"the answer has already ended ({refused.status}); nothing was changed") from None
-    await tell_relay_to_stop(generation.pk)
+    tell_relay_to_stop(generation.pk)
     return JsonResponse({"id": generation.pk, "status": stopping.status}, status=202)
 
 

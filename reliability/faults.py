@@ -47,6 +47,12 @@ SETTINGS = {
     "CHAT_HEARTBEAT_SECONDS": "2",
 }
 REDIS_OUTAGE_S = 30
+# A Redis that answers nothing (its connections open): the channel layer's connections have no
+# socket timeout (chatapp/settings.py), so only the app's own bounds limit what waits on it.
+REDIS_PAUSE_S = 20
+# A Stop's answer while Redis is down or paused: it waits on no message to the channel layer
+# (chatapp/streaming/relay_inbox.py), so this is a loaded machine's margin.
+STOP_ANSWERED_WITHIN_S = 2
 WEB_PAUSE_S = 12  # longer than a web process's key lives (CHAT_WEB_PROCESS_TTL_SECONDS, 10 s)
 COMEBACK_TIMEOUT_S = 300  # a restarted inference service loads the model again
 
@@ -214,31 +220,53 @@ class Faults:
             f"{len(failed)} of 20 requests after it failed ({failed or 'none'})", "-",
             f"next answer: {saw(after)}", not failed and after.outcome is Outcome.FINISHED)
 
-    async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None]:
+    async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None, float]:
         """An answer Stopped at its first delta and read on to `done`: seconds from the Stop's
-        202 to `done` (the channel layer carries it at once; the row, at the next heartbeat)."""
+        202 to `done` (the channel layer carries it at once; the row, at the next heartbeat),
+        and how long the Stop's request took."""
         acknowledged = []
 
         async def press_stop(answer: Answer):
+            pressed = time.monotonic()
             response = await self.client._post(f"/api/generations/{answer.generation_id}/stop",
                                                {"seen_chars": answer.seen_chars})
-            acknowledged.append((response.status_code, time.monotonic(), answer.seen))
+            acknowledged.append((response.status_code, time.monotonic(), answer.seen, time.monotonic() - pressed))
 
         answer = await self.client.answer(press_stop)
         row = await final_row(answer, timeout_s=60)
-        status, at, seen_then = acknowledged[0]
+        status, at, seen_then, took = acknowledged[0]
         answer.seen = seen_then  # what the user saw when pressing Stop; later deltas were never shown
-        latency = answer.ended_at - at if status == 202 and answer.done else None
-        return answer, latency, row
+        latency = max(answer.ended_at - at, 0.0) if status == 202 and answer.done else None
+        return answer, latency, row, took
 
     async def redis_outage(self) -> FaultResult:
         self.redis.stop()
         started = time.monotonic()
         during = await self.full_answer()
-        stopped_during, latency_during, row_during = await self.stop_and_read_on()
+        stopped_during, latency_during, row_during, took_during = await self.stop_and_read_on()
         await asyncio.sleep(max(0.0, REDIS_OUTAGE_S - (time.monotonic() - started)))  # the outage's length
         self.redis.start()
-        stopped_after, latency_after, row_after = await self.stop_and_read_on()
+        return await self.redis_back(f"Redis stopped for {REDIS_OUTAGE_S} s, then restarted", during,
+                                     (stopped_during, latency_during, row_during, took_during), "outage")
+
+    async def redis_paused(self) -> FaultResult:
+        os.kill(self.redis.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            during = await self.full_answer()
+            stopped = await self.stop_and_read_on()
+            await asyncio.sleep(max(0.0, REDIS_PAUSE_S - (time.monotonic() - started)))  # the pause's length
+        finally:
+            os.kill(self.redis.pid, signal.SIGCONT)
+        return await self.redis_back(f"Redis paused (SIGSTOP) for {REDIS_PAUSE_S} s, then resumed", during,
+                                     stopped, "pause")
+
+    async def redis_back(self, fault: str, during: Answer, stopped_during: tuple, what: str) -> FaultResult:
+        """After Redis failed (`what`: an outage, a pause) and came back: chat went on during it, a
+        Stop then was answered within the app's bound and applied through the row at the relay's
+        heartbeat, and a Stop now reaches the relay over the channel layer at once."""
+        answer_during, latency_during, row_during, took_during = stopped_during
+        answer_after, latency_after, row_after, took_after = await self.stop_and_read_on()
 
         def stopped_by_user(row):
             return row is not None and (row["status"], row["cancelled_by"]) == ("stopped", "user")
@@ -247,14 +275,16 @@ class Faults:
             return "-" if value is None else f"{value:.1f} s"
 
         return FaultResult(
-            f"Redis stopped for {REDIS_OUTAGE_S} s, then restarted",
-            f"during: an answer {saw(during)}; a Stop: `done` {seconds(latency_during)} after its 202; "
-            f"after the restart, a Stop: `done` {seconds(latency_after)} after its 202",
+            fault,
+            f"during: an answer {saw(during)}; a Stop answered 202 in {seconds(took_during)}, `done` "
+            f"{seconds(latency_during)} after it; after it, a Stop answered in {seconds(took_after)}, `done` "
+            f"{seconds(latency_after)} after it",
             f"the Stopped answers: {stored(row_during)} and {stored(row_after)}, each the text seen",
-            "chat went on; Stop worked throughout (during the outage through the row at the relay's "
+            f"chat went on; Stop worked throughout (during the {what} through the row at the relay's "
             "heartbeat, after it over the channel layer again)",
             during.outcome is Outcome.FINISHED and stopped_by_user(row_during) and stopped_by_user(row_after)
-            and same_text(stopped_during, row_during) and same_text(stopped_after, row_after)
+            and same_text(answer_during, row_during) and same_text(answer_after, row_after)
+            and took_during < STOP_ANSWERED_WITHIN_S
             and latency_after is not None and latency_after < float(SETTINGS["CHAT_RELAY_HEARTBEAT_SECONDS"]))
 
     async def paused_web(self) -> FaultResult:
@@ -305,6 +335,7 @@ async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -
             await faults.database_backends_mid_answer(),
             await faults.database_backends_idle(),
             await faults.redis_outage(),
+            await faults.redis_paused(),
             await faults.stalled_upstream(),
             await faults.paused_web(),
             await faults.kill(Role.INFERENCE),

@@ -21,10 +21,15 @@ from . import live_channel
 logger = logging.getLogger(__name__)
 
 
-async def tell_relay_to_stop(generation_id: int) -> None:
+def tell_relay_to_stop(generation_id: int) -> None:
     """After a Stop is recorded: the stream may be held by another daphne process, so tell
-    them all at once. A failure is logged and no more: the row holds the Stop, and the relay's
-    next heartbeat reads it."""
+    them all at once, in a task of its own. The Stop's answer waits on nothing: a Redis that
+    answers nothing held it for the layer's bound (5 s). A failure is logged and no more: the
+    row holds the Stop, and the relay's next heartbeat reads it."""
+    held_until_done(_tell_relay_to_stop(generation_id))
+
+
+async def _tell_relay_to_stop(generation_id: int) -> None:
     try:
         await live_channel.tell_relay(generation_id, {"type": live_channel.STOP})
     except Exception:

@@ -11,6 +11,7 @@ from django.conf import settings as django_settings
 from django.test import AsyncClient
 
 from chatapp.models import Generation
+from chatapp.streaming import live_channel
 from common.sse import SSEParser
 from harness import child_process, ports
 from stack import commands
@@ -58,6 +59,26 @@ async def test_a_stop_sent_before_the_relay_listens_still_ends_the_stream_and_fr
     assert names(events)[-1] == "done" and events[-1][1]["status"] == "stopped"
     assert hung_up
     assert (generation.finish_reason, generation.cancelled_by) == ("cancelled", "user")
+
+
+async def test_a_stop_is_answered_without_waiting_on_a_channel_layer_that_answers_nothing(
+        api, conversation, upstream, settings, monkeypatch):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.SilentChannelLayer"}}
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 0.2  # the relay reads the Stop from the row
+    monkeypatch.setattr(live_channel, "LAYER_WITHIN_SECONDS", 3600)  # no bound of the layer's helps
+    upstream.script.chunks = ["Alpha", " beta"]
+    upstream.script.stall_after = 1
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    generation = await sync_to_async(Generation.objects.get)(conversation=conversation)
+
+    stopped = await asyncio.wait_for(
+        api.post(f"/api/generations/{generation.pk}/stop", json.dumps({"seen_chars": 0}),
+                 content_type="application/json"), timeout=10)
+    events = await asyncio.wait_for(read_events(response), timeout=10)
+
+    assert stopped.status_code == 202
+    assert names(events)[-1] == "done" and events[-1][1]["status"] == "stopped"
 
 
 async def test_deleting_a_conversation_stops_its_streaming_answer_and_frees_the_upstream(

@@ -56,3 +56,20 @@ class CancellationAsTimeoutChannelLayer(StallingChannelLayer):
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             raise TimeoutError("injected: a cancellation taken for a timeout") from None
+
+
+class SilentChannelLayer(InMemoryChannelLayer):
+    """Answers nothing, as a Redis paused with its connections open: no send, join or receive
+    ever returns."""
+
+    async def send(self, channel, message):
+        await asyncio.Event().wait()
+
+    async def group_send(self, group, message):
+        await asyncio.Event().wait()
+
+    async def group_add(self, group, channel):
+        await asyncio.Event().wait()
+
+    async def receive(self, channel):
+        await asyncio.Event().wait()
