@@ -355,9 +355,10 @@ function regenerate() {
   streamAnswer(answer, api.regenerate(conversationId));
 }
 
+/** Opens the editor of a user message, with `text`; false when it cannot now (an answer is written). */
 function startEdit(userEl, text = msg.textOf(userEl)) {
-  if (liveHere()) return;
-  msg.openEditor(userEl, text, (content) => {
+  if (liveHere()) return false;
+  return msg.openEditor(userEl, text, (content) => {
     if (liveHere()) return;
     msg.setText(userEl, content);
     while (userEl.nextElementSibling) userEl.nextElementSibling.remove();

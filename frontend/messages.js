@@ -219,8 +219,9 @@ export function openRewrites(list) {
   return rewrites;
 }
 
+/** Opens `userEl`'s editor with `text`; false when one is open already (its text stays). */
 export function openEditor(userEl, text, submit) {
-  if (userEl.querySelector(".edit-form")) return;
+  if (userEl.querySelector(".edit-form")) return false;
   const form = document.createElement("form");
   form.className = "edit-form";
   const input = document.createElement("textarea");
@@ -261,4 +262,5 @@ export function openEditor(userEl, text, submit) {
     close(); // first, so the focus it held can move to Stop
     submit(input.value);
   });
+  return true;
 }

@@ -19,7 +19,8 @@ const KEY = "chatapp.unsentWords";
  * @param {object} parts
  * @param {() => number|null} parts.shownId  the conversation on screen
  * @param {(messageId: string) => Element|null} parts.findMessage  that user message, if shown
- * @param {(el: Element, text: string) => void} parts.edit  opens its editor with the text
+ * @param {(el: Element, text: string) => boolean} parts.edit  opens its editor with the text;
+ *   false when it cannot now (the words wait for the conversation to be shown again)
  * @param {(text: string) => void} parts.fillComposer
  * @param {Storage|null} [parts.storage]  the tab's session storage (tab_storage.js)
  * @param {EventTarget} [parts.page]  the window: as it goes (`pagehide`), what is being written is kept
@@ -100,8 +101,9 @@ export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
       const [entryId, words] = entry;
       const edited = entryId === id && words.editOf !== null && findMessage(words.editOf);
       if (entryId !== id) left.push(entry);
-      else if (edited) edit(edited, words.text);
-      else if (!composerText()) fillComposer(words.text);
+      else if (edited) {
+        if (!edit(edited, words.text)) left.push(entry);
+      } else if (!composerText()) fillComposer(words.text);
       else left.push(entry);
     }
     if (left.length === unsent.length) return;

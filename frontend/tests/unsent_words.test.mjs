@@ -15,14 +15,14 @@ function tab() {
     items,
   };
   /** A page loaded on the tab, `user` signed in (null: nobody yet), conversation `shown` open. */
-  t.load = ({ shown = 7, typed = "", user = "ann", messages = [], rewrites = [] } = {}) => {
+  t.load = ({ shown = 7, typed = "", user = "ann", messages = [], rewrites = [], editable = true } = {}) => {
     const page = new EventTarget();
-    const loaded = { page, composer: typed, edited: [], shown, rewrites };
+    const loaded = { page, composer: typed, edited: [], shown, rewrites, editable };
     loaded.words = createUnsentWords({
       shownId: () => loaded.shown,
       findMessage: (id) => (messages.includes(id) ? id : null),
       rewrites: () => loaded.rewrites,
-      edit: (el, text) => loaded.edited.push([el, text]),
+      edit: (el, text) => loaded.editable && loaded.edited.push([el, text]) > 0,
       fillComposer: (text) => { loaded.composer = text; },
       storage: t.storage,
       page,
@@ -158,4 +158,18 @@ test("a later rewrite of the same message replaces the earlier one", () => {
   page.composer = "";
   page.words.giveBack();
   assert.equal(page.composer, "put better still");
+});
+
+test("a rewrite whose editor cannot open now waits for its conversation to be shown again", () => {
+  const t = tab();
+  going(t.load({ shown: 7, rewrites: [{ text: "put better", editOf: "31" }] }).page);
+
+  const busy = t.load({ shown: 7, messages: ["31"], editable: false }); // an answer is being written there
+  busy.words.giveBack();
+  assert.deepEqual(busy.edited, []);
+  assert.equal(busy.composer, "", "not into the composer: its message is there");
+  busy.editable = true;
+  busy.open(8);
+  busy.open(7);
+  assert.deepEqual(busy.edited, [["31", "put better"]]);
 });
