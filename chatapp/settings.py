@@ -208,7 +208,7 @@ if REDIS_URL:
             # under asyncio.wait_for, which in Python 3.11 loses a cancellation arriving as the
             # send completes (CPython gh-86296), and a cancelled receive then waits for ever. The
             # layer's own blocking pop ends every 5 s; our waits a user feels carry their own
-            # bounds (live_channel.SEND_WITHIN_SECONDS); keepalive finds a vanished server.
+            # bounds (live_channel.LAYER_WITHIN_SECONDS); keepalive finds a vanished server.
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None,
                                   "socket_keepalive": True}]},
         }

@@ -205,10 +205,6 @@ export function refreshActions(container, streaming) {
   }
 }
 
-/**
- * Edits a user message in place, starting from `text`, and hands the new text to `submit`;
- * Escape or Cancel puts things back and returns focus to the Edit button.
- */
 /** The rewrites under way in the open editors of `list`'s messages, where they changed the text. */
 export function openRewrites(list) {
   const rewrites = [];
@@ -219,7 +215,11 @@ export function openRewrites(list) {
   return rewrites;
 }
 
-/** Opens `userEl`'s editor with `text`; false when one is open already (its text stays). */
+/**
+ * Edits a user message in place, starting from `text`, and hands the new text to `submit`;
+ * Escape or Cancel puts things back and returns focus to the Edit button. False when an editor
+ * is open on it already (its text stays).
+ */
 export function openEditor(userEl, text, submit) {
   if (userEl.querySelector(".edit-form")) return false;
   const form = document.createElement("form");
