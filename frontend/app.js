@@ -51,7 +51,8 @@ const sidebar = createSidebar({
   deleted: (id) => {
     // The server stopped the conversation's answer with it: end the reading, send no Stop.
     live.get(id)?.generation.close();
-    if (id === conversationId) showConversation(null);
+    // The words being written stay, for a new conversation: kept for this one, they would be lost.
+    if (id === conversationId) showConversation(null, "", [], null, { composerStays: true });
   },
   failed: (error) => handleError(error),
   announce,
@@ -203,8 +204,7 @@ function followAddress() {
   }
 }
 // Both fire for one step back or an edited hash; followAddress acts once.
-window.addEventListener("popstate", followAddress);
-window.addEventListener("hashchange", followAddress);
+for (const type of ["popstate", "hashchange"]) window.addEventListener(type, followAddress);
 
 async function reloadMessages(id) {
   try {

@@ -138,6 +138,16 @@ def test_a_rewrite_under_way_in_a_messages_editor_comes_back_after_a_reload_and_
     assert chat.input_value("#composer") == "and a new question"
 
 
+def test_words_being_written_stay_in_the_composer_when_their_conversation_is_deleted(chat, user):
+    notes, _ = writing_in_notes(chat, user, "a question worth keeping")
+
+    chat.once("dialog", lambda dialog: dialog.accept())
+    chat.click(f'li[data-conversation-id="{notes.pk}"] .conversation-delete')
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
+
+    assert chat.input_value("#composer") == "a question worth keeping"  # Send starts a new one with them
+
+
 def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_only(chat, user):
     stranger = factories.user(password=PASSWORD)
     notes, other = writing_in_notes(chat, user, "a long reply I was writing")
