@@ -230,7 +230,8 @@ class Faults:
             pressed = time.monotonic()
             response = await self.client._post(f"/api/generations/{answer.generation_id}/stop",
                                                {"seen_chars": answer.seen_chars})
-            acknowledged.append((response.status_code, time.monotonic(), answer.seen, time.monotonic() - pressed))
+            answered = time.monotonic()
+            acknowledged.append((response.status_code, answered, answer.seen, answered - pressed))
 
         answer = await self.client.answer(press_stop)
         row = await final_row(answer, timeout_s=60)
@@ -243,11 +244,11 @@ class Faults:
         self.redis.stop()
         started = time.monotonic()
         during = await self.full_answer()
-        stopped_during, latency_during, row_during, took_during = await self.stop_and_read_on()
+        stopped = await self.stop_and_read_on()
         await asyncio.sleep(max(0.0, REDIS_OUTAGE_S - (time.monotonic() - started)))  # the outage's length
         self.redis.start()
         return await self.redis_back(f"Redis stopped for {REDIS_OUTAGE_S} s, then restarted", during,
-                                     (stopped_during, latency_during, row_during, took_during), "outage")
+                                     stopped, "outage")
 
     async def redis_paused(self) -> FaultResult:
         os.kill(self.redis.pid, signal.SIGSTOP)

@@ -90,6 +90,14 @@ def writing_in_notes(chat, user, words: str):
     return notes, other
 
 
+def session_ended_at_the_server(chat, conversation) -> None:
+    """The session ends at the server (expired, or signed out elsewhere); the page learns it at
+    its next request, opening `conversation`, and shows the sign-in form."""
+    Session.objects.all().delete()
+    chat.click(f'#conversation-list li[data-conversation-id="{conversation.pk}"] .conversation-open')
+    chat.wait_for_selector("#login-form", state="visible")
+
+
 def test_words_being_written_come_back_in_the_composer_of_their_conversation_after_a_reload(chat, user):
     notes, other = writing_in_notes(chat, user, "a long question I was still writing")
 
@@ -152,9 +160,7 @@ def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_on
     stranger = factories.user(password=PASSWORD)
     notes, other = writing_in_notes(chat, user, "a long reply I was writing")
 
-    Session.objects.all().delete()  # the session ends at the server (expired, or signed out elsewhere)
-    chat.click(f'#conversation-list li[data-conversation-id="{other.pk}"] .conversation-open')
-    chat.wait_for_selector("#login-form", state="visible")
+    session_ended_at_the_server(chat, other)
     sign_in_on_form(chat, stranger)
     assert chat.input_value("#composer") == "", "not for the next person at this computer"
     chat.click("#logout")
@@ -164,9 +170,7 @@ def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_on
     assert chat.input_value("#composer") == ""  # the stranger signed in: they were forgotten
 
     chat.fill("#composer", "written again")
-    Session.objects.all().delete()
-    chat.click(f'#conversation-list li[data-conversation-id="{other.pk}"] .conversation-open')
-    chat.wait_for_selector("#login-form", state="visible")
+    session_ended_at_the_server(chat, other)
     sign_in_on_form(chat, user)
     open_conversation(chat, notes)
     assert chat.input_value("#composer") == "written again"
