@@ -13,6 +13,11 @@ answers start at once the kernel drops the SYNs past the backlog, which nginx se
 1, 3, 7 s: through nginx the last of 500 streams started after 14.6 s against 6.7 s direct. Here
 `-b`/`-p` become a TCP endpoint with a backlog of LISTEN_BACKLOG (the kernel's somaxconn caps it).
 
+Twisted parses a POSTed form body into `request.args` before daphne sees the request, and
+answers a bare HTML 400 itself to a multipart body it cannot parse; daphne never reads those
+args (Django parses what it needs), so each request is made with that parsing off, and such a
+body reaches Django, whose API answers it in JSON (a 415: the API reads JSON only).
+
     python -m stack.daphne_uvloop <daphne's own arguments>
 """
 
@@ -37,9 +42,22 @@ def daphne_arguments(argv: list[str]) -> list[str]:
     return ["-e", f"tcp:port={given.port}:interface={interface}:backlog={LISTEN_BACKLOG}", *rest]
 
 
+def requests_left_unparsed() -> None:
+    """daphne's requests made with Twisted's form parsing off (its HTTPFactory reads the name at each connection)."""
+    from daphne import http_protocol
+
+    class UnparsedWebRequest(http_protocol.WebRequest):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
+
+    http_protocol.WebRequest = UnparsedWebRequest
+
+
 def main() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # before daphne makes its loop
     from daphne.cli import CommandLineInterface
+
+    requests_left_unparsed()
 
     CommandLineInterface().run(daphne_arguments(sys.argv[1:]))
 

@@ -66,6 +66,12 @@ def a_form_with_files(base_url):
     return csrf_client(base_url).post("/api/auth/login", files={"username": ("name.txt", b"alice")})
 
 
+def a_form_nobody_can_parse(base_url):
+    # Twisted, under daphne, parses a form body itself unless told not to, and answered a bare 400
+    return csrf_client(base_url).post("/api/auth/login", content=b"no parts here",
+                                      headers={"Content-Type": "multipart/form-data"})
+
+
 CASES = {
     unmatched_path: (404, "not_found"),
     unknown_endpoint: (404, "not_found"),
@@ -77,6 +83,7 @@ CASES = {
     host_not_allowed: (400, "bad_request"),
     server_error: (500, "server_error"),
     a_form_with_files: (415, "unsupported_media_type"),
+    a_form_nobody_can_parse: (400, "bad_request"),
 }
 
 
@@ -155,16 +162,6 @@ def test_a_request_nginx_cannot_read_is_json_under_the_api_and_its_page_elsewher
     assert (api_status, api_type) == (status, "application/json"), api_body[:200]
     assert json.loads(api_body)["error"]["code"] == "bad_request"
     assert (page_status, page_type) == (status, "text/html")
-
-
-def test_a_form_daphne_cannot_parse_is_refused_as_json_by_nginx_before_it(nginx_in_front):
-    port = nginx_in_front()
-    broken = "multipart/form-data; boundary=x"  # daphne's Twisted answers a bare 400 to this
-
-    response = csrf_client(f"http://127.0.0.1:{port}").post(
-        "/api/auth/login", content=b"--x\r\nbroken", headers={"Content-Type": broken})
-
-    assert_json_error(response, 415, "unsupported_media_type")
 
 
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
