@@ -66,6 +66,9 @@ try:
     # relay has not done so for CHAT_STALE_STREAM_SECONDS lost it (a crash) and is reaped.
     CHAT_RELAY_HEARTBEAT_SECONDS = env.number("CHAT_RELAY_HEARTBEAT_SECONDS", 10.0, minimum=0.01)
     CHAT_STALE_STREAM_SECONDS = env.number("CHAT_STALE_STREAM_SECONDS", 60.0, minimum=0.01)
+    # A relay whose final write the database refuses (down, restarting) tries it again this long,
+    # the answer held in memory and its page kept waiting (chatapp/runtime/database_outage.py).
+    CHAT_DATABASE_PATIENCE_SECONDS = env.number("CHAT_DATABASE_PATIENCE_SECONDS", 300.0, minimum=0)
     # A web process keeps a key in Redis this long, rewritten four times as often; an answer whose
     # relay's process lost its key is reaped at once (chatapp/runtime/web_process.py), heartbeat or not.
     CHAT_WEB_PROCESS_TTL_SECONDS = env.number("CHAT_WEB_PROCESS_TTL_SECONDS", 10.0, minimum=1)

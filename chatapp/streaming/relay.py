@@ -29,12 +29,12 @@ import time
 from collections.abc import AsyncIterator
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
 from .. import services
+from ..runtime.database_outage import outlasting_an_outage
 from ..runtime.database_threads import on_database_thread
 from ..runtime.held_tasks import held_until_done
 from ..runtime.to_the_end import to_the_end
@@ -118,7 +118,12 @@ class Relay:
                 self.outcome.cancelled_by = self.outcome.cancelled_by or CancelledBy.CLIENT_GONE
                 await self._finish()
             raise
-        generation = await self._finish()
+        finishing = held_until_done(self._finish())  # the page leaving meanwhile does not stop it
+        while not finishing.done():
+            await asyncio.wait({finishing}, timeout=settings.CHAT_HEARTBEAT_SECONDS)
+            if not finishing.done():  # the final write waits for the database: the page must
+                yield sse.HEARTBEAT  # not take the quiet for a stalled connection
+        generation = finishing.result()
         if not self.start.continue_final_message and generation.status in (
                 GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED):
             prompt_fit.answered(conversation_id=generation.conversation_id, model=generation.model,
@@ -310,14 +315,8 @@ class Relay:
         await self.upstream.aclose()
         await partial_saves().withdraw(self.generation.pk)  # no partial save lands after the final one
         finish = on_database_thread(services.generation_finish)
-        try:
-            generation = await finish(generation_id=self.generation.pk, outcome=self.outcome)
-        except (InterfaceError, OperationalError):
-            # A connection the database dropped (a restart) fails the first call made on it and
-            # is replaced after it; the answer the user saw must not be lost to that. A retry is
-            # safe: a write that did commit is final, and the second one is then dropped.
-            logger.warning("the final write of generation %s met a dropped connection; once more",
-                           self.generation.pk)
-            generation = await finish(generation_id=self.generation.pk, outcome=self.outcome)
+        generation = await outlasting_an_outage(
+            lambda: finish(generation_id=self.generation.pk, outcome=self.outcome),
+            f"the final write of generation {self.generation.pk}")
         self._live.end()  # its readers read the final rows
         return generation

@@ -1,19 +1,25 @@
 """A generation's status moves only forward: a live answer is never reaped, a finished one never rewritten."""
 
 import asyncio
+import contextlib
 import json
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 
-from django.db import connection
+from django.db import OperationalError, connection
 
 from chatapp import services
 from chatapp.models import Generation
 from common.sse import SSEParser
+from chatapp.runtime.database_outage import outlasting_an_outage
+from chatapp.runtime.database_threads import on_database_thread
+from chatapp.streaming import sse
 from chatapp.tasks import fail_interrupted_streams
 from common.vocabulary import GenerationStatus
-from tests import factories
+from tests import factories, servers
 from tests.chat.streams import names, read_events, stop_after_deltas
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -173,6 +179,17 @@ async def test_a_stop_listener_whose_reads_time_out_as_redis_py_does_keeps_liste
     assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", " w0 w1")
 
 
+async def read_to_its_second_delta(api, conversation):
+    """An answer asked for and read until its second delta (the relay's read after the first is
+    done): its stream, parser and events so far."""
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "go"}), content_type="application/json")
+    stream, parser, events = response.streaming_content, SSEParser(), []
+    while [e.event for e in events].count("delta") < 2:
+        events += parser.feed(await anext(stream))
+    return stream, parser, events
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
 async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_still_stored(
         api, conversation, upstream, settings):
@@ -180,12 +197,7 @@ async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_s
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
     upstream.script.chunks = ["Kept", " despite", " a", " restart"]
     upstream.script.interval_s = 0.2
-    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
-                              json.dumps({"content": "go"}), content_type="application/json")
-    stream = response.streaming_content
-    parser, before = SSEParser(), []
-    while [e.event for e in before].count("delta") < 2:  # the relay's read after the first is done
-        before += parser.feed(await anext(stream))
+    stream, parser, _ = await read_to_its_second_delta(api, conversation)
 
     dropped = await sync_to_async(terminate_the_database_threads_backends)()
     after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
@@ -194,3 +206,55 @@ async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_s
     assert dropped >= 1
     assert after[-1][0] == "done" and after[-1][1]["status"] == "completed"
     assert generation.status == "completed" and generation.message.content == "Kept despite a restart"
+
+
+@contextlib.contextmanager
+def database_refusing_new_sessions():
+    """The test database refuses every new session, as a server that is down or restarting does,
+    until the block ends; the sessions open already (the test's own) go on."""
+    url = urlsplit(servers.shared_database_url())
+    name = url.path.lstrip("/")
+    with psycopg.connect(url._replace(path="/postgres").geturl(), autocommit=True) as administrator:
+        administrator.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            yield
+        finally:
+            administrator.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
+async def test_an_answer_that_ends_while_the_database_is_down_is_stored_once_it_is_back(
+        api, conversation, upstream, settings):
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 3600  # the final write is the first to need the database
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
+    settings.CHAT_HEARTBEAT_SECONDS = 0.5  # far longer than between two deltas
+    upstream.script.chunks = ["Kept", " through", " an", " outage"]
+    upstream.script.interval_s = 0.05
+    stream, parser, before = await read_to_its_second_delta(api, conversation)
+
+    with database_refusing_new_sessions():
+        await sync_to_async(terminate_the_database_threads_backends)()
+        # The answer ends during the outage; the page hears the stream is alive while it waits.
+        while (chunk := await anext(stream)) != sse.HEARTBEAT or [e.event for e in before].count("delta") < 4:
+            before += parser.feed(chunk)
+    after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+
+    generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
+    assert after[-1][0] == "done" and after[-1][1]["status"] == "completed"
+    assert generation.status == "completed" and generation.message.content == "Kept through an outage"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
+def test_a_final_write_the_database_refuses_past_the_patience_raises_the_refusal(settings):
+    settings.CHAT_DATABASE_PATIENCE_SECONDS = 0.5
+    generation = factories.generation(factories.message(role="assistant", status="streaming"))
+    finish = on_database_thread(services.generation_finish)
+    outcome = services.Outcome(text="never stored", finish_reason="stop")
+
+    with database_refusing_new_sessions(), pytest.raises(OperationalError):
+        terminate_the_database_threads_backends()  # on the test's own session, which goes on
+        asyncio.run(outlasting_an_outage(lambda: finish(generation_id=generation.pk, outcome=outcome),
+                                         "a final write"))
+
+    generation.refresh_from_db()
+    assert generation.status == "streaming"
