@@ -6,10 +6,12 @@ the right status; after the first byte they travel as stream events (see chatapp
 """
 
 import functools
+import logging
 import time
 
 from django.conf import settings
 from django.contrib.auth import aauthenticate, alogin, alogout, get_user
+from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import ensure_csrf_cookie
@@ -26,6 +28,11 @@ from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream import models as upstream_models
 from .upstream.inference_client import UpstreamRefused
+
+logger = logging.getLogger(__name__)
+
+# A restart or a failover takes seconds: the page may try again after this many.
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 
 def endpoint(*methods: str, login_required: bool = True):
@@ -73,6 +80,11 @@ def _json_errors(methods: tuple[str, ...], view):
                 response = await view(request, *args, **kwargs)
             except ApiError as error:
                 response = error_response(error.status, error.code, error.message)
+            except (InterfaceError, OperationalError) as refusal:  # even after a fresh connection
+                logger.warning("the database refused %s %s: %s", request.method, request.path, refusal)
+                response = error_response(503, "database_unavailable",
+                                          "the database is not answering; try again in a moment")
+                response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
             if request.method == "HEAD":
                 response = _head_of(response)
         response["Allow"] = allow

@@ -57,6 +57,7 @@ const SENTENCES = {
   uri_too_long: "That search is too long to send. Please shorten it.",
   server_error: `Something went wrong on the server. ${TRY_AGAIN}`,
   server_unreachable: "The server can't be reached right now. Please try again in a moment.",
+  database_unavailable: "The server's database isn't answering right now. Please try again in a moment.",
   server_timeout: "The server took too long to answer. Please try again.",
 };
 

@@ -1,11 +1,8 @@
 """A generation's status moves only forward: a live answer is never reaped, a finished one never rewritten."""
 
 import asyncio
-import contextlib
 import json
-from urllib.parse import urlsplit
 
-import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -19,7 +16,8 @@ from chatapp.runtime.database_threads import on_database_thread
 from chatapp.streaming import sse
 from chatapp.tasks import fail_interrupted_streams
 from common.vocabulary import GenerationStatus
-from tests import factories, servers
+from tests import factories
+from tests.chat.database_outage import database_refusing_new_sessions, terminate_the_database_threads_backends
 from tests.chat.streams import names, read_events, stop_after_deltas
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -154,16 +152,6 @@ async def test_a_broken_channel_layer_is_no_stop_and_a_stop_still_works_through_
     assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", " w0 w1")
 
 
-def terminate_the_database_threads_backends() -> int:
-    """The sessions the app's database threads opened (the test's own connections stay)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                       " AND backend_start > (SELECT backend_start FROM pg_stat_activity"
-                       "                      WHERE pid = pg_backend_pid())")
-        return len(cursor.fetchall())
-
-
 async def test_a_stop_listener_whose_reads_time_out_as_redis_py_does_keeps_listening(
         api, conversation, upstream, settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.fakes.failing_channel_layer.TimingOutChannelLayer"}}
@@ -206,20 +194,6 @@ async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_s
     assert dropped >= 1
     assert after[-1][0] == "done" and after[-1][1]["status"] == "completed"
     assert generation.status == "completed" and generation.message.content == "Kept despite a restart"
-
-
-@contextlib.contextmanager
-def database_refusing_new_sessions():
-    """The test database refuses every new session, as a server that is down or restarting does,
-    until the block ends; the sessions open already (the test's own) go on."""
-    url = urlsplit(servers.shared_database_url())
-    name = url.path.lstrip("/")
-    with psycopg.connect(url._replace(path="/postgres").geturl(), autocommit=True) as administrator:
-        administrator.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        try:
-            yield
-        finally:
-            administrator.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
