@@ -11,6 +11,11 @@ from inference.engine import SamplingParams
 from tests.inference import models
 from tests.inference.serving import chat, metric, serving, service_for
 
+# Greedy: the tiny model's answer to chat()'s prompt never ends by itself within 1,000 tokens, so
+# each request ends because its client left. Sampled, one could draw the end token after its
+# client left and before the engine heard of it: finished, not cancelled (seen once in 50).
+LEFT_BEFORE_ITS_END = dict(stream=True, max_tokens=1000, temperature=0)
+
 
 async def test_a_stream_closed_after_k_outputs_is_freed_before_the_next_step():
     engine = models.engine(models.tiny_model())
@@ -99,7 +104,7 @@ def test_a_client_that_disconnects_mid_stream_leaves_nothing_running():
     engine = models.engine(models.tiny_model())
     with serving(service_for(engine)) as url:
         with httpx2.stream("POST", f"{url}/v1/chat/completions",
-                          json=chat(stream=True, max_tokens=1000), timeout=60) as response:
+                          json=chat(**LEFT_BEFORE_ITS_END), timeout=60) as response:
             chunks = 0
             for line in response.iter_lines():
                 chunks += line.startswith("data: ")
@@ -120,7 +125,7 @@ async def test_fifty_concurrent_cancels_leave_zero_running_and_all_cache_memory_
             async def leave_after(chunks_wanted: int) -> int:
                 seen = 0
                 async with client.stream("POST", f"{url}/v1/chat/completions",
-                                         json=chat(stream=True, max_tokens=1000)) as response:
+                                         json=chat(**LEFT_BEFORE_ITS_END)) as response:
                     async for line in response.aiter_lines():
                         seen += line.startswith("data: ")
                         if seen == chunks_wanted:
