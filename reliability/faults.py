@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -53,6 +54,9 @@ REDIS_PAUSE_S = 20
 # A Stop's answer while Redis is down or paused: it waits on no message to the channel layer
 # (chatapp/streaming/relay_inbox.py), so this is a loaded machine's margin.
 STOP_ANSWERED_WITHIN_S = 2
+# PostgreSQL refusing the stack's database (its sessions ended, new ones refused) for longer than
+# an answer takes to end (96 tokens), as a restart or a failover that takes a while would.
+DATABASE_OUTAGE_S = 20
 WEB_PAUSE_S = 12  # longer than a web process's key lives (CHAT_WEB_PROCESS_TTL_SECONDS, 10 s)
 COMEBACK_TIMEOUT_S = 300  # a restarted inference service loads the model again
 
@@ -220,6 +224,44 @@ class Faults:
             f"{len(failed)} of 20 requests after it failed ({failed or 'none'})", "-",
             f"next answer: {saw(after)}", not failed and after.outcome is Outcome.FINISHED)
 
+    async def database_outage(self) -> FaultResult:
+        """The stack's database refuses every connection from an answer's first delta for
+        DATABASE_OUTAGE_S, past the answer's end; the administrator's own session ends it."""
+        database = urlsplit(self.database_url).path.lstrip("/")
+        server_url = urlsplit(self.database_url)._replace(path="/postgres").geturl()
+        with psycopg.connect(server_url, autocommit=True) as administrator:
+            refuse = f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS %s'
+            outage, refused = [], []
+
+            async def back_after_the_outage():
+                await asyncio.sleep(DATABASE_OUTAGE_S)  # the outage's length
+                await asyncio.to_thread(administrator.execute, refuse % "true")
+                return time.monotonic()
+
+            async def begin(_):
+                await asyncio.to_thread(administrator.execute, refuse % "false")
+                outage.append(asyncio.create_task(back_after_the_outage()))
+                await asyncio.to_thread(
+                    administrator.execute,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [database])
+                listed = await self.client.http.get("/api/conversations")
+                refused.append(f"{listed.status_code} {listed.json().get('error', {}).get('code', '')}".strip())
+
+            try:
+                answer = await self.client.answer(begin)
+                ended = await outage[0]
+            finally:
+                administrator.execute(refuse % "true")
+        row = await final_row(answer, timeout_s=60)
+        after = await self.full_answer()
+        done_at = "" if answer.done is None else f" ({answer.ended_at - ended:+.1f} s from the outage's end)"
+        return FaultResult(
+            f"PostgreSQL refuses the stack's database for {DATABASE_OUTAGE_S} s from an answer's first delta",
+            f"{saw(answer)}{done_at}; the conversations listed meanwhile: {refused[0]}", stored(row),
+            f"next answer: {saw(after)}",
+            answer.outcome is Outcome.FINISHED and same_text(answer, row) and refused == ["503 database_unavailable"]
+            and after.outcome is Outcome.FINISHED)
+
     async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None, float]:
         """An answer Stopped at its first delta and read on to `done`: seconds from the Stop's
         202 to `done` (the channel layer carries it at once; the row, at the next heartbeat),
@@ -335,6 +377,7 @@ async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -
             await faults.kill(Role.WORKER),
             await faults.database_backends_mid_answer(),
             await faults.database_backends_idle(),
+            await faults.database_outage(),
             await faults.redis_outage(),
             await faults.redis_paused(),
             await faults.stalled_upstream(),
