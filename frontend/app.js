@@ -51,8 +51,9 @@ const sidebar = createSidebar({
   deleted: (id) => {
     // The server stopped the conversation's answer with it: end the reading, send no Stop.
     live.get(id)?.generation.close();
-    // The words being written stay, for a new conversation: kept for this one, they would be lost.
+    // The words being written, and those kept for it, go to a new conversation (else lost).
     if (id === conversationId) showConversation(null, "", [], null, { composerStays: true });
+    unsentWords.gone(id);
   },
   failed: (error) => handleError(error),
   announce,
@@ -177,9 +178,9 @@ async function openConversation(id) {
   } catch (error) {
     if (mine !== loading) return;
     showConversation(null);
-    // Another account's conversation answers 404 too, and is worded the same.
-    if (error instanceof ApiError && error.status === 404) showAlert(NO_SUCH_CONVERSATION);
-    else handleError(error);
+    if (!(error instanceof ApiError && error.status === 404)) return handleError(error);
+    unsentWords.gone(id); // deleted elsewhere: words kept for it go to a new conversation
+    showAlert(NO_SUCH_CONVERSATION); // another account's conversation answers 404 too, the same
   } finally {
     if (mine === loading) opening = null;
   }

@@ -140,6 +140,17 @@ export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
       giveBack();
       return true;
     },
+    /**
+     * Conversation `id` is gone (deleted here or elsewhere): its words go to a new conversation's
+     * composer, as those on screen do when it is deleted there.
+     */
+    gone(id) {
+      const theirs = unsent.filter(([entryId]) => entryId === id);
+      unsent = unsent.filter(([entryId]) => entryId !== id);
+      for (const [, words] of theirs) add(null, { text: words.text, editOf: null }); // its messages too
+      write();
+      giveBack();
+    },
     giveBack,
     /** Forgets them all (a sign-out): not for the next person at this computer. */
     clear() {

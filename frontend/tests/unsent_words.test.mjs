@@ -173,3 +173,18 @@ test("a rewrite whose editor cannot open now waits for its conversation to be sh
   busy.open(7);
   assert.deepEqual(busy.edited, [["31", "put better"]]);
 });
+
+test("words kept for a conversation found gone go to a new conversation's composer", () => {
+  const t = tab();
+  const page = t.load({ shown: 7, typed: "half a question" });
+  page.open(8); // 7 is then deleted from another tab
+
+  page.words.gone(7);
+  page.open(null);
+  assert.equal(page.composer, "half a question", "kept for 7, they could never come back");
+  page.composer = "";
+  const again = t.load({ shown: 7 });
+  again.words.giveBack();
+  assert.equal(again.composer, "", "given back once");
+  assert.equal(t.items.size, 0);
+});

@@ -7,6 +7,7 @@ import json
 import pytest
 from django.contrib.sessions.models import Session
 
+from chatapp import services
 from chatapp.models import Message
 from harness import waiting
 from harness.page_probes import (alert_text, last_answer, send, wait_for_end, wait_for_handled,
@@ -154,6 +155,18 @@ def test_words_being_written_stay_in_the_composer_when_their_conversation_is_del
     wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
 
     assert chat.input_value("#composer") == "a question worth keeping"  # Send starts a new one with them
+
+
+def test_words_kept_for_a_conversation_deleted_elsewhere_go_to_a_new_conversation_when_found_gone(
+        chat, user):
+    notes, other = writing_in_notes(chat, user, "words for the notes")
+    open_conversation(chat, other)
+
+    services.conversation_delete(conversation=notes)  # from another tab or device
+    chat.click(f'li[data-conversation-id="{notes.pk}"] .conversation-open')
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
+
+    assert chat.input_value("#composer") == "words for the notes"
 
 
 def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_only(chat, user):
