@@ -1,5 +1,6 @@
 """Django settings, read from the environment (every variable is listed in `.env.example`)."""
 
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -203,6 +204,16 @@ SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 USE_X_FORWARDED_HOST = False
 
+# A Redis gone silent (its host down, a network cut: no reset) is given up on within about 30 s:
+# keepalive probes after 15 s of quiet, three unanswered 5 s apart; and as keepalive waits while
+# a command is unacknowledged (the receive loop's pop, sent every 5 s), 30 s of that ends it too.
+# Without them the kernel's defaults wait two hours, or some fifteen minutes of retransmissions.
+REDIS_SILENCE_OPTIONS = {
+    option: value
+    for name, value in (("TCP_KEEPIDLE", 15), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3), ("TCP_USER_TIMEOUT", 30_000))
+    if (option := getattr(socket, name, None)) is not None  # Linux's names
+}
+
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -211,9 +222,9 @@ if REDIS_URL:
             # under asyncio.wait_for, which in Python 3.11 loses a cancellation arriving as the
             # send completes (CPython gh-86296), and a cancelled receive then waits for ever. The
             # layer's own blocking pop ends every 5 s; our waits a user feels carry their own
-            # bounds (live_channel.LAYER_WITHIN_SECONDS); keepalive finds a vanished server.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None,
-                                  "socket_keepalive": True}]},
+            # bounds (live_channel.LAYER_WITHIN_SECONDS); a vanished server is found by TCP.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True,
+                                  "socket_keepalive_options": REDIS_SILENCE_OPTIONS}]},
         }
     }
     CACHES = {
