@@ -16,7 +16,8 @@ answers start at once the kernel drops the SYNs past the backlog, which nginx se
 Twisted parses a POSTed form body into `request.args` before daphne sees the request, and
 answers a bare HTML 400 itself to a multipart body it cannot parse; daphne never reads those
 args (Django parses what it needs), so each request is made with that parsing off, and such a
-body reaches Django, whose API answers it in JSON (a 415: the API reads JSON only).
+body reaches Django, whose API answers it in JSON (a 400: it cannot be read; a form that can,
+a 415: the API reads JSON only).
 
     python -m stack.daphne_uvloop <daphne's own arguments>
 """

@@ -24,7 +24,6 @@ over the chunks after the first, and the longest is the longest wait between two
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -47,7 +46,6 @@ from .relay_inbox import RelayInbox
 from .text_proof import TextProof
 from .upstream_backlog import UpstreamBacklog
 
-logger = logging.getLogger(__name__)
 
 _HEARTBEAT, _STOP, _TIMEOUT, _NOBODY_BACK = (object() for _ in range(4))
 
