@@ -24,13 +24,17 @@ def fail_interrupted_streams() -> int:
     (chatapp/runtime/web_process.py: seconds), or its heartbeat stopped (a minute).
 
     A relay refreshes its row's heartbeat on a timer of its own, so an answer that is alive but
-    slow (a late first token, a stalled upstream) is never taken for dead. What was saved last
+    slow (a late first token, a stalled upstream) is never taken for dead; nor is one whose
+    process says its relay still runs, its beats refused by a database that was down. What was saved last
     stays; the audit row says the stream was interrupted. A Stop the user pressed before still
     counts as theirs.
     """
     cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_STREAM_SECONDS)
-    orphaned = selectors.generation_ids_relayed_by(processes=web_process.gone(selectors.relay_processes_live()))
+    processes = selectors.relay_processes_live()
+    orphaned = selectors.generation_ids_relayed_by(processes=web_process.gone(processes))
     stale = set(selectors.generation_ids_stale(cutoff=cutoff)) - set(orphaned)
+    if stale:  # a relay its process still runs missed its beats because the database refused them
+        stale -= web_process.relays_running(processes)
     ended = sum(_interrupted(generation_id) for generation_id in orphaned)
     ended += sum(_interrupted(generation_id, unless_heartbeat_since=cutoff) for generation_id in stale)
     if ended:

@@ -14,6 +14,12 @@ rewrites), so a live one has written it again by then. A process paused (SIGSTOP
 migrating) for less than that is no death either. So an answer whose process died ends some
 20 s later at the defaults (10 s for the key to expire, 10 s more missing, the reaper's round).
 
+The key also lists the answers whose relay runs in the process now. An answer whose heartbeat
+went stale while its relay still runs is alive all the same: the database refused its beats (an
+outage longer than CHAT_STALE_STREAM_SECONDS), and the reaper, reaching the database again
+before the relay does, must not end it; a relay that ended without its final write (its process
+still up) is no longer listed, and its answer is reaped for its heartbeat.
+
 Without Redis there is one web process (stack/web.py) and nothing shared to keep keys in; that
 process, once it starts, takes every other for gone: the one before it, whose answers it ends.
 Rows whose relay named no process (written by something that never announced itself, a test's
@@ -33,6 +39,7 @@ logger = logging.getLogger(__name__)
 ID = uuid.uuid4().hex  # this process's, for as long as it runs (a restart is another process)
 _HERE, _MISSING = "chatapp:web-process:{}", "chatapp:web-process-missing:{}"
 _announced = threading.Event()
+_relaying: set[int] = set()  # the generations whose relay runs here (the event loop's thread adds)
 
 
 def presence_shared() -> bool:
@@ -64,6 +71,27 @@ def relay_process() -> str:
     return ID if _announced.is_set() else ""
 
 
+def relay_began(generation_id: int) -> None:
+    _relaying.add(generation_id)
+
+
+def relay_ended(generation_id: int) -> None:
+    _relaying.discard(generation_id)
+
+
+def relays_running(process_ids: set[str]) -> set[int]:
+    """The generations whose relay runs in one of these web processes, as their keys said last;
+    none when that cannot be told (the cache is away, or per process)."""
+    if not process_ids or not presence_shared():
+        return set()
+    try:
+        said = cache.get_many([_HERE.format(process) for process in process_ids]).values()
+    except Exception:  # nothing is known while the cache is away: the heartbeat still counts
+        logger.exception("reading the web processes' relays failed")
+        return set()
+    return {generation_id for relays in said if isinstance(relays, list) for generation_id in relays}
+
+
 def gone(process_ids: set[str]) -> set[str]:
     """Of these web processes, the ones known to be gone; none when that cannot be told (the
     cache is away, or per process and this one is not a web process)."""
@@ -91,7 +119,8 @@ def _missing_for_a_while(process_ids: set[str]) -> set[str]:
 
 
 def _say_here() -> None:
-    cache.set(_HERE.format(ID), 1, timeout=settings.CHAT_WEB_PROCESS_TTL_SECONDS)
+    relays = list(_relaying.copy())  # a copy taken at once: the loop's thread may add meanwhile
+    cache.set(_HERE.format(ID), relays, timeout=settings.CHAT_WEB_PROCESS_TTL_SECONDS)
 
 
 def _keep_saying_here() -> None:

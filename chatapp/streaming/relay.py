@@ -33,6 +33,7 @@ from django.utils import timezone
 from common.vocabulary import CancelledBy, GenerationStatus
 
 from .. import services
+from ..runtime import web_process
 from ..runtime.database_outage import outlasting_an_outage
 from ..runtime.database_threads import on_database_thread
 from ..runtime.held_tasks import held_until_done
@@ -89,6 +90,7 @@ class Relay:
             # How long the page may take to come back and resume the answer after losing it.
             "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS,
         })
+        web_process.relay_began(self.generation.pk)  # from here every way out ends in _close_and_save
         try:
             async with contextlib.aclosing(self._upstream_items()) as items:
                 async for item in items:
@@ -308,13 +310,16 @@ class Relay:
         return await to_the_end(self._close_and_save())  # cancelled meanwhile: written, then gone
 
     async def _close_and_save(self):
-        if self._backlog is not None:
-            await self._backlog.aclose()
-        await self.upstream.aclose()
-        await partial_saves().withdraw(self.generation.pk)  # no partial save lands after the final one
-        finish = on_database_thread(services.generation_finish)
-        generation = await outlasting_an_outage(
-            lambda: finish(generation_id=self.generation.pk, outcome=self.outcome),
-            f"the final write of generation {self.generation.pk}")
+        try:
+            if self._backlog is not None:
+                await self._backlog.aclose()
+            await self.upstream.aclose()
+            await partial_saves().withdraw(self.generation.pk)  # no partial save lands after the final one
+            finish = on_database_thread(services.generation_finish)
+            generation = await outlasting_an_outage(
+                lambda: finish(generation_id=self.generation.pk, outcome=self.outcome),
+                f"the final write of generation {self.generation.pk}")
+        finally:
+            web_process.relay_ended(self.generation.pk)  # written, or left to the reaper
         self._live.end()  # its readers read the final rows
         return generation

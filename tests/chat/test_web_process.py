@@ -3,9 +3,11 @@ answer whose process is there lives on, even when its key was lost with Redis fo
 
 import os
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 
 from chatapp.models import Generation
 from chatapp.runtime import web_process
@@ -55,3 +57,24 @@ def test_an_answer_whose_web_process_lost_its_key_for_a_moment_lives_on():
     relayed_here.refresh_from_db()
     unknown.refresh_from_db()
     assert relayed_here.status == unknown.status == "streaming"
+
+
+def test_an_answer_whose_relay_still_runs_lives_on_though_the_database_refused_its_beats(settings):
+    settings.CHAT_STALE_STREAM_SECONDS = 60
+    web_process.announce()
+    running, ended = (live_answer(relay_process=web_process.relay_process()) for _ in range(2))
+    Generation.objects.filter(pk__in=[running.pk, ended.pk]).update(  # no beat for ten minutes
+        heartbeat_at=timezone.now() - timedelta(seconds=600))
+    web_process.relay_began(running.pk)
+    try:
+        waiting.wait_until(lambda: running.pk in web_process.relays_running({web_process.ID}), 10,
+                           "the process's key listing the relay")
+        reaped = fail_interrupted_streams()
+    finally:
+        web_process.relay_ended(running.pk)
+
+    running.refresh_from_db()
+    ended.refresh_from_db()
+    assert reaped == 1
+    assert running.status == "streaming"
+    assert (ended.status, ended.error_code) == ("failed", "interrupted")
