@@ -49,8 +49,7 @@ const { announce, showAlert, clearAlert } = createNotices({
 const sidebar = createSidebar({
   open: (id) => openConversation(id),
   deleted: (id) => {
-    // The server stopped the conversation's answer with it: end the reading, send no Stop.
-    live.get(id)?.generation.close();
+    live.get(id)?.generation.close(); // the server stopped its answer with it: no Stop to send
     // The words being written, and those kept for it, go to a new conversation (else lost).
     if (id === conversationId) showConversation(null, "", [], null, { composerStays: true });
     unsentWords.gone(id);

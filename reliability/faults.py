@@ -19,26 +19,22 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
-
-import psycopg
 
 from benchmarks import report
 from benchmarks.machine import inference_notes
 from common import env
 from harness.waiting import healthy
 
-from .chat_client import Answer, ChatClient, Ending, Outcome
+from .chat_client import Answer, Outcome
 from .database import create_users, use_database
+from .database_faults import DatabaseFaults
 from .end_checks import engine_sequences
+from .fault_client import FaultClient, FaultResult, final_row, row_of, saw, same_text, stored, until
 from .redis_server import RedisServer
 from .report import write_reliability_section
 from .stack_under_test import Role, StackConfig, StackUnderTest, stack_under_test
 
 PASSWORD = "faults-password-not-a-secret"
-QUESTION = "Write a long story about a lighthouse keeper and the sea."
 SETTINGS = {
     "CHAT_MAX_TOKENS": "96",
     "CHAT_RELAY_HEARTBEAT_SECONDS": "5",
@@ -54,110 +50,16 @@ REDIS_PAUSE_S = 20
 # A Stop's answer while Redis is down or paused: it waits on no message to the channel layer
 # (chatapp/streaming/relay_inbox.py), so this is a loaded machine's margin.
 STOP_ANSWERED_WITHIN_S = 2
-# PostgreSQL refusing the stack's database (its sessions ended, new ones refused) for longer than
-# an answer takes to end (96 tokens), as a restart or a failover that takes a while would.
-DATABASE_OUTAGE_S = 20
 WEB_PAUSE_S = 12  # longer than a web process's key lives (CHAT_WEB_PROCESS_TTL_SECONDS, 10 s)
 COMEBACK_TIMEOUT_S = 300  # a restarted inference service loads the model again
 
 
-@dataclass
-class FaultResult:
-    fault: str
-    user_saw: str
-    stored: str
-    recovery: str
-    is_passed: bool
-
-
-class FaultClient(ChatClient):
-    """A chat client that runs `at_first_delta(answer)` once, when an answer's first text arrives."""
-
-    at_first_delta: Callable[[Answer], Awaitable[None]] | None = None
-
-    async def _cancels_here(self, answer: Answer) -> bool:
-        if self.at_first_delta is not None and answer.seen:
-            hook, self.at_first_delta = self.at_first_delta, None
-            await hook(answer)
-        return await super()._cancels_here(answer)
-
-    async def answer(self, hook=None) -> Answer:
-        self.at_first_delta = hook
-        conversation = await self.new_conversation("faults")
-        return await self.ask(conversation, QUESTION, Answer(Ending.READ_ALL, keeps_pieces=True))
-
-
-def _row(generation_id: int | None) -> dict | None:
-    from django.db import connection
-
-    from chatapp.models import Generation
-
-    try:
-        found = Generation.objects.filter(pk=generation_id).select_related("message").first()
-        return None if found is None else {
-            "status": found.status, "cancelled_by": found.cancelled_by, "error_code": found.error_code,
-            "text": found.message.content, "finished_at": found.finished_at}
-    finally:
-        connection.close()
-
-
-async def final_row(answer: Answer, timeout_s: float) -> dict | None:
-    """The answer's stored row once it is final (a reaped one takes the stale time)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        row = await asyncio.to_thread(_row, answer.generation_id)
-        if (row and row["status"] not in ("streaming", "stop_requested")) or time.monotonic() > deadline:
-            return row
-        await asyncio.sleep(0.05)
-
-
-async def until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not await asyncio.to_thread(condition):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.2)
-    return True
-
-
-def saw(answer: Answer) -> str:
-    ending = (f"`done` {answer.done['status']}" if answer.done else "no `done`: the connection ended")
-    error = f", error event `{answer.error.split(':')[0]}`" if answer.done and answer.error else ""
-    return f"{answer.seen_chars} code points{error}, {ending}"
-
-
-def sessions(count: int) -> str:
-    return f"{count} session" if count == 1 else f"{count} sessions"
-
-
-def stored(row: dict | None) -> str:
-    if row is None:
-        return "no row"
-    cause = row["cancelled_by"] or row["error_code"] or "-"
-    return f"{row['status']} ({cause}), {len(row['text'])} code points"
-
-
-def same_text(answer: Answer, row: dict | None) -> bool:
-    return row is not None and row["text"] == answer.seen
-
-
 class Faults:
-    def __init__(self, stack: StackUnderTest, redis: RedisServer, client: FaultClient, database_url: str):
+    def __init__(self, stack: StackUnderTest, redis: RedisServer, client: FaultClient):
         self.stack, self.redis, self.client = stack, redis, client
-        self.database_url = database_url
-
-    async def full_answer(self) -> Answer:
-        return await self.client.answer()
 
     async def comes_back(self, role: Role, old_pid: int) -> bool:
         return await until(lambda: self.stack.pids().get(role) not in (None, old_pid), COMEBACK_TIMEOUT_S)
-
-    def terminate_backends(self) -> int:
-        """Every session on the stack's database, as an administrator's restart would end them."""
-        with psycopg.connect(self.database_url, autocommit=True) as connection:
-            return len(connection.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall())
 
     async def kill(self, role: Role) -> FaultResult:
         old = self.stack.pids()[role]
@@ -174,14 +76,14 @@ class Faults:
             shown += f", ended {time.monotonic() - killed_at[0]:.0f} s after the kill"
             # What the relay sent after its last partial save died with it: the client hands it back.
             handed = await self.client.hand_back(answer)
-            row = await asyncio.to_thread(_row, answer.generation_id)
+            row = await asyncio.to_thread(row_of, answer.generation_id)
             shown += f"; handed back ({handed}): {len(row['text'])} code points"
         back = await self.comes_back(role, old)
         if role is Role.INFERENCE:
             back = back and await until(lambda: healthy(f"{self.stack.inference_url}/health"), COMEBACK_TIMEOUT_S)
         if role is Role.WEB:
             back = back and await until(lambda: healthy(f"{self.stack.public_url}/healthz"), 60)
-        after = await self.full_answer()
+        after = await self.client.answer()
         expected = {
             Role.INFERENCE: lambda: (answer.done or {}).get("status") == "failed" and bool(answer.error)
             and row["status"] == "failed" and same_text(answer, row),
@@ -196,71 +98,6 @@ class Faults:
             f"kill -9 of {role.value} mid-answer", saw(answer), shown,
             f"{role.value} back under a new pid: {'yes' if back else 'NO'}; next answer: {saw(after)}",
             row is not None and expected() and back and after.outcome is Outcome.FINISHED)
-
-    async def database_backends_mid_answer(self) -> FaultResult:
-        terminated = []
-
-        async def terminate(_):
-            terminated.append(await asyncio.to_thread(self.terminate_backends))
-
-        answer = await self.client.answer(terminate)
-        row = await final_row(answer, timeout_s=60)
-        after = await self.full_answer()
-        return FaultResult(
-            f"PostgreSQL: the stack's {sessions(terminated[0])} terminated mid-answer", saw(answer),
-            stored(row), f"next answer: {saw(after)}",
-            answer.outcome is Outcome.FINISHED and same_text(answer, row) and after.outcome is Outcome.FINISHED)
-
-    async def database_backends_idle(self) -> FaultResult:
-        # At the same time, so that every database thread holds a connection (one after another
-        # they may all land on one thread).
-        await asyncio.gather(*(self.client.http.get("/api/conversations") for _ in range(20)))
-        terminated = await asyncio.to_thread(self.terminate_backends)
-        statuses = [(await self.client.http.get("/api/conversations")).status_code for _ in range(20)]
-        after = await self.full_answer()
-        failed = [s for s in statuses if s != 200]
-        return FaultResult(
-            f"PostgreSQL: the stack's {sessions(terminated)} terminated while idle",
-            f"{len(failed)} of 20 requests after it failed ({failed or 'none'})", "-",
-            f"next answer: {saw(after)}", not failed and after.outcome is Outcome.FINISHED)
-
-    async def database_outage(self) -> FaultResult:
-        """The stack's database refuses every connection from an answer's first delta for
-        DATABASE_OUTAGE_S, past the answer's end; the administrator's own session ends it."""
-        database = urlsplit(self.database_url).path.lstrip("/")
-        server_url = urlsplit(self.database_url)._replace(path="/postgres").geturl()
-        with psycopg.connect(server_url, autocommit=True) as administrator:
-            refuse = f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS %s'
-            outage, refused = [], []
-
-            async def back_after_the_outage():
-                await asyncio.sleep(DATABASE_OUTAGE_S)  # the outage's length
-                await asyncio.to_thread(administrator.execute, refuse % "true")
-                return time.monotonic()
-
-            async def begin(_):
-                await asyncio.to_thread(administrator.execute, refuse % "false")
-                outage.append(asyncio.create_task(back_after_the_outage()))
-                await asyncio.to_thread(
-                    administrator.execute,
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [database])
-                listed = await self.client.http.get("/api/conversations")
-                refused.append(f"{listed.status_code} {listed.json().get('error', {}).get('code', '')}".strip())
-
-            try:
-                answer = await self.client.answer(begin)
-                ended = await outage[0]
-            finally:
-                administrator.execute(refuse % "true")
-        row = await final_row(answer, timeout_s=60)
-        after = await self.full_answer()
-        done_at = "" if answer.done is None else f" ({answer.ended_at - ended:+.1f} s from the outage's end)"
-        return FaultResult(
-            f"PostgreSQL refuses the stack's database for {DATABASE_OUTAGE_S} s from an answer's first delta",
-            f"{saw(answer)}{done_at}; the conversations listed meanwhile: {refused[0]}", stored(row),
-            f"next answer: {saw(after)}",
-            answer.outcome is Outcome.FINISHED and same_text(answer, row) and refused == ["503 database_unavailable"]
-            and after.outcome is Outcome.FINISHED)
 
     async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None, float]:
         """An answer Stopped at its first delta and read on to `done`: seconds from the Stop's
@@ -285,7 +122,7 @@ class Faults:
     async def redis_outage(self) -> FaultResult:
         self.redis.stop()
         started = time.monotonic()
-        during = await self.full_answer()
+        during = await self.client.answer()
         stopped = await self.stop_and_read_on()
         await asyncio.sleep(max(0.0, REDIS_OUTAGE_S - (time.monotonic() - started)))  # the outage's length
         self.redis.start()
@@ -296,7 +133,7 @@ class Faults:
         os.kill(self.redis.pid, signal.SIGSTOP)
         started = time.monotonic()
         try:
-            during = await self.full_answer()
+            during = await self.client.answer()
             stopped = await self.stop_and_read_on()
             await asyncio.sleep(max(0.0, REDIS_PAUSE_S - (time.monotonic() - started)))  # the pause's length
         finally:
@@ -360,7 +197,7 @@ class Faults:
             os.kill(pid, signal.SIGCONT)
         row = await final_row(answer, timeout_s=60)
         drained = await asyncio.to_thread(engine_sequences, self.stack, 60)
-        after = await self.full_answer()
+        after = await self.client.answer()
         return FaultResult(
             "the inference service stalls (SIGSTOP) mid-answer", saw(answer), stored(row),
             f"SIGCONT: engine sequences left {sum(drained.values()):g}; next answer: {saw(after)}",
@@ -371,13 +208,13 @@ class Faults:
 async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -> list[FaultResult]:
     client = FaultClient(stack.public_url, username, PASSWORD)
     await client.sign_in()
-    faults = Faults(stack, redis, client, stack.database_url)
+    faults, database = Faults(stack, redis, client), DatabaseFaults(client, stack.database_url)
     try:
         return [
             await faults.kill(Role.WORKER),
-            await faults.database_backends_mid_answer(),
-            await faults.database_backends_idle(),
-            await faults.database_outage(),
+            await database.backends_mid_answer(),
+            await database.backends_idle(),
+            await database.outage(),
             await faults.redis_outage(),
             await faults.redis_paused(),
             await faults.stalled_upstream(),
