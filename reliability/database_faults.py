@@ -3,9 +3,8 @@ or while idle, and refusing the stack's database for a while."""
 
 import asyncio
 import time
-from urllib.parse import urlsplit
 
-import psycopg
+from harness.database_administrator import DatabaseAdministrator
 
 from .chat_client import Outcome
 from .fault_client import FaultClient, FaultResult, final_row, saw, same_text, sessions, stored
@@ -21,10 +20,8 @@ class DatabaseFaults:
 
     def terminate_backends(self) -> int:
         """Every session on the stack's database, as an administrator's restart would end them."""
-        with psycopg.connect(self.database_url, autocommit=True) as connection:
-            return len(connection.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall())
+        with DatabaseAdministrator(self.database_url) as administrator:
+            return administrator.end_sessions()
 
     async def backends_mid_answer(self) -> FaultResult:
         terminated = []
@@ -54,33 +51,25 @@ class DatabaseFaults:
             f"next answer: {saw(after)}", not failed and after.outcome is Outcome.FINISHED)
 
     async def outage(self) -> FaultResult:
-        """The stack's database refuses every connection from an answer's first delta for
-        DATABASE_OUTAGE_S, past the answer's end; the administrator's own session ends it."""
-        database = urlsplit(self.database_url).path.lstrip("/")
-        server_url = urlsplit(self.database_url)._replace(path="/postgres").geturl()
-        with psycopg.connect(server_url, autocommit=True) as administrator:
-            refuse = f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS %s'
-            outage, refused = [], []
+        """The stack's database refuses every session from an answer's first delta for
+        DATABASE_OUTAGE_S, past the answer's end (its sessions ended, new ones refused)."""
+        refused, ends = [], []
 
+        with DatabaseAdministrator(self.database_url) as administrator:
             async def back_after_the_outage():
                 await asyncio.sleep(DATABASE_OUTAGE_S)  # the outage's length
-                await asyncio.to_thread(administrator.execute, refuse % "true")
+                await asyncio.to_thread(administrator.allow_sessions)
                 return time.monotonic()
 
             async def begin(_):
-                await asyncio.to_thread(administrator.execute, refuse % "false")
-                outage.append(asyncio.create_task(back_after_the_outage()))
-                await asyncio.to_thread(
-                    administrator.execute,
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [database])
+                await asyncio.to_thread(administrator.refuse_sessions)
+                ends.append(asyncio.create_task(back_after_the_outage()))
+                await asyncio.to_thread(administrator.end_sessions)
                 listed = await self.client.http.get("/api/conversations")
                 refused.append(f"{listed.status_code} {listed.json().get('error', {}).get('code', '')}".strip())
 
-            try:
-                answer = await self.client.answer(begin)
-                ended = await outage[0]
-            finally:
-                administrator.execute(refuse % "true")
+            answer = await self.client.answer(begin)
+            ended = await ends[0]
         row = await final_row(answer, timeout_s=60)
         after = await self.client.answer()
         done_at = "" if answer.done is None else f" ({answer.ended_at - ended:+.1f} s from the outage's end)"

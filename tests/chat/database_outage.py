@@ -2,11 +2,10 @@
 restart, an administrator), and new ones refused (a server down or restarting)."""
 
 import contextlib
-from urllib.parse import urlsplit
 
-import psycopg
 from django.db import connection
 
+from harness.database_administrator import DatabaseAdministrator
 from tests import servers
 
 
@@ -24,11 +23,6 @@ def terminate_the_database_threads_backends() -> int:
 def database_refusing_new_sessions():
     """The test database refuses every new session, as a server that is down or restarting does,
     until the block ends; the sessions open already (the test's own) go on."""
-    url = urlsplit(servers.shared_database_url())
-    name = url.path.lstrip("/")
-    with psycopg.connect(url._replace(path="/postgres").geturl(), autocommit=True) as administrator:
-        administrator.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        try:
-            yield
-        finally:
-            administrator.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    with DatabaseAdministrator(servers.shared_database_url()) as administrator:
+        administrator.refuse_sessions()
+        yield
