@@ -6,10 +6,14 @@ again: at once first (a dropped connection is replaced by then, chatapp/runtime/
 then more slowly, up to once a second, until it lands or CHAT_DATABASE_PATIENCE_SECONDS have
 passed. Trying a write again is the caller's call: the relay's final write may be, as one that
 committed is final and a second one is then dropped.
+
+What is only tried again later (a partial save, a relay's heartbeat, a watch's read of the rows)
+logs a refusal in one line (`log_failure`): an outage repeats it at every try.
 """
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -42,3 +46,14 @@ async def outlasting_an_outage(write: Callable[[], Awaitable], what: str):
         if refusals > 1:
             logger.warning("%s landed after %d refusals", what, refusals)
         return result
+
+
+def log_failure(log: logging.Logger, message: str, *args) -> None:
+    """In an `except` block: a refusal by the database (down, restarting) as one warning line, as
+    an outage repeats it at every try (each save, each beat, each read); anything else with its
+    traceback."""
+    error = sys.exc_info()[1]
+    if isinstance(error, (InterfaceError, OperationalError)):
+        log.warning(f"{message}: the database refused it (%s)", *args, error)
+    else:
+        log.exception(message, *args)

@@ -28,6 +28,7 @@ from django.conf import settings
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import selectors
+from ..runtime.database_outage import log_failure
 from ..runtime.database_threads import on_database_thread
 from ..runtime.held_tasks import held_until_done
 from ..runtime.per_loop import per_loop
@@ -197,7 +198,7 @@ class LiveHub:
                 self._take(max(after - self._earlier, 0), progress.text_after[max(self._earlier - after, 0):])
                 self.stored = max(self.stored, progress.own_length)
         except Exception:  # read again within a watch interval
-            logger.exception("reading the rows of generation %s failed", self.generation_id)
+            log_failure(logger, "reading the rows of generation %s failed", self.generation_id)
 
     async def _settle(self, progress: selectors.Progress) -> None:
         continued = progress.own_length < progress.text_length

@@ -19,6 +19,7 @@ import asyncio
 import logging
 
 from .. import services
+from ..runtime.database_outage import log_failure
 from ..runtime.database_threads import on_database_thread
 from ..runtime.per_loop import per_loop
 
@@ -66,7 +67,7 @@ class PartialSaves:
                     for generation_id in written:
                         self._saved[generation_id] = len(batch[generation_id].text)
                 except Exception:  # a failed coarse save must not end a stream; the final save follows
-                    logger.exception("saving the partial answers of %d generation(s) failed", len(batch))
+                    log_failure(logger, "saving the partial answers of %d generation(s) failed", len(batch))
                 finally:
                     self._in_write = frozenset()
                     self._written.set()

@@ -14,6 +14,7 @@ from django.conf import settings
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import selectors, services
+from ..runtime.database_outage import log_failure
 from ..runtime.database_threads import on_database_thread
 from ..runtime.held_tasks import held_until_done
 from . import live_channel
@@ -124,7 +125,7 @@ class RelayInbox:
             try:
                 streaming = await heartbeat(generation_id=self.generation_id)
             except Exception:  # a missed beat is not fatal; the reaper allows for several
-                logger.exception("the heartbeat of generation %s failed", self.generation_id)
+                log_failure(logger, "the heartbeat of generation %s failed", self.generation_id)
                 continue
             if not streaming:
                 self._on_stop()

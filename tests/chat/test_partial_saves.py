@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 import pytest
+from django.db import connection
 
 from chatapp import services
 from chatapp.runtime.database_threads import on_database_thread
@@ -11,6 +12,7 @@ from chatapp.models import Generation, Message
 from chatapp.streaming.partial_saves import PartialSaves
 from common.vocabulary import GenerationStatus
 from tests import factories
+from tests.chat.database_outage import database_refusing_new_sessions, terminate_the_database_threads_backends
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,3 +106,21 @@ def test_a_save_taken_before_a_page_handed_back_more_text_does_not_shorten_it_wh
     answer.refresh_from_db()
     assert written == [answer.pk]  # its heartbeat, at least
     assert (answer.final_text, Message.objects.get(pk=answer.message_id).content) == ("Hello, world",) * 2
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
+def test_a_save_the_database_refuses_is_one_warning_line_not_a_traceback(caplog):
+    [answer] = streaming_answers(1)
+
+    async def hand_in_and_settle():
+        saves = PartialSaves()
+        saves.hand_in(partial(answer, "during an outage"))
+        await saves.settled()
+
+    with database_refusing_new_sessions():
+        terminate_the_database_threads_backends()
+        asyncio.run(hand_in_and_settle())
+
+    [logged] = [record for record in caplog.records if record.name == "chatapp.streaming.partial_saves"]
+    assert (logged.levelname, logged.exc_info) == ("WARNING", None)
+    assert "the database refused it" in logged.getMessage()
