@@ -98,7 +98,8 @@ def signed_in(app_url, transactional_db):
     with httpx2.Client(base_url=app_url, timeout=30) as client:
         servers.sign_in(client, user)
         session = requests.Session()
-        session.cookies.update(dict(client.cookies))
+        for cookie in client.cookies.jar:  # with the server's domain: a cookie it sets again replaces
+            session.cookies.set_cookie(cookie)  # the old one, as in a browser (not a second of the name)
     yield SignedIn(app_url, session, known_ids)
     session.close()
 
