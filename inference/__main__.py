@@ -7,8 +7,6 @@ import logging
 import os
 import sys
 
-import uvicorn
-
 from . import huge_pages
 from .config import InferenceConfig
 
@@ -34,12 +32,11 @@ def main() -> None:
         # glibc reads its tunables only when a process starts; torch is not imported yet.
         # The same command line, the interpreter's own options (-X, -u) included.
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
-    from .server import create_app  # imports torch
+    from .server import serve  # imports torch
     from .service import InferenceService
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app = create_app(InferenceService(config))
-    uvicorn.run(app, host=config.host, port=config.port, log_level="info", timeout_keep_alive=30)
+    sys.exit(serve(InferenceService(config), config.host, config.port))
 
 
 if __name__ == "__main__":

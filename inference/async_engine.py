@@ -13,7 +13,8 @@ is still leaving the engine (a client retrying under its tracing id), and that r
 or its prompt still in the inbox, must not reach the new stream; two requests open at once under
 one id are two requests. A request the engine ended alone after an error receives that error; the
 others go on. If a step raises (the engine could step no sequence at all), the loop stops, every
-open stream receives the error at once, and the engine reports itself unhealthy.
+open stream receives the error at once, the engine reports itself unhealthy, and `on_death` is
+told (the service's process then ends, for its supervisor to start a fresh one).
 """
 
 import asyncio
@@ -68,12 +69,14 @@ def _put_all(batch: list[tuple[asyncio.Queue, object]]) -> None:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, max_waiting: int, on_cancel=None):
+    def __init__(self, engine: LLMEngine, max_waiting: int, on_cancel=None, on_death=None):
         """`on_cancel(request_id)` runs on the step thread for each request whose consumer left
-        before its end, once the engine holds nothing of it."""
+        before its end, once the engine holds nothing of it; `on_death()` runs there once, if
+        the loop dies after an error, when every open stream has been handed that error."""
         self.engine = engine
         self.max_waiting = max_waiting
         self._on_cancel = on_cancel or (lambda request_id: None)
+        self._on_death = on_death or (lambda: None)
         self._streams: dict[str, _Stream] = {}  # by engine key
         self._serial = itertools.count()
         self._new: deque[tuple[str, list[int], SamplingParams]] = deque()
@@ -168,6 +171,8 @@ class AsyncEngine:
             failure = EngineUnavailable(self._unavailable_reason())
             _deliver([(stream, failure) for stream in list(self._streams.values())])
             self._stats = self.engine.stats()
+            if self.error is not None:
+                self._on_death()
 
     def _take_inbox(self) -> None:
         refused: list[tuple[_Stream, object]] = []

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import anyio
+import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -302,6 +303,31 @@ def create_app(service: InferenceService, load: bool = True) -> Starlette:
         exception_handlers={HTTPException: _routing_error, Exception: _unplanned_error})
     app.state.service = service
     return app
+
+
+# The exit status of a service whose engine's step loop died (a stop by a signal exits 0).
+EXIT_ENGINE_DIED = 1
+
+
+def serve(service: InferenceService, host: str, port: int) -> int:
+    """Serves `service` until stopped (0) or until its engine's step loop dies (EXIT_ENGINE_DIED).
+
+    An engine that could not step never steps again (a CUDA error leaves the device unusable to
+    this process): answering 503 until someone looks serves nobody. So the server stops once
+    every open stream has been handed the error, each ends with its error event as the server
+    drains it, and the process exits, for `make run`'s supervisor or Docker's restart policy to
+    start a fresh one (vLLM's server does the same).
+    """
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host=host, port=port,
+                                           log_level="info", timeout_keep_alive=30))
+
+    def stop_serving() -> None:  # on the step thread: the server reads the flag on its own loop
+        logger.error("the engine's step loop died: this service stops, to be started afresh")
+        server.should_exit = True
+
+    service.when_engine_dies(stop_serving)
+    server.run()
+    return EXIT_ENGINE_DIED if service.async_engine is not None and service.async_engine.error else 0
 
 
 def app_from_env() -> Starlette:

@@ -3,6 +3,7 @@
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import Enum
 
@@ -46,6 +47,7 @@ class InferenceService:
                                                  thread_name_prefix="tokenizer")
         self._long_prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer-long",
                                                 initializer=_yield_to_the_rest)
+        self._death_listeners: list[Callable[[], None]] = []
 
     # --- life ---
     def load(self) -> None:
@@ -72,11 +74,21 @@ class InferenceService:
         self.engine = engine
         self.model_name = model_name
         self.async_engine = AsyncEngine(engine, self.config.max_waiting,
-                                        on_cancel=lambda _: self.metrics.cancelled.inc())
+                                        on_cancel=lambda _: self.metrics.cancelled.inc(),
+                                        on_death=self._engine_died)
         self.metrics.watch(self.async_engine)
         self.async_engine.start()
         self.state = ServiceState.READY
         logger.info("serving %s, context %d tokens", model_name, self.max_model_len)
+
+    def when_engine_dies(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs once, on the step thread, if the step loop dies after an error:
+        every open stream has been handed that error by then."""
+        self._death_listeners.append(listener)
+
+    def _engine_died(self) -> None:
+        for listener in self._death_listeners:
+            listener()
 
     def load_in_background(self) -> threading.Thread:
         thread = threading.Thread(target=self.load, name="model-loader", daemon=True)

@@ -1,11 +1,16 @@
 """A request that fails ends alone; an engine that cannot step ends every open stream, never hangs."""
 
 import asyncio
+import threading
 
 import httpx2
+import pytest
 
 from common.vocabulary import FinishReason
+from harness import waiting
+from harness.ports import free_port
 from inference.engine import SamplingParams
+from inference.server import EXIT_ENGINE_DIED, serve
 from tests.fakes.failing_runner import FailingRunner
 from tests.fakes.poisoned_runner import PoisonedRunner
 from tests.inference import models
@@ -35,6 +40,41 @@ async def test_a_step_that_raises_ends_every_open_stream_with_an_error_event():
     assert health.status_code == 503 and health.json()["status"] == "unhealthy"
     assert "injected fault" in health.json()["error"]
     assert refused.status_code == 503
+    assert engine.num_running == 0 and engine.kv_cache.num_allocated_bytes == 0
+
+
+def test_a_service_whose_engine_died_ends_its_streams_then_exits_for_a_fresh_one_to_start():
+    """A step loop that died never steps again: the process ends, with a status that says so,
+    once each open stream has its error, for `make run`'s supervisor or Docker's restart policy
+    to start a fresh one (as vLLM's server does), rather than answering 503 until someone looks."""
+    engine = models.engine(models.tiny_model())
+    engine.runner = FailingRunner(engine.runner, after_steps=5)
+    service, port = service_for(engine), free_port()
+    url = f"http://127.0.0.1:{port}"
+    statuses = []
+    server = threading.Thread(target=lambda: statuses.append(serve(service, "127.0.0.1", port)),
+                              name="served until its engine dies", daemon=True)
+    server.start()
+    waiting.wait_until(lambda: waiting.healthy(f"{url}/health"), 30, "the service to serve")
+
+    async def read_all() -> list:
+        async with httpx2.AsyncClient(timeout=60) as client:
+            async with client.stream("POST", f"{url}/v1/chat/completions",
+                                     json=chat(stream=True, max_tokens=500)) as response:
+                return sse_events(await response.aread())
+
+    async def three_streams() -> list:
+        return await asyncio.gather(*(read_all() for _ in range(3)))
+
+    streams = asyncio.run(three_streams())
+    server.join(timeout=30)
+
+    for events in streams:
+        assert events[-1] == "[DONE]"
+        assert "injected fault" in events[-2]["error"]["message"]
+    assert not server.is_alive() and statuses == [EXIT_ENGINE_DIED]
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"{url}/health", timeout=5)
     assert engine.num_running == 0 and engine.kv_cache.num_allocated_bytes == 0
 
 
