@@ -6,7 +6,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from .chat_client import Answer, ChatClient, Ending
+import httpx2
+
+from .chat_client import Answer, ChatClient, Ending, Outcome
 
 QUESTION = "Write a long story about a lighthouse keeper and the sea."
 
@@ -35,6 +37,23 @@ class FaultClient(ChatClient):
         self.at_first_delta = hook
         conversation = await self.new_conversation("faults")
         return await self.ask(conversation, QUESTION, Answer(Ending.READ_ALL, keeps_pieces=True))
+
+    async def resume(self, answer: Answer) -> Answer:
+        """What the page does when an answer's stream broke without `done` (docs/api.md,
+        "Resuming an answer"): the same answer from the code points it holds, read on `answer`
+        to its end."""
+        answer.outcome, answer.error = None, ""
+        try:
+            async with self.http.stream("GET", f"/api/generations/{answer.generation_id}/events",
+                                        params={"from": answer.seen_chars}) as response:
+                answer.status_code = response.status_code
+                if response.status_code != 200:
+                    answer.outcome, answer.error = Outcome.FAILED, f"resume answered {response.status_code}"
+                    return answer
+                await self._follow(response, answer)
+        except httpx2.HTTPError as error:
+            answer.outcome, answer.error = Outcome.FAILED, f"{type(error).__name__}: {error}"
+        return answer
 
 
 def row_of(generation_id: int | None) -> dict | None:

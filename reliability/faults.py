@@ -99,6 +99,33 @@ class Faults:
             f"{role.value} back under a new pid: {'yes' if back else 'NO'}; next answer: {saw(after)}",
             row is not None and expected() and back and after.outcome is Outcome.FINISHED)
 
+    async def killed_nginx(self) -> FaultResult:
+        """nginx killed at an answer's first delta: the connection ends, the relay carries the
+        answer on for a reader to come back, and the client resumes it as the page does once
+        nginx is back (the supervisor's restart), reading it to its end."""
+        old = self.stack.pids()[Role.NGINX]
+        killed_at = []
+
+        async def kill_it(_):
+            os.kill(old, signal.SIGKILL)
+            killed_at.append(time.monotonic())
+
+        answer = await self.client.answer(kill_it)
+        broken = saw(answer)
+        back = (await self.comes_back(Role.NGINX, old)
+                and await until(lambda: healthy(f"{self.stack.public_url}/healthz"), 60))
+        resumed_after_s = time.monotonic() - killed_at[0]
+        await self.client.resume(answer)
+        row = await final_row(answer, timeout_s=60)
+        after = await self.client.answer()
+        return FaultResult(
+            "kill -9 of nginx mid-answer", f"{broken}; resumed {resumed_after_s:.1f} s after the "
+            f"kill, as the page does: {saw(answer)} in all", stored(row),
+            f"nginx back under a new pid: {'yes' if back else 'NO'}; next answer: {saw(after)}",
+            back and answer.outcome is Outcome.FINISHED and row is not None
+            and row["status"] in ("completed", "truncated") and same_text(answer, row)
+            and after.outcome is Outcome.FINISHED)
+
     async def stop_and_read_on(self) -> tuple[Answer, float | None, dict | None, float]:
         """An answer Stopped at its first delta and read on to `done`: seconds from the Stop's
         202 to `done` (the channel layer carries it at once; the row, at the next heartbeat),
@@ -219,6 +246,7 @@ async def run_faults(stack: StackUnderTest, redis: RedisServer, username: str) -
             await faults.redis_paused(),
             await faults.stalled_upstream(),
             await faults.paused_web(),
+            await faults.killed_nginx(),
             await faults.kill(Role.INFERENCE),
             await faults.kill(Role.WEB),
         ]
