@@ -192,7 +192,9 @@ export class Generation {
   #setReconnecting(on) {
     if (this.reconnecting === on) return;
     this.reconnecting = on;
-    this.onReconnecting(on);
+    // Stopped or closed, the answer has ended on screen: a resume that ends later (the Stop's
+    // wait for the stream, a stall) must not say it is being written again.
+    if (!this.stopped && !this.isClosed) this.onReconnecting(on);
   }
 
   #handle(event) {

@@ -64,6 +64,7 @@ export function createMessageList({ list, empty, announce }) {
       if (error) state = `${status === STATUS.TRUNCATED ? state : "Failed"}: ${sentenceFor(error)}`;
       const follow = nearBottom();
       const started = performance.now();
+      delete el.dataset.reconnecting; // ended: no stream of it is lost or back any more
       msg.finishMessage(el, {
         status, cancelledBy, text: outcome.text, state, error: ending || error?.code,
         figures: done && { ttftMs: done.ttft_ms, tokens: done.usage?.completion_tokens },

@@ -14,8 +14,9 @@ const streamResponse = (feed) => new Response(feed.stream, { headers: { "Content
 /**
  * A page's own answer over hand-fed streams: `feeds[0]` is the answer's, the next ones its
  * resumes; `resumes` lists each resume's offset. A resume fails (the network is down) while
- * `t.down` is true. Painting happens at once. `watchesStalls`: the real stall watch, on the
- * test's clock; else none.
+ * `t.down` is true, and stays on its way, neither answered nor failed, while `t.hangs` is.
+ * Painting happens at once. `watchesStalls`: the real stall watch, on the test's clock; else
+ * none.
  */
 function setUp({ startExtra = {}, watchesStalls = false } = {}) {
   const clock = fakeClock();
@@ -30,6 +31,9 @@ function setUp({ startExtra = {}, watchesStalls = false } = {}) {
     resume: (id, offset) => async (signal) => {
       t.resumes.push([id, offset]);
       if (t.down) throw new TypeError("Failed to fetch");
+      if (t.hangs) {  // on its way until aborted
+        await new Promise((_, reject) => signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+      }
       const feed = controlledStream(signal);
       t.feeds.push(feed);
       return streamResponse(feed);
@@ -295,6 +299,20 @@ test("Stop while reconnecting ends at once with what was seen, and the Stop is k
   assert.equal(t.stops.length, tries + 1, "and not after it was taken");
   assert.ok(t.stops.every(([id, seen]) => id === 7 && seen === 4));
   assert.deepEqual(t.resumes.length <= 1, true, "no resume after the Stop");
+});
+
+test("a Stop pressed while a resume is on its way ends the answer for good: that resume's end says nothing of it", async () => {
+  const t = setUp();
+  await t.start(["seen"]);
+  t.hangs = true;
+  await t.cut();
+  await advance(t, FIRST_RETRY_MS);
+  assert.equal(t.resumes.length, 1);
+  t.generation.stop(t.sendStop);
+  assert.equal((await t.outcome).status, "stopped");
+  const told = t.states.length;
+  await advance(t, 10_000); // the server took the Stop; the stream is closed 5 s on, the resume with it
+  assert.deepEqual(t.states.slice(told), [], "nothing says the stopped answer is being written again");
 });
 
 test("a page leaving while its stream is lost holds all its pieces at risk; with its stream open, none", async () => {
