@@ -193,6 +193,9 @@ export function refreshActions(container, streaming) {
     };
     if (el.dataset.role === "user") {
       show(".edit", el.dataset.messageId !== "");
+      // An editor opened before the answer began stays open, its Send off as the composer's is.
+      const save = el.querySelector(".edit-save");
+      if (save) save.disabled = streaming;
       continue;
     }
     const settled = status !== STATUS.STREAMING;
@@ -258,7 +261,7 @@ export function openEditor(userEl, text, submit) {
   });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    if (!input.value.trim()) return;
+    if (!input.value.trim() || save.disabled) return; // off: an answer is being written; the words stay
     close(); // first, so the focus it held can move to Stop
     submit(input.value);
   });

@@ -210,6 +210,27 @@ def test_a_rejected_edit_keeps_the_editor_open_with_the_rewrite(chat, user):
     assert shown(chat, "assistant") == "an answer"
 
 
+def test_a_rewrite_sent_while_an_answer_is_written_waits_in_its_open_editor(chat, user, upstream):
+    upstream.script.chunks = ["Still", " writing", " never sent"]
+    upstream.script.stall_after = 2  # then quiet, as a model still thinking
+    writing_in_notes(chat, user, "")
+    chat.click('#messages .message[data-role="user"] .edit')
+    chat.fill(".edit-input", "an earlier question, put better")
+    edits = held(chat, "**/api/messages/*/edit")
+    send(chat, "a new question")
+    wait_for_streaming_text(chat, "Still writing")
+
+    chat.press(".edit-input", "Enter")
+
+    assert chat.locator(".edit-input").count() == 1, "the editor stays open with the rewrite"
+    assert chat.input_value(".edit-input") == "an earlier question, put better"
+    assert chat.locator(".edit-save").is_disabled()  # as the composer's Send is
+    chat.click("#stop")
+    wait_for_true(chat, "document.body.dataset.streaming === 'false'", timeout_ms=10_000)
+    assert chat.locator(".edit-save").is_enabled()
+    assert edits == []
+
+
 def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer(chat):
     creations = held(chat, "**/api/conversations")
     send(chat, "first message")
