@@ -119,8 +119,8 @@ const auth = createAuth({
     if (conversationId !== null || opening !== null) showConversation(null);
     loading += 1; // a conversation still loading must not land on the sign-in form
     opening = null;
-    if (signingOut) unsentWords.clear();
-    keptPieces.clear();
+    // Kept for the next sign-in through a session that ended or a server not reached; not past a sign-out.
+    if (signingOut) for (const kept of [unsentWords, keptPieces]) kept.clear();
     clearAlert();
   },
 });

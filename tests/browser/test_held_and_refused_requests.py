@@ -231,6 +231,23 @@ def test_a_rewrite_sent_while_an_answer_is_written_waits_in_its_open_editor(chat
     assert edits == []
 
 
+def test_text_kept_to_hand_back_outlives_a_load_that_could_not_reach_the_server(chat):
+    # As a page that went while its answer's stream was lost leaves it (kept_pieces.js).
+    chat.evaluate("""sessionStorage.setItem("chatapp.piecesToHandBack",
+        JSON.stringify({"7": [{"offset": 0, "text": "what the user saw", "proof": "p"}]}))""")
+    chat.route("**/api/auth/session", lambda route: refuse(route, 502, "server_unreachable"))
+    chat.reload()  # the web processes are down: nginx answers for them
+    chat.wait_for_selector("#login-error", state="visible")
+
+    chat.unroute("**/api/auth/session")
+    handed_back = held(chat, "**/api/generations/*/recover")
+    chat.reload()
+
+    wait_for_handled(chat, lambda: len(handed_back) == 1, "the kept text handed back")
+    assert json.loads(handed_back[0].request.post_data)["pieces"][0]["text"] == "what the user saw"
+    handed_back[0].continue_()
+
+
 def test_what_is_typed_while_a_new_conversation_is_created_stays_in_the_composer(chat):
     creations = held(chat, "**/api/conversations")
     send(chat, "first message")
