@@ -206,12 +206,14 @@ function followAddress() {
 // Both fire for one step back or an edited hash; followAddress acts once.
 for (const type of ["popstate", "hashchange"]) window.addEventListener(type, followAddress);
 
-async function reloadMessages(id) {
+async function reloadMessages(id, { orAsLastRead = false } = {}) {
   try {
     const { results } = await api.messages(id);
     if (id === conversationId && !live.get(id)) renderHistory(results);
   } catch (error) {
     handleError(error);
+    // Not reached: as last read, without what the page showed of the request not taken.
+    if (orAsLastRead && id === conversationId && !live.get(id)) renderHistory(messageList.lastRead());
   }
 }
 
@@ -266,7 +268,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
   const id = conversationId;
   const mySession = session;
   const stillSignedIn = () => mySession === session; // no sign-out (and in again) meanwhile
-  clearAlert();
+  if (!watching) clearAlert(); // a watch begun by a reload must not hide why it was reloaded
   msg.beginStreaming(el);
   messageList.scrollToBottom();
   let entry = null;
@@ -313,7 +315,7 @@ async function streamAnswer(el, open, { baseText = "", watching = false, words =
     msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
-    await reloadMessages(id); // shows the conversation as stored, without what was refused
+    await reloadMessages(id, { orAsLastRead: true }); // as stored, without what was refused
     unsentWords.keep(id, words);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
@@ -378,10 +380,8 @@ messageList.onControl({
 
 // --- keys ---
 /**
- * A Stop of the answer on screen. One the server refuses because the answer had ended otherwise
- * (it crossed the answer's end; one that ended for want of a reader takes the Stop, docs/api.md)
- * leaves the stored record as it is: the conversation is read again to show that, not what this
- * page assumed.
+ * A Stop of the answer on screen. One refused, the answer having ended otherwise (docs/api.md),
+ * leaves the record as it is: the conversation is read again to show that, not what was assumed.
  */
 function stopHere() {
   const id = conversationId;

@@ -23,13 +23,18 @@ export const shownOf = (messages) => messages.filter((m) => VISIBLE_ROLES.has(m.
 export function createMessageList({ list, empty, announce }) {
   const nearBottom = () => list.scrollHeight - list.scrollTop - list.clientHeight < NEAR_BOTTOM_PX;
   const scrollToBottom = () => { list.scrollTop = list.scrollHeight; };
+  let lastRead = []; // the history shown as the server last told it (show, learnIds)
 
   return {
+    /** The history on screen as the server last told it, before what the page added since. */
+    lastRead: () => lastRead,
+
     scrollToBottom,
 
     /** Draws the stored history, unscrolled (a live answer may join it first); returns what it shows. */
     show(messages) {
       const shown = shownOf(messages);
+      lastRead = shown;
       list.replaceChildren(...shown.map(msg.messageFromApi));
       msg.markContextStart(list, msg.contextStartOf(shown));
       empty.hidden = list.children.length > 0;
@@ -92,6 +97,7 @@ export function createMessageList({ list, empty, announce }) {
       });
       msg.markContextStart(list, msg.contextStartOf(stored));
       msg.refreshActions(list, false);
+      lastRead = stored;
       return true;
     },
 

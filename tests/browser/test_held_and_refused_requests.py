@@ -231,6 +231,37 @@ def test_a_rewrite_sent_while_an_answer_is_written_waits_in_its_open_editor(chat
     assert edits == []
 
 
+def test_a_message_the_server_could_not_be_reached_for_leaves_the_conversation_as_it_was(chat, user):
+    notes, _ = writing_in_notes(chat, user, "")
+    chat.route(f"**/api/conversations/{notes.pk}/messages", lambda route: route.abort("connectionrefused"))
+
+    send(chat, "a question that never left")
+
+    assert "reach" in alert_text(chat)
+    wait_for_true(chat, "document.querySelectorAll('#messages .message').length === 1")
+    assert shown(chat, "user") == "an earlier question"
+    assert chat.input_value("#composer") == "a question that never left"
+    assert chat.locator("#stop").is_hidden()
+
+
+def test_a_message_refused_for_an_answer_begun_elsewhere_says_why_while_that_answer_is_followed(chat, user):
+    notes, _ = writing_in_notes(chat, user, "")
+
+    def begun_in_another_tab(route):
+        answer = factories.message(notes, role="assistant", status="streaming", content="Meanwhile")
+        factories.generation(answer, status="streaming")
+        refuse(route, 409, "conversation_busy")
+
+    chat.route(f"**/api/conversations/{notes.pk}/messages",
+               lambda route: begun_in_another_tab(route) if route.request.method == "POST" else route.continue_())
+    send(chat, "my question")
+
+    wait_for_true(chat, "document.querySelector('#messages .message[data-role=assistant]')?.dataset.watched === 'true'")
+    assert chat.locator("#alert").is_visible()
+    assert "still being written" in chat.locator("#alert-text").inner_text()
+    assert chat.input_value("#composer") == "my question"
+
+
 def test_text_kept_to_hand_back_outlives_a_load_that_could_not_reach_the_server(chat):
     # As a page that went while its answer's stream was lost leaves it (kept_pieces.js).
     chat.evaluate("""sessionStorage.setItem("chatapp.piecesToHandBack",
