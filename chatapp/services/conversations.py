@@ -27,13 +27,17 @@ def conversation_create(*, owner, title: str = "", choices: dict | None = None) 
 
 def conversation_update(*, conversation: Conversation, title: str | None = None,
                         choices: dict | None = None) -> Conversation:
+    """Writes only what the request changes, and only to a conversation still there (else 404):
+    the whole row saved as it was read would put back what was written beside the request
+    meanwhile (a delete: the conversation came back; the title its first message gave it)."""
+    changes = {**(choices or {}), "updated_at": timezone.now()}
     if title is not None:
         # A name the user clears gives the title back to the first message.
-        conversation.title = _title(title)
-        conversation.title_set_by_user = bool(conversation.title)
-    for name, value in (choices or {}).items():
-        setattr(conversation, name, value)
-    conversation.save()
+        changes["title"] = _title(title)
+        changes["title_set_by_user"] = bool(changes["title"])
+    if not Conversation.objects.alive().filter(pk=conversation.pk).update(**changes):
+        raise not_found("conversation")
+    conversation.refresh_from_db()
     return conversation
 
 

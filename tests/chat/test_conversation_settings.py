@@ -8,6 +8,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
+from chatapp.errors import ApiError
 from chatapp.upstream import titles
 from chatapp.models import Conversation, Generation, Message
 from chatapp.upstream import models as upstream_models
@@ -221,3 +222,31 @@ def test_the_title_is_asked_of_the_conversations_model(user, two_models):
     asked, _ = two_models[1].requests[-1]
     assert (asked["model"], asked["stream"]) == (OTHER_MODEL, False)
     assert two_models[0].requests == []
+
+
+def test_a_change_read_before_a_delete_leaves_the_conversation_deleted(user):
+    from chatapp import selectors, services
+
+    conversation = factories.conversation(owner=user)
+    read = selectors.conversation_get(user=user, conversation_id=conversation.pk)  # a PATCH's read
+    services.conversation_delete(conversation=Conversation.objects.get(pk=conversation.pk))
+
+    with pytest.raises(ApiError) as refused:
+        services.conversation_update(conversation=read, choices={"temperature": 0.5})
+
+    assert refused.value.status == 404
+    assert Conversation.objects.get(pk=conversation.pk).deleted_at is not None
+
+
+def test_a_change_read_before_the_first_message_keeps_the_title_that_message_gave(user):
+    from chatapp import services
+
+    conversation = services.conversation_create(owner=user)
+    read = Conversation.objects.get(pk=conversation.pk)  # a PATCH's read
+    services.answer_write(plan=services.message_send(user=user, conversation=conversation,
+                                                     content="Soup recipes"))
+
+    services.conversation_update(conversation=read, choices={"temperature": 0.5})
+
+    found = Conversation.objects.get(pk=conversation.pk)
+    assert (found.title, found.temperature) == ("Soup recipes", 0.5)
