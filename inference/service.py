@@ -9,7 +9,7 @@ from enum import Enum
 
 from .async_engine import AsyncEngine
 from .config import InferenceConfig
-from .engine import ContextLengthExceeded, EngineConfig, LLMEngine, SamplingParams
+from .engine import ContextLengthExceeded, EngineConfig, LLMEngine, PromptRefused, SamplingParams
 from .engine.captured_steps import CaptureMode
 from .engine.decode_graph import CompileMode
 from .engine.matrices import MatrixLayout
@@ -167,7 +167,10 @@ class InferenceService:
                     continue_final_message: bool) -> list[int]:
         """The prompt of a completion of these messages, the chat template applied."""
         self.check_model(model)
-        return self.engine.encode_chat(messages, continue_final_message)
+        try:
+            return self.engine.encode_chat(messages, continue_final_message)
+        except PromptRefused as error:
+            raise ProtocolError(400, str(error), "invalid_messages", "messages") from error
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:

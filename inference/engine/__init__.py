@@ -4,9 +4,9 @@ The layers above build it from an `EngineConfig` and then only ask it questions 
 door (door.py: `limits()`, `stats()`, `decode_step()`); its cache and scheduler stay its own.
 """
 
-from .door import ContextLengthExceeded, EngineLimits, EngineStats, GraphState
+from .door import ContextLengthExceeded, EngineLimits, EngineStats, GraphState, PromptRefused
 from .llm_engine import EngineConfig, LLMEngine, RequestOutput
 from .sequence import SamplingParams
 
 __all__ = ["ContextLengthExceeded", "EngineConfig", "EngineLimits", "EngineStats", "GraphState",
-           "LLMEngine", "RequestOutput", "SamplingParams"]
+           "LLMEngine", "PromptRefused", "RequestOutput", "SamplingParams"]

@@ -27,6 +27,11 @@ class ContextLengthExceeded(ValueError):
         self.is_prompt_alone = is_prompt_alone
 
 
+class PromptRefused(ValueError):
+    """Messages the model's chat template refuses, in its own words (a system message where it
+    takes none, turns that do not alternate)."""
+
+
 @dataclass(frozen=True)
 class EngineLimits:
     # The longest prompt + answer: the model's own context, the configured one when lower, and

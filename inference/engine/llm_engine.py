@@ -14,12 +14,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
+
 from common.vocabulary import FinishReason
 
 from .captured_steps import CaptureMode
 from .decode_graph import CompileMode
 from .detokenizer import IncrementalDetokenizer
-from .door import EngineLimits, EngineStats, GraphState
+from .door import EngineLimits, EngineStats, GraphState, PromptRefused
 from .kv_cache import CacheShape, KVCache
 from .matrices import MatrixLayout
 from .model_runner import ModelRunner
@@ -234,10 +236,13 @@ class LLMEngine:
 
     def encode_chat(self, messages: list[dict[str, str]], continue_final_message: bool = False) -> list[int]:
         """The prompt; with `continue_final_message`, the last (assistant) message stays open."""
-        encoded = self._thread_tokenizer().apply_chat_template(
-            messages, add_generation_prompt=not continue_final_message,
-            continue_final_message=continue_final_message, tokenize=True, return_dict=False,
-        )
+        try:
+            encoded = self._thread_tokenizer().apply_chat_template(
+                messages, add_generation_prompt=not continue_final_message,
+                continue_final_message=continue_final_message, tokenize=True, return_dict=False,
+            )
+        except jinja2.TemplateError as error:  # the template's raise_exception(), as many models' do
+            raise PromptRefused(f"the model's chat template refuses these messages: {error}") from error
         return list(encoded)
 
     def encode(self, text: str) -> list[int]:

@@ -189,6 +189,25 @@ def test_a_final_assistant_message_is_written_on_when_asked_as_vllm_asks_it(tiny
     assert response.json()["usage"]["completion_tokens"] == 3
 
 
+def test_messages_the_models_chat_template_refuses_get_its_reason_in_a_400():
+    # As Gemma's template refuses a system message, or Mistral's turns that do not alternate.
+    engine = models.engine(models.tiny_model())
+    engine.prompt_tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}{% endfor %}")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    with serving(service_for(engine)) as url:
+        answers = [httpx2.post(f"{url}/v1/chat/completions", json=chat(stream=stream) | {"messages": messages})
+                   for stream in (True, False)]
+        counted = httpx2.post(f"{url}/tokenize", json={"model": MODEL_NAME, "messages": messages})
+
+    for response in (*answers, counted):
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_messages", "messages")
+        assert "System role not supported" in error["message"]
+
+
 def test_an_unknown_model_is_refused_with_404(tiny_service_url):
     response = httpx2.post(f"{tiny_service_url}/v1/chat/completions",
                           json={**chat(stream=True), "model": "gpt-9"})
