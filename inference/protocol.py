@@ -13,6 +13,8 @@ from common import strict_json
 
 ROLES = ("system", "user", "assistant")
 MAX_STOP_SEQUENCES = 4
+# Each is followed through the answer at every token, and prepared when the request arrives.
+MAX_STOP_CHARS = 1024
 # What torch.Generator.manual_seed takes (a negative seed wraps around modulo 2**64).
 SEED_RANGE = (-2**63, 2**64 - 1)
 ACCEPTED_FIELDS = {
@@ -249,9 +251,9 @@ def _stop(stop) -> tuple[str, ...]:
         return ()
     sequences = [stop] if isinstance(stop, str) else stop
     if (not isinstance(sequences, list) or len(sequences) > MAX_STOP_SEQUENCES
-            or not all(isinstance(s, str) and s for s in sequences)):
-        raise ProtocolError(400, f"stop must be a non-empty string or a list of up to "
-                            f"{MAX_STOP_SEQUENCES} non-empty strings", "invalid_value", "stop")
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in sequences)):
+        raise ProtocolError(400, f"stop must be a string or a list of up to {MAX_STOP_SEQUENCES} "
+                            f"strings, each of 1 to {MAX_STOP_CHARS} characters", "invalid_value", "stop")
     return tuple(sequences)
 
 

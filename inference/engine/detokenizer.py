@@ -17,10 +17,44 @@ ZERO_WIDTH_JOINER = "\u200d"
 Decode = Callable[[Sequence[int]], str]
 
 
+class StopSearch:
+    """One stop string followed through text as it grows (Knuth-Morris-Pratt): how much of its
+    start the text ends with, and where it first occurs. Each new character costs O(1),
+    amortized, however long the answer and the stop string (a plain search at every token cost
+    the step thread the square of their lengths)."""
+
+    def __init__(self, stop: str):
+        self.stop = stop
+        self.matched = 0  # the length of the longest start of `stop` the text ends with
+        self.found_at: int | None = None  # where `stop` first occurs in the text
+        # fallback[i]: the longest proper start of stop[:i + 1] that also ends it.
+        self._fallback = [0] * len(stop)
+        length = 0
+        for i in range(1, len(stop)):
+            while length and stop[i] != stop[length]:
+                length = self._fallback[length - 1]
+            if stop[i] == stop[length]:
+                length += 1
+            self._fallback[i] = length
+
+    def follow(self, text: str, start: int) -> None:
+        """Reads text[start:], the characters added since the last call."""
+        stop, matched = self.stop, self.matched
+        for index in range(start, len(text)):
+            while matched and stop[matched] != text[index]:
+                matched = self._fallback[matched - 1]
+            if stop[matched] == text[index]:
+                matched += 1
+            if matched == len(stop):
+                self.found_at = index + 1 - len(stop)
+                break
+        self.matched = matched
+
+
 class IncrementalDetokenizer:
     def __init__(self, decode: Decode, stop: Sequence[str] = ()):
         self._decode = decode
-        self._stop = tuple(s for s in stop if s)
+        self._stops = [StopSearch(s) for s in stop if s]
         self._prefix_offset = 0
         self._read_offset = 0
         self.text = ""  # all whole characters decoded so far
@@ -34,7 +68,7 @@ class IncrementalDetokenizer:
         prefix_text = self._decode(token_ids[self._prefix_offset:self._read_offset])
         new_text = self._decode(token_ids[self._prefix_offset:])
         if len(new_text) > len(prefix_text) and not new_text.endswith(REPLACEMENT_CHARACTER):
-            self.text += new_text[len(prefix_text):]
+            self._grow(new_text[len(prefix_text):])
             self._prefix_offset = self._read_offset
             self._read_offset = len(token_ids)
         return self._release(final=False)
@@ -49,32 +83,29 @@ class IncrementalDetokenizer:
             # decoder replaces a truncated sequence as a whole), and that half is never sent.
             whole = whole[:-1]
         if whole.startswith(self.text):
-            self.text = whole
+            self._grow(whole[len(self.text):])
         return self._release(final=True)
+
+    def _grow(self, new: str) -> None:
+        start = len(self.text)
+        self.text += new
+        for search in self._stops:
+            search.follow(self.text, start)
 
     def _release(self, final: bool) -> str:
         end = len(self.text)
-        if self._stop:
-            # Held-back text is the only place a stop string can begin.
-            found = [i for i in (self.text.find(s, self._emitted) for s in self._stop) if i >= 0]
+        if self._stops:
+            # Held-back text is the only place a stop string can begin: it is found there.
+            found = [search.found_at for search in self._stops if search.found_at is not None]
             if found:
                 self.stopped = True
                 self.text = self.text[: min(found)]
                 end = len(self.text)
             elif not final:
-                end -= self._longest_stop_prefix_at_end()
+                end -= max(search.matched for search in self._stops)
         if not final and not self.stopped and self.text[:end].endswith(ZERO_WIDTH_JOINER):
             end -= 1
         end = max(end, self._emitted)
         delta = self.text[self._emitted:end]
         self._emitted = end
         return delta
-
-    def _longest_stop_prefix_at_end(self) -> int:
-        longest = 0
-        for stop in self._stop:
-            for size in range(min(len(stop) - 1, len(self.text)), longest, -1):
-                if self.text.endswith(stop[:size]):
-                    longest = size
-                    break
-        return longest

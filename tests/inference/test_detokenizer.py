@@ -1,6 +1,10 @@
 """Text goes out in whole characters, adds up to the tokenizer's own decode, and stops cleanly."""
 
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inference.engine.detokenizer import IncrementalDetokenizer
 from tests.inference import models
@@ -82,3 +86,30 @@ def test_an_answer_cut_inside_a_character_ends_before_it_without_a_replacement_m
     deltas.append(detokenizer.finish(cut))
 
     assert "".join(deltas) == text[:-1]
+
+
+def cut_by_plain_search(text: str, stops: list[str], boundaries: list[int]) -> str:
+    """What the answer says, by a plain search of the text at each point it grows: it ends at
+    the earliest start of the stop strings whole at the first point where one is."""
+    for boundary in boundaries:
+        starts = [text[:boundary].find(stop) for stop in stops]
+        if any(start >= 0 for start in starts):
+            return text[:min(start for start in starts if start >= 0)]
+    return text
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet="ab", max_size=40),
+       stops=st.lists(st.text(alphabet="ab", min_size=1, max_size=6), min_size=1, max_size=4),
+       steps=st.lists(st.integers(min_value=1, max_value=5), min_size=1))
+def test_stop_strings_cut_the_text_where_a_plain_search_would_and_none_of_them_goes_out(text, stops, steps):
+    # One character a token; repetitive text and stops, where a partial match must fall back.
+    boundaries = list(itertools.accumulate(steps * (len(text) + 1)))
+    boundaries = [b for b in boundaries if b < len(text)] + [len(text)]
+    detokenizer = IncrementalDetokenizer(lambda ids: "".join(map(chr, ids)), stops)
+    ids = [ord(c) for c in text]
+
+    deltas = [detokenizer.add(ids[:boundary]) for boundary in boundaries]
+    deltas.append(detokenizer.finish(ids))
+
+    assert "".join(deltas) == cut_by_plain_search(text, stops, boundaries)

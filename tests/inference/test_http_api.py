@@ -137,6 +137,7 @@ BAD_REQUESTS = [
     (chat(stream_options={"include_usage": True}), "invalid_value", "stream_options"),
     (chat(stop=["a", "b", "c", "d", "e"]), "invalid_value", "stop"),
     (chat(stop=""), "invalid_value", "stop"),
+    (chat(stop=["fine", "~" * 1025]), "invalid_value", "stop"),  # each is watched for at every token
     (chat(n=2), "invalid_value", "n"),
     (chat(tools=[]), "unsupported_field", "tools"),
     (chat(logprobs=True), "unsupported_field", "logprobs"),
