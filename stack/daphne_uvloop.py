@@ -17,13 +17,17 @@ Twisted parses a POSTed form body into `request.args` before daphne sees the req
 answers a bare HTML 400 itself to a multipart body it cannot parse; daphne never reads those
 args (Django parses what it needs), so each request is made with that parsing off, and such a
 body reaches Django, whose API answers it in JSON (a 400: it cannot be read; a form that can,
-a 415: the API reads JSON only).
+a 415: the API reads JSON only). Twisted also answers a bare 400, no body, to a request line
+whose address holds bytes past ASCII, which browsers escape but curl and scripts send as typed
+(`?q=café`) and nginx passes on: each such byte is percent-escaped first, as a browser would
+have, so that Django answers the address as it answers the escaped one.
 
     python -m stack.daphne_uvloop <daphne's own arguments>
 """
 
 import argparse
 import asyncio
+import re
 import sys
 
 import uvloop
@@ -43,22 +47,32 @@ def daphne_arguments(argv: list[str]) -> list[str]:
     return ["-e", f"tcp:port={given.port}:interface={interface}:backlog={LISTEN_BACKLOG}", *rest]
 
 
-def requests_left_unparsed() -> None:
-    """daphne's requests made with Twisted's form parsing off (its HTTPFactory reads the name at each connection)."""
+def escaped(request_line: bytes) -> bytes:
+    """`request_line` with each byte past ASCII percent-escaped: its address as a browser sends it."""
+    return re.sub(rb"[\x80-\xff]", lambda byte: b"%%%02X" % byte[0][0], request_line)
+
+
+def requests_left_to_the_app() -> None:
+    """daphne's requests made with Twisted's form parsing off (its HTTPFactory reads the name at
+    each connection), their request lines escaped before Twisted parses them (a name its
+    HTTPChannel reads at each request; tests/test_api_errors_are_json.py fails should it go)."""
     from daphne import http_protocol
+    from twisted.web import http
 
     class UnparsedWebRequest(http_protocol.WebRequest):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
 
     http_protocol.WebRequest = UnparsedWebRequest
+    parse = http._parseRequestLine
+    http._parseRequestLine = lambda line: parse(escaped(line))
 
 
 def main() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # before daphne makes its loop
     from daphne.cli import CommandLineInterface
 
-    requests_left_unparsed()
+    requests_left_to_the_app()
 
     CommandLineInterface().run(daphne_arguments(sys.argv[1:]))
 

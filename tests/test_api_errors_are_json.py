@@ -131,7 +131,7 @@ def raw_request(port: int, request_line: str, *headers: str) -> tuple[int, str, 
     """Status, content type and body of a request no HTTP client would send (nginx closes after it)."""
     lines = [request_line, f"Host: 127.0.0.1:{port}", "Connection: close", *headers, "", ""]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
-        connection.sendall("\r\n".join(lines).encode())
+        connection.sendall("\r\n".join(lines).encode("utf-8", "surrogateescape"))  # "\udcff": byte 0xff
         answer = b"".join(iter(lambda: connection.recv(65536), b""))
     head, _, body = answer.partition(b"\r\n\r\n")
     status_line, *fields = head.decode().split("\r\n")
@@ -148,6 +148,7 @@ UNREADABLE = {
     "a transfer coding nginx does not know": (501, "POST {prefix}auth/login HTTP/1.1", "Transfer-Encoding: gzip"),
     "an HTTP version nginx does not speak": (505, "GET {prefix}auth/session HTTP/2.0"),
     "a method in lower case": (400, "get {prefix}auth/session HTTP/1.1"),
+    "a tab after the method": (400, "GET\t {prefix}auth/session HTTP/1.1"),
 }
 
 
@@ -162,6 +163,27 @@ def test_a_request_nginx_cannot_read_is_json_under_the_api_and_its_page_elsewher
     assert (api_status, api_type) == (status, "application/json"), api_body[:200]
     assert json.loads(api_body)["error"]["code"] == "bad_request"
     assert (page_status, page_type) == (status, "text/html")
+
+
+# Bytes no browser sends unescaped (curl and scripts do): the app answers them as it answers
+# the same address percent-escaped. The status Django gives each, and its code.
+UNESCAPED = {
+    "UTF-8 in the query": ("GET /api/no-such-thing?q=café HTTP/1.1", 404, "not_found"),
+    "UTF-8 in the path": ("GET /api/café HTTP/1.1", 404, "not_found"),
+    "a byte that is no UTF-8 in the path": ("GET /api/\udcff HTTP/1.1", 404, "not_found"),
+    "UTF-8 in the query of an endpoint": ("GET /api/conversations?q=日本 HTTP/1.1", 401, "not_authenticated"),
+}
+
+
+@pytest.mark.parametrize("case", UNESCAPED.values(), ids=UNESCAPED.keys())
+def test_an_address_with_unescaped_bytes_is_answered_by_the_app_on_daphne_and_behind_nginx(
+        nginx_in_front, probe_app_port, case):
+    request_line, status, code = case
+    for port in (probe_app_port, nginx_in_front()):
+        answer_status, content_type, body = raw_request(port, request_line)
+
+        assert (answer_status, content_type) == (status, "application/json"), body[:200]
+        assert json.loads(body)["error"]["code"] == code
 
 
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
