@@ -7,7 +7,7 @@ pages' reads, across every owner, are staff/selectors.py.
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import F, Prefetch, Q
+from django.db.models import Case, Exists, F, OuterRef, Prefetch, Q, When
 from django.db.models.functions import Coalesce, Length, Substr
 
 from common.vocabulary import GenerationStatus, MessageStatus
@@ -76,9 +76,12 @@ def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
     """The answer's status and saved text in one query, so that the two agree.
 
     The text is the message's (for a continued answer, all of it), or the generation's own once
-    its message is gone; only the characters from `after` on are read, not the whole text again.
+    its message is gone or was continued since (the message's text then goes on past it); only
+    the characters from `after` on are read, not the whole text again.
     """
-    saved = Coalesce("message__content", "final_text")
+    continued_since = Exists(Generation.objects.filter(message=OuterRef("message"), pk__gt=OuterRef("pk")))
+    saved = Case(When(continued_since, then=F("final_text")),
+                 default=Coalesce("message__content", "final_text"))
     found = (Generation.objects.filter(pk=generation_id)
              .only("status", "message", "finish_reason", "input_tokens", "output_tokens", "ttft_ms")
              .annotate(saved_length=Length(saved), saved_after=Substr(saved, after + 1),

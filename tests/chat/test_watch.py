@@ -153,6 +153,23 @@ async def test_a_continued_answer_is_watched_with_the_messages_whole_text_and_sa
     assert (prefix["text"], prefix["earlier_chars"]) == ("Before. And after", len("Before."))
 
 
+async def test_an_answer_continued_since_is_watched_and_resumed_with_its_own_text(api, user):
+    def continued_since():
+        answer = factories.message(factories.conversation(owner=user), role="assistant",
+                                   status="truncated", content="Before. And after")
+        first = factories.generation(answer, finish_reason="length", final_text="Before.")
+        factories.generation(answer, finish_reason="length", final_text=" And after")
+        return first
+    generation = await sync_to_async(continued_since)()
+
+    watched = dict(await read_events(await api.get(f"/api/generations/{generation.pk}/events")))
+    resumed = await read_events(await api.get(f"/api/generations/{generation.pk}/events?from=3"))
+
+    assert (watched["prefix"]["text"], watched["prefix"]["earlier_chars"]) == ("Before.", 0)
+    assert (dict(resumed)["resume"]["earlier_chars"], dict(resumed)["resume"]["stored_chars"]) == (0, 7)
+    assert text_of(resumed) == "ore."
+
+
 async def test_another_users_watch_is_404_and_a_signed_out_one_401(api, other_user):
     generation = await sync_to_async(factories.generation)(
         await sync_to_async(factories.message)(await sync_to_async(factories.conversation)(owner=other_user),
