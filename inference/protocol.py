@@ -12,6 +12,8 @@ from typing import Any
 from common import strict_json
 
 ROLES = ("system", "user", "assistant")
+# OpenAI's newer name for the system message: read as one (chat templates know only "system").
+ROLE_READ_AS = {"developer": "system"}
 MAX_STOP_SEQUENCES = 4
 # Each is followed through the answer at every token, and prepared when the request arrives.
 MAX_STOP_CHARS = 1024
@@ -25,6 +27,10 @@ ACCEPTED_FIELDS = {
     # (add_generation_prompt, true unless the message is continued).
     "continue_final_message", "add_generation_prompt",
 }
+# Fields OpenAI's clients send at the value that asks for nothing (LangChain sends both penalties
+# at 0): served at that value (or null), refused at any other as the fields above are not.
+NO_OP_VALUES = {"presence_penalty": (0,), "frequency_penalty": (0,), "logprobs": (False,),
+                "response_format": ({"type": "text"},)}
 # vLLM's /tokenize takes chat messages (the chat template applied as for a completion) or a
 # plain prompt, never both.
 TOKENIZE_CHAT_FIELDS = {"model", "messages", "add_generation_prompt", "continue_final_message"}
@@ -95,6 +101,11 @@ def parse_json_object(raw: bytes) -> dict:
     return body
 
 
+def _is_one_of(value, values: tuple) -> bool:
+    """`value` is one of `values` as JSON tells them apart (0 is 0.0, false is no 0)."""
+    return any(isinstance(value, bool) == isinstance(v, bool) and value == v for v in values)
+
+
 def _refuse_unknown(body: dict, accepted: set[str]) -> None:
     unknown = sorted(set(body) - accepted)
     if unknown:
@@ -103,7 +114,9 @@ def _refuse_unknown(body: dict, accepted: set[str]) -> None:
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
     body = parse_json_object(raw)
-    _refuse_unknown(body, ACCEPTED_FIELDS)
+    asking_nothing = {name for name, values in NO_OP_VALUES.items()
+                      if name in body and (body[name] is None or _is_one_of(body[name], values))}
+    _refuse_unknown(body, ACCEPTED_FIELDS | asking_nothing)
 
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -227,8 +240,9 @@ def _messages(messages) -> list[dict[str, str]]:
         if not isinstance(message, dict):
             raise ProtocolError(400, f"{where} must be an object", "invalid_type", where)
         role = message.get("role")
+        role = ROLE_READ_AS.get(role, role) if isinstance(role, str) else role
         if role not in ROLES:
-            raise ProtocolError(400, f"{where}.role must be one of {', '.join(ROLES)}",
+            raise ProtocolError(400, f"{where}.role must be one of {', '.join((*ROLES, *ROLE_READ_AS))}",
                                 "invalid_value", f"{where}.role")
         parsed.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
     return parsed

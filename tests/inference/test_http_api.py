@@ -121,6 +121,8 @@ BAD_REQUESTS = [
     (chat() | {"messages": []}, "invalid_value", "messages"),
     (chat() | {"messages": "hi"}, "invalid_value", "messages"),
     (chat() | {"messages": [{"role": "wizard", "content": "hi"}]}, "invalid_value", "messages[0].role"),
+    (chat() | {"messages": [{"role": ["user"], "content": "hi"}]}, "invalid_value", "messages[0].role"),
+    (chat(logprobs=0), "unsupported_field", "logprobs"),  # false is asked for, not a number
     (chat() | {"messages": [{"role": "user", "content": 42}]}, "invalid_type", "messages[0].content"),
     (chat() | {"messages": ["hi"]}, "invalid_type", "messages[0]"),
     (chat(temperature=-0.1), "invalid_value", "temperature"),
@@ -141,6 +143,8 @@ BAD_REQUESTS = [
     (chat(n=2), "invalid_value", "n"),
     (chat(tools=[]), "unsupported_field", "tools"),
     (chat(logprobs=True), "unsupported_field", "logprobs"),
+    (chat(presence_penalty=0.5), "unsupported_field", "presence_penalty"),
+    (chat(response_format={"type": "json_object"}), "unsupported_field", "response_format"),
     # vLLM's and llama.cpp's rule: writing on at the end of the last message is no new turn.
     (chat() | {"messages": ANSWERED, "continue_final_message": True}, "invalid_value", "add_generation_prompt"),
     (chat() | {"messages": ANSWERED, "continue_final_message": True, "add_generation_prompt": True},
@@ -188,6 +192,26 @@ def test_a_final_assistant_message_is_written_on_when_asked_as_vllm_asks_it(tiny
 
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 3
+
+
+def test_fields_clients_send_at_values_that_ask_for_nothing_are_served(tiny_service_url):
+    # LangChain's OpenAI client sends both penalties at 0, others logprobs false and a text format.
+    body = chat(max_tokens=2, presence_penalty=0, frequency_penalty=0.0, logprobs=False,
+                response_format={"type": "text"})
+
+    response = httpx2.post(f"{tiny_service_url}/v1/chat/completions", json=body)
+
+    assert response.status_code == 200, response.text
+
+
+def test_a_developer_message_is_read_as_the_system_message_it_replaced_at_openai(tiny_service_url):
+    def prompt(role: str) -> list[int]:
+        messages = [{"role": role, "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        response = httpx2.post(f"{tiny_service_url}/tokenize", json={"model": MODEL_NAME, "messages": messages})
+        assert response.status_code == 200, response.text
+        return response.json()["tokens"]
+
+    assert prompt("developer") == prompt("system")
 
 
 def test_messages_the_models_chat_template_refuses_get_its_reason_in_a_400():
