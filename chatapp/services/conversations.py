@@ -85,8 +85,9 @@ def _title(title: str) -> str:
 
 
 def title_from(content: str) -> str:
-    """The title a conversation takes from its first message: that message's first line."""
-    return shown_line(content.strip().splitlines()[0])[:80]
+    """The title a conversation takes from its first message: that message's first line with
+    something to show (one of only invisible characters is none)."""
+    return next(filter(None, map(shown_line, content.splitlines())), "")[:80]
 
 
 # --- starting an answer ---

@@ -123,3 +123,15 @@ def test_a_rename_made_while_the_first_answer_starts_is_kept_and_the_first_line_
     for plan in plans:
         services.answer_write(plan=plan)
     assert [Conversation.objects.get(pk=c.pk).title for c in (renamed, untouched)] == ["Mine", "Soup recipes"]
+
+
+@pytest.mark.parametrize("content, title", [
+    ("Soup recipes\nquick ones", "Soup recipes"),
+    ("\u200b\nSoup recipes", "Soup recipes"),  # a first line with nothing to show is no title
+    ("\u202e\u200b \n\n  Soup\trecipes", "Soup recipes"),
+    ("\u200b", ""),
+])
+def test_the_first_message_titles_by_its_first_line_that_shows_something(content, title):
+    from chatapp.services.conversations import title_from
+
+    assert title_from(content) == title
