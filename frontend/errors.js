@@ -46,6 +46,7 @@ const SENTENCES = {
   upstream_unreachable: MODEL_UNREACHABLE,
   upstream_timeout: "The model took too long to answer. Please try again.",
   upstream_error: "The model could not answer this request. Please try again.",
+  model_refuses_messages: "This model does not take the conversation as it is (some take no system prompt). Change the settings or the model, then try again.",
   upstream_disconnected: "The model stopped partway through its answer. The text so far is kept.",
   upstream_protocol: "The model sent something that could not be read. The text so far is kept.",
   interrupted: "The answer was interrupted on the server. The text so far is kept.",

@@ -163,6 +163,20 @@ async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_f
     assert generation.status == "failed" and generation.error_code == code
 
 
+async def test_messages_the_models_chat_template_refuses_are_a_400_that_says_so(api, conversation, upstream):
+    # Our inference service's answer to a template's raise_exception (a system message where
+    # the model takes none): the user can change the conversation; trying again cannot help.
+    upstream.script.status, upstream.script.error_code = 400, "invalid_messages"
+
+    response = await send(api, conversation)
+
+    answer, generation = await rows_async(conversation)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "model_refuses_messages"
+    assert "upstream says no" in response.json()["error"]["message"]
+    assert answer is None and generation.error_code == "model_refuses_messages"
+
+
 async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conversation, settings):
     settings.INFERENCE_URL = f"http://127.0.0.1:{ports.free_port()}"
 

@@ -22,6 +22,7 @@ class Script:
     first_delay_s: float = 0.0  # pause between the role chunk and the first content (a queued prompt)
     finish_reason: str = "stop"
     status: int = 200  # anything else: refuse with this status and a JSON error
+    error_code: str = "nope"  # that error's code
     crash_after: int | None = None  # drop the connection after this many content chunks
     stall_after: int | None = None  # go quiet after this many content chunks, until hung up
     garbage_after: int | None = None  # send a line that is not JSON after this many chunks
@@ -98,7 +99,7 @@ class FakeUpstream:
         script = self.script
         if script.status != 200:
             payload = json.dumps({"error": {"message": "upstream says no", "type": "server_error",
-                                            "code": "nope"}}).encode()
+                                            "code": script.error_code}}).encode()
             await send({"type": "http.response.start", "status": script.status,
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": payload})
