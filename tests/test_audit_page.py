@@ -127,6 +127,7 @@ def test_cancellations_are_counted_per_day_and_by_who_cancelled(staff_client):
 @pytest.mark.parametrize("params", [
     {"from": "yesterday"}, {"to": "2026-02-30"}, {"from": "2026-03-02", "to": "2026-03-01"},
     {"from": "2020-01-01", "to": "2026-01-01"},
+    {"from": "9999-12-30", "to": "9999-12-31"}, {"to": "0001-01-05"},  # days past the calendar's ends
 ])
 def test_a_bad_period_gives_400_with_the_reason(staff_client, params):
     page = audit_page(staff_client, **params)

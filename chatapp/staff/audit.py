@@ -54,7 +54,11 @@ def _parse_date(name: str, text: str) -> date:
 def parse_period(from_text: str | None, to_text: str | None, today: date) -> Period:
     """Both ends inclusive; a missing end defaults to the 14 days ending `today`."""
     end = _parse_date("to", to_text) if to_text else today
-    start = _parse_date("from", from_text) if from_text else end - timedelta(DEFAULT_DAYS - 1)
+    try:
+        start = _parse_date("from", from_text) if from_text else end - timedelta(DEFAULT_DAYS - 1)
+        end + timedelta(1)  # the period's bounds end the next midnight
+    except OverflowError:
+        raise BadPeriod("The period reaches past the calendar (years 1 to 9999).") from None
     if start > end:
         raise BadPeriod(f"'from' ({start}) is after 'to' ({end}).")
     if (end - start).days + 1 > MAX_DAYS:
