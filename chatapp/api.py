@@ -328,7 +328,8 @@ def staff_only(user) -> None:
 async def live_events(request, user):
     """Every answer streaming now and each inference replica's load, every interval, as SSE."""
     staff_only(user)
-    return event_stream(live_view.events())
+    still_staff = on_database_thread(staff_selectors.still_staff)
+    return event_stream(live_view.events(lambda: still_staff(user_id=user.pk, session=request.session)))
 
 
 @endpoint("POST")

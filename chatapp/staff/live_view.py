@@ -9,7 +9,7 @@ Its reads cross every owner (staff/selectors.py): only the staff endpoints call 
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
 
@@ -25,9 +25,13 @@ async def snapshot() -> dict:
     return {"streams": streams, "replicas": [replica.as_json() for replica in replicas]}
 
 
-async def events() -> AsyncIterator[bytes]:
-    """A `live` event now and every interval after, until the page leaves (Django cancels us)."""
+async def events(may_see: Callable[[], Awaitable[bool]]) -> AsyncIterator[bytes]:
+    """A `live` event now and every interval after, until the page leaves (Django cancels us), or
+    until `may_see()` no longer holds (the admin signed out elsewhere, or is staff no more): the
+    stream ends then, as its first request would be refused."""
     while True:
         started = time.monotonic()
+        if not await may_see():
+            return
         yield sse.event("live", await snapshot())
         await asyncio.sleep(max(settings.CHAT_WATCH_INTERVAL_SECONDS - (time.monotonic() - started), 0))

@@ -4,6 +4,7 @@ call them; the conversation core's reads, scoped to their owner, are chatapp/sel
 
 from datetime import date, datetime
 
+from django.contrib.auth import get_user_model
 from django.db.models import Min
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -28,6 +29,13 @@ def streams_now() -> list[dict]:
              "age_s": round((now - row["started_at"]).total_seconds(), 1),
              "chars_so_far": row["chars_so_far"]}
             for row in rows]
+
+
+def still_staff(*, user_id: int, session) -> bool:
+    """The user is still signed in with `session` (not signed out, not expired) and still active
+    staff: what a live view that stays open checks again at each of its events."""
+    return (session.exists(session.session_key)
+            and get_user_model().objects.filter(pk=user_id, is_active=True, is_staff=True).exists())
 
 
 def generation_of_anyone(*, generation_id: int) -> Generation:

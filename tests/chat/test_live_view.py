@@ -5,6 +5,8 @@ import asyncio
 import httpx2
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.contrib.sessions.models import Session
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
@@ -14,7 +16,7 @@ from chatapp.models import Generation
 from common.vocabulary import GenerationStatus
 from harness import ports
 from tests import factories
-from tests.chat.streams import Browser
+from tests.chat.streams import Browser, EventReader, names
 from tests.inference import models
 from tests.inference.serving import service_for, serving
 
@@ -166,3 +168,20 @@ async def test_an_admin_stop_ends_a_streaming_answer_keeping_all_its_user_was_se
     assert generation.message.content == sent and sent.startswith("Alpha beta")
     assert len(sent) < len("".join(upstream.script.chunks))
     assert generation.stop_seen_chars is None and hung_up
+
+
+@pytest.mark.parametrize("ended", ["signed out elsewhere", "no longer staff"])
+async def test_the_live_events_end_once_the_admin_may_no_longer_see_them(settings, ended):
+    settings.CHAT_WATCH_INTERVAL_SECONDS = 0.2
+    admin = AsyncClient()
+    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+    watched = EventReader(await admin.get(reverse("api:live-events")))
+    await watched.until(lambda events: len(events) >= 1)
+
+    if ended == "signed out elsewhere":
+        await sync_to_async(Session.objects.all().delete)()
+    else:
+        await sync_to_async(get_user_model().objects.update)(is_staff=False)
+
+    events = await asyncio.wait_for(watched.to_the_end(), 10)  # it ends: no more of anyone's answers
+    assert set(names(events)) == {"live"}
