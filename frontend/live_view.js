@@ -26,7 +26,10 @@ function stopButton(generationId) {
     try {
       await api.staffStop(generationId);
     } catch (error) {
-      button.textContent = `Stop failed: ${error.message}`;
+      // Not taken: the answer goes on, and the Stop may be pressed again.
+      delete button.dataset.asked;
+      button.disabled = false;
+      button.textContent = `Stop failed: ${error.message}. Stop again`;
     }
   });
   return button;
@@ -79,15 +82,25 @@ function show({ streams, replicas }) {
   document.querySelector("#replicas tbody").replaceChildren(...replicas.map(replicaRow));
 }
 
-function follow() {
+const FIRST_RETRY_MS = 1000;
+const LAST_RETRY_MS = 30_000;
+
+function follow(retryMs = FIRST_RETRY_MS) {
   const status = document.getElementById("connection");
   const source = new EventSource(EVENTS_URL);
   source.addEventListener("live", (event) => {
+    retryMs = FIRST_RETRY_MS;
     status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
     show(JSON.parse(event.data));
   });
-  // EventSource reconnects by itself; say so meanwhile.
-  source.addEventListener("error", () => { status.textContent = "Connection lost; reconnecting…"; });
+  source.addEventListener("error", () => {
+    status.textContent = "Connection lost; reconnecting…";
+    // EventSource reconnects by itself, but gives up for good on an answer other than 200 (a
+    // web process restarting behind nginx, the database down): then a new one, later.
+    if (source.readyState === EventSource.CLOSED) {
+      setTimeout(() => follow(Math.min(retryMs * 2, LAST_RETRY_MS)), retryMs);
+    }
+  });
 }
 
 follow();

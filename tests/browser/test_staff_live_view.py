@@ -5,7 +5,7 @@ import pytest
 
 from chatapp.models import Conversation, Generation
 from harness import waiting
-from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
+from harness.page_probes import last_answer, send, wait_for_end, wait_for_handled, wait_for_true
 from tests import factories
 from tests.browser.conftest import PASSWORD, sign_in
 
@@ -109,3 +109,53 @@ def test_the_staff_pages_and_their_charts_follow_the_dark_colour_scheme(
     assert text == "rgb(230, 232, 235)"
     assert chart_text == (text if path == "/staff/audit/" else None)  # the live page draws no chart
     assert admin_page.console_errors == []
+
+
+def test_a_stop_the_server_refused_may_be_pressed_again_and_then_stops_the_answer(
+        page, admin_page, stack_with_fake_upstream, user, upstream):
+    generation = admin_watching_a_slow_answer(page, admin_page, stack_with_fake_upstream, user, upstream)
+    admin_page.route("**/api/staff/generations/*/stop", lambda route: route.fulfill(
+        status=503, content_type="application/json",
+        body='{"error": {"code": "database_unavailable", "message": "the database is down"}}'))
+    stop = admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"] button')
+    stop.click()
+    wait_for_true(admin_page, "document.querySelector('#streams button').textContent.includes('failed')")
+
+    admin_page.unroute("**/api/staff/generations/*/stop")
+    stop.click(timeout=5_000)
+
+    waiting.wait_until(lambda: Generation.objects.get().status == "stopped", 30, "the answer's final write")
+    assert Generation.objects.get().cancelled_by == "admin"
+
+
+def test_a_long_conversation_title_leaves_each_answers_stop_on_screen(
+        page, admin_page, stack_with_fake_upstream, user, upstream):
+    generation = admin_watching_a_slow_answer(page, admin_page, stack_with_fake_upstream, user, upstream)
+    Conversation.objects.update(title="x" * 200)
+
+    wait_for_true(admin_page, f"document.querySelector('#streams').textContent.includes('{'x' * 200}')")
+
+    box = admin_page.locator(f'#streams tr[data-generation-id="{generation.pk}"] button').bounding_box()
+    assert box["x"] + box["width"] <= admin_page.viewport_size["width"]
+
+
+def test_the_live_view_follows_again_after_a_reconnect_the_server_refused(admin_page, stack_with_fake_upstream):
+    sign_in(admin_page, stack_with_fake_upstream, factories.user(is_staff=True, password=PASSWORD))
+    tries = []
+
+    def stream_then_refuse(route):  # the stream ends, then a web process restarting answers 502
+        tries.append(route.request.url)
+        if len(tries) == 1:
+            route.fulfill(status=200, content_type="text/event-stream",
+                          body='event: live\ndata: {"streams": [], "replicas": []}\n\n')
+        elif len(tries) == 2:
+            route.fulfill(status=502, content_type="application/json",
+                          body='{"error": {"code": "server_unreachable", "message": "restarting"}}')
+        else:
+            route.continue_()
+
+    admin_page.route("**/api/staff/live/events", stream_then_refuse)
+    admin_page.goto(stack_with_fake_upstream + "/staff/live/")
+
+    wait_for_handled(admin_page, lambda: len(tries) >= 3, "a third try after the refused one", timeout_s=30)
+    wait_for_true(admin_page, "document.getElementById('connection').textContent.startsWith('Updated')")
