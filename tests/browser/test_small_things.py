@@ -183,6 +183,23 @@ def test_a_block_of_raw_html_in_an_answer_is_shown_as_text_with_its_lines(chat, 
     assert content.locator("div").count() == 0
 
 
+def test_a_table_on_a_phone_keeps_each_cells_words_and_numbers_whole_and_scrolls_instead(chat, upstream):
+    upstream.script.chunks = ["| Name | Quantity | Price |\n", "|---|---|---|\n",
+                              "| Widget | 100 | 1234567.89 |\n", "| Gadget with a longer name | 12 | 1.20 |\n"]
+    chat.set_viewport_size({"width": 390, "height": 844})
+
+    send(chat, "a table please")
+    wait_for_end(chat)
+
+    lines_per_cell = chat.evaluate("""() => [...document.querySelectorAll('.message-content td, .message-content th')]
+        .filter((cell) => !cell.textContent.includes(' '))
+        .map((cell) => { const range = document.createRange(); range.selectNodeContents(cell);
+                         return [cell.textContent, range.getClientRects().length]; })""")
+    assert lines_per_cell and all(lines == 1 for _, lines in lines_per_cell), lines_per_cell
+    assert chat.evaluate("document.documentElement.scrollWidth <= innerWidth")  # the table scrolls, not the page
+    chat.set_viewport_size({"width": 1200, "height": 800})
+
+
 def test_links_with_unsafe_addresses_are_plain_text_and_safe_ones_stay_links(chat, upstream):
     upstream.script.chunks = ["[run](javascript:alert(1)) ", "[vb](vbscript:msgbox(1)) ",
                               "[page](data:text/html,hi) ", "![pic](javascript:alert(2)) ",
