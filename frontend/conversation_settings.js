@@ -92,10 +92,9 @@ export function createConversationSettings({ api, failed, announce }) {
     systemPrompt.value = shown.system_prompt ?? "";
     temperature.value = shown.temperature ?? "";
     topP.value = shown.top_p ?? "";
-    const { sampling, max_system_prompt_chars: maxChars } = catalogue;
+    const { sampling } = catalogue;
     temperature.placeholder = `default ${sampling.temperature.default ?? ""}`.trim();
     topP.placeholder = `default ${sampling.top_p.default ?? ""}`.trim();
-    if (maxChars) systemPrompt.maxLength = maxChars;
   }
 
   /** Stores `changes` on the open conversation (or in the draft); true when they were taken. */
@@ -145,10 +144,20 @@ export function createConversationSettings({ api, failed, announce }) {
     const { sampling } = catalogue;
     const parsedTemperature = parseSampling(temperature.value, sampling.temperature, "Temperature");
     const parsedTopP = parseSampling(topP.value, sampling.top_p, "Top p");
-    const problem = parsedTemperature.error ?? parsedTopP.error;
+    // Counted as the server counts: a paste past the limit is refused whole, not cut to it.
+    const chars = [...systemPrompt.value].length;
+    const maxChars = catalogue.max_system_prompt_chars;
+    const tooLong = maxChars && chars > maxChars ? `The system prompt holds at most ${maxChars.toLocaleString("en")} `
+      + `characters; this one has ${chars.toLocaleString("en")}.` : null;
+    const problem = tooLong ?? parsedTemperature.error ?? parsedTopP.error;
     if (problem) return showError(problem);
-    const changes = { system_prompt: systemPrompt.value, temperature: parsedTemperature.value, top_p: parsedTopP.value };
-    if (await apply(changes)) announce("Settings saved. They apply from the next answer.");
+    // Only what differs from what the panel was filled with: a setting saved meanwhile in
+    // another tab stays, unless this one changes it too.
+    const shown = conversation ?? draft;
+    const filled = { system_prompt: shown.system_prompt ?? "", temperature: shown.temperature ?? null, top_p: shown.top_p ?? null };
+    const asked = { system_prompt: systemPrompt.value, temperature: parsedTemperature.value, top_p: parsedTopP.value };
+    const changes = Object.fromEntries(Object.entries(asked).filter(([key, value]) => value !== filled[key]));
+    if (Object.keys(changes).length === 0 || await apply(changes)) announce("Settings saved. They apply from the next answer.");
   });
 
   return {
@@ -170,9 +179,8 @@ export function createConversationSettings({ api, failed, announce }) {
     },
     /** What a new conversation is created with: the choices made before it existed (once). */
     forNewConversation() {
-      const choices = { model: picker.value || undefined, ...draft };
-      draft = {};
-      return choices;
+      // Kept until the conversation is shown: a creation that failed takes them again.
+      return { model: picker.value || undefined, ...draft };
     },
     /** An answer came from `model`: a new conversation starts with it from now on. */
     used(model) {

@@ -190,3 +190,47 @@ def test_a_conversation_whose_model_is_gone_says_so_keeps_the_message_and_can_sw
     assert alert.startswith("The model this conversation uses is not available right now.")
     assert stored == ["Hello", "Answered by the other model."]
     assert last_answer(chat).locator(".message-content").inner_text().splitlines()[-1] == "user: Still there?"
+
+
+def test_saving_one_setting_leaves_the_others_another_tab_saved_meanwhile(chat, user):
+    send(chat, "Hello")
+    wait_for_end(chat)
+    open_settings(chat)  # this tab's panel holds the settings as they were: none
+    conversation = Conversation.objects.get(owner=user)
+    Conversation.objects.filter(pk=conversation.pk).update(system_prompt=PIRATE)  # saved in another tab
+
+    save_settings(chat, temperature="0.2")
+
+    waiting.wait_until(lambda: Conversation.objects.get(pk=conversation.pk).temperature == 0.2, 10,
+                       "the temperature saved")
+    assert Conversation.objects.get(pk=conversation.pk).system_prompt == PIRATE
+
+
+def test_settings_chosen_for_a_new_conversation_outlive_a_creation_that_failed(chat, user):
+    save_settings(chat, system_prompt=PIRATE, temperature="1.5")
+    chat.route("**/api/conversations", lambda route: route.abort("connectionrefused")
+               if route.request.method == "POST" else route.continue_())
+    send(chat, "Ahoy")
+    chat.wait_for_selector("#alert:not([hidden])")
+    chat.unroute("**/api/conversations")
+
+    chat.press("#composer", "Enter")  # the words are still there: sent again
+    wait_for_end(chat)
+
+    created = Conversation.objects.get(owner=user)
+    assert (created.system_prompt, created.temperature) == (PIRATE, 1.5)
+
+
+def test_a_system_prompt_past_the_limit_is_refused_whole_with_a_sentence_not_cut(chat, user):
+    send(chat, "Hello")
+    wait_for_end(chat)
+    open_settings(chat)
+    pasted = "Rule. " * 700  # 4,200 characters, past the 4,000 a prompt holds
+    chat.locator("#settings-system-prompt").fill(pasted)
+
+    chat.click("#settings-panel [type=submit]")
+
+    chat.wait_for_selector("#settings-error:not([hidden])")
+    assert "4,000" in chat.locator("#settings-error").inner_text()
+    assert chat.locator("#settings-system-prompt").input_value() == pasted
+    assert Conversation.objects.get(owner=user).system_prompt == ""
