@@ -146,13 +146,23 @@ export function createSidebar({ open, deleted, failed, announce }) {
     empty.hidden = list.children.length > 0;
     announce(`Deleted ${name}`);
     deleted(conversation.id);
+    load({ pages: page }); // those the delete moved up onto the pages shown
   }
 
-  async function load({ append = false } = {}) {
+  /**
+   * The list's first `pages` pages read again (a new search: the first), or with `append` the
+   * page after those shown. Read again, every page shown is: the older ones a user asked for
+   * stay, and a page the deletes above it shifted gives what moved onto it.
+   */
+  async function load({ append = false, pages = 1 } = {}) {
     const mine = ++generation;
     try {
-      const result = await api.conversations(query, append ? page + 1 : 1);
+      const numbers = append ? [page + 1] : Array.from({ length: pages }, (_, i) => i + 1);
+      const answers = await Promise.all(numbers.map((number) => api.conversations(query, number)));
       if (mine !== generation) return;
+      const result = answers.at(-1);
+      // Pages read together may both hold one the order moved across their boundary: once.
+      result.results = [...new Map(answers.flatMap((a) => a.results).map((c) => [c.id, c])).values()];
       page = result.page;
       // The open conversation may have been named by its first message: let the page know.
       document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
@@ -210,7 +220,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
 
   return {
     closeDrawer,
-    refresh: () => load(),
+    refresh: () => load({ pages: page }),
     setCurrent(id) {
       current = id;
       for (const li of list.children) markCurrent(li);

@@ -75,3 +75,46 @@ def test_a_rename_under_way_while_the_list_refreshes_keeps_its_words_and_its_foc
     trip.refresh_from_db()
     assert trip.title == "Trip plans for May"
     assert listed_titles(chat) == ["Trip plans for May", "Recipes"]
+
+
+def many_conversations(chat, user, count: int) -> list:
+    """`count` conversations, the newest first; the page reloaded and its first page listed."""
+    made = [factories.conversation(owner=user, title=f"conv {n:02d}") for n in range(count)][::-1]
+    chat.reload()
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 20")
+    return made
+
+
+def test_older_conversations_shown_and_a_rename_among_them_outlast_the_refresh_at_an_answers_end(
+        chat, user, upstream):
+    made = many_conversations(chat, user, 25)
+    chat.click("#more-conversations")
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 25")
+    upstream.script.chunks, upstream.script.interval_s = ["Still ", "writing ", "this."], 0.5
+    send(chat, "hello")  # a new conversation, listed at once
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 26")
+    oldest = f'#conversation-list li[data-conversation-id="{made[-1].pk}"]'
+    chat.click(f"{oldest} .conversation-rename")
+    chat.keyboard.type("my half-typed new na")
+    chat.evaluate("window.__loads = 0; document.addEventListener('conversations-loaded', () => { window.__loads += 1; })")
+
+    wait_for_end(chat)
+    wait_for_true(chat, "window.__loads >= 1")  # the list read again at the answer's end
+
+    assert chat.locator("#conversation-list li").count() == 26
+    assert chat.input_value(f"{oldest} .conversation-title-input") == "my half-typed new na"
+    made[-1].refresh_from_db()
+    assert made[-1].title == "conv 00"
+
+
+def test_show_older_after_deleting_some_lists_every_conversation_once(chat, user):
+    many_conversations(chat, user, 25)
+    chat.on("dialog", lambda dialog: dialog.accept())
+    for _ in range(3):
+        chat.locator("#conversation-list li .conversation-delete").first.click()
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length <= 20")
+
+    chat.click("#more-conversations")
+
+    wait_for_true(chat, "document.getElementById('more-conversations').hidden")
+    assert sorted(listed_titles(chat)) == [f"conv {n:02d}" for n in range(22)]
