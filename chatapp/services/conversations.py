@@ -112,6 +112,7 @@ class AnswerPlan:
     chosen_model: str | None = None  # another model the user picked for this answer (regenerate)
     context_from: Message | None = None  # the first message the model reads, when older ones are left out
     relay_process: str = ""  # the web process that will relay it (chatapp/runtime/web_process.py)
+    prompt_tokens: int | None = None  # as the upstream said it at open, when it did
 
     @property
     def continue_final_message(self) -> bool:
@@ -251,5 +252,5 @@ def _generation_row(plan: AnswerPlan, answer: Message | None) -> Generation:
         request_id=plan.request_id, user=plan.user, conversation=plan.conversation, message=answer,
         model=plan.model, sampling=plan.sampling, prompt_messages=len(plan.prompt),
         context_from_message_id=plan.context_from and plan.context_from.pk,
-        relay_process=plan.relay_process,
+        relay_process=plan.relay_process, input_tokens=plan.prompt_tokens,
     )

@@ -138,15 +138,18 @@ def generation_finish(*, generation_id: int, outcome: Outcome, unless_heartbeat_
         # Without [DONE] the stream did not end as the protocol intends, whatever it said.
         reason = FinishReason.ERROR
     usage = outcome.usage or {}
-    prompt_tokens = usage.get("prompt_tokens")
+    # The count said at the start, stored then, stands unless the final usage says otherwise.
+    prompt_tokens = usage.get("prompt_tokens", outcome.prompt_tokens)
     try:
         return _move(
             current, status_for(reason), final_text=text,
             finish_reason=reason, cancelled_by=cancelled_by or "", error_code=error_code,
             error_message=error_message,
-            input_tokens=outcome.prompt_tokens if prompt_tokens is None else prompt_tokens,
-            # Without usage (a stream cut short), each content chunk carried at least one token.
-            output_tokens=usage.get("completion_tokens", outcome.num_chunks),
+            input_tokens=current.input_tokens if prompt_tokens is None else prompt_tokens,
+            # Without usage (a stream cut short), each content chunk carried at least one token;
+            # ended by someone other than its relay (the reaper), the count was never made.
+            output_tokens=usage.get("completion_tokens", outcome.num_chunks if outcome.text is not None
+                                    else current.output_tokens),
             first_token_at=outcome.first_token_at, ttft_ms=outcome.ttft_ms,
             itl_mean_ms=outcome.itl_mean_ms, itl_max_ms=outcome.itl_max_ms,
             finished_at=timezone.now(),

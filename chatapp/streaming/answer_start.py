@@ -42,6 +42,7 @@ async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, Upstre
                                                 error_message=refusal.message))
         raise
     plan.relay_process = web_process.relay_process()  # this one: its death orphans the answer
+    plan.prompt_tokens = upstream.prompt_tokens  # stored from the start: the reaper may end it
     writing = asyncio.ensure_future(on_database_thread(services.answer_write)(plan=plan))
     try:
         await asyncio.wait({writing})  # a database call cannot be called back: it is waited for

@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chatapp.models import Generation
+from chatapp.tasks import fail_interrupted_streams
 from tests.chat.streams import Browser, read_events, stop_after_deltas
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,3 +81,23 @@ async def test_a_peer_that_does_not_say_the_count_leaves_it_unknown_when_the_str
 
     generation = await sync_to_async(generation_of)(conversation)
     assert events[-1][1]["status"] == "failed" and generation.input_tokens is None
+
+
+async def test_an_answer_whose_relay_died_records_the_prompts_tokens_and_no_count_it_never_made(
+        api, conversation, upstream, settings):
+    upstream.script.prompt_tokens_header = 23
+    upstream.script.chunks = ["One", " two"]
+    upstream.script.stall_after = 1  # still streaming when its relay is taken for dead
+    browser = Browser(api, f"/api/conversations/{conversation.pk}/messages")
+    await browser.post({"content": "count"})
+    await browser.read_until(deltas=1)
+
+    streaming = await sync_to_async(generation_of)(conversation)
+    settings.CHAT_STALE_STREAM_SECONDS = 0  # as the reaper finds a relay whose process died
+    await sync_to_async(fail_interrupted_streams)()
+    reaped = await sync_to_async(generation_of)(conversation)
+    await browser.hang_up()
+
+    assert streaming.input_tokens == 23  # known from the answer's start on, as docs/api.md says
+    assert (reaped.status, reaped.error_code) == ("failed", "interrupted")
+    assert (reaped.input_tokens, reaped.output_tokens) == (23, None)  # nobody counted its tokens
