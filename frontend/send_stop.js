@@ -17,7 +17,9 @@ export function createSendStop({ send, stop, composer, isOverLimit, refreshActio
     send.disabled = on || isOverLimit();
     stop.hidden = !on;
     refreshActions(on);
-    const lost = !focused || focused === document.body || !focused.isConnected;
+    // Gone, or hidden with the rest of its message's controls (Continue, pressed from the keyboard).
+    const lost = !focused || focused === document.body || !focused.isConnected
+      || focused.closest("[hidden]") !== null;
     // Do not strand keyboard focus on a control that just went away; never steal it otherwise.
     if (on && (lost || focused === send)) stop.focus();
     if (!on && (lost || focused === stop || focused.disabled)) composer.focus();

@@ -169,9 +169,14 @@ export function createSidebar({ open, deleted, failed, announce }) {
       // Items already shown are kept, not rebuilt: a click or a rename begun on one before the
       // answer came goes on (a rebuilt item would take the mouse's release, or drop the rename).
       const focused = list.contains(document.activeElement);
+      const moreFocused = document.activeElement === more;
       if (append) {
         const unseen = result.results.filter((c) => !listed.has(c.id)); // a page shifted by new ones
         arrangeChildren(list, [...list.children, ...unseen.map(item)]);
+        // Show older, pressed from the keyboard, may hide itself: the focus goes to what it showed.
+        if (moreFocused && unseen.length && result.page >= result.num_pages) {
+          listed.get(unseen[0].id).link.focus();
+        }
       } else {
         const ids = new Set(result.results.map((c) => c.id));
         for (const id of [...listed.keys()]) if (!ids.has(id)) listed.delete(id);

@@ -65,3 +65,31 @@ def test_escape_stops_the_answer_from_the_composer_not_mid_composition_nor_from_
     wait_for_handled(chat, lambda: len(stops_sent(chat)) == 1, "the Stop sent")
 
 
+
+
+def test_continue_pressed_from_the_keyboard_hands_the_focus_to_stop(chat, user, upstream):
+    conversation = factories.conversation(owner=user, title="Cut short")
+    factories.message(conversation, content="Tell me a long story")
+    answer = factories.message(conversation, role="assistant", status="truncated", content="Once upon")
+    factories.generation(answer, finish_reason="length", final_text="Once upon")
+    upstream.script.chunks, upstream.script.stall_after = [" a time", " there", " was"], 1
+    chat.reload()
+    chat.click(f'#conversation-list li[data-conversation-id="{conversation.pk}"] .conversation-open')
+    chat.locator("#messages .continue").focus()
+
+    chat.keyboard.press("Enter")
+
+    wait_for_true(chat, STREAMING)
+    wait_for_true(chat, "document.activeElement.id === 'stop'")  # not the body: the button hid
+
+
+def test_show_older_pressed_from_the_keyboard_on_the_last_page_moves_the_focus_to_what_it_showed(chat, user):
+    made = [factories.conversation(owner=user, title=f"conv {n:02d}") for n in range(23)]
+    chat.reload()
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 20")
+    chat.locator("#more-conversations").focus()
+
+    chat.keyboard.press("Enter")
+
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 23")
+    wait_for_true(chat, f"document.activeElement.closest('li')?.dataset.conversationId === '{made[2].pk}'")
