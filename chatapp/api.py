@@ -199,7 +199,8 @@ async def _choices(body: dict, current_model: str | None = None) -> dict:
 
 def _conversation_page(user, query: str, page) -> dict:
     found = selectors.conversation_list(user=user, query=query.strip(), page=page)
-    return {"results": [json_shapes.conversation_json(c) for c in found], "page": found.number,
+    return {"results": [{**json_shapes.conversation_json(c), "live_generation_id": c.live_generation_id}
+                        for c in found], "page": found.number,
             "num_pages": found.paginator.num_pages, "count": found.paginator.count}
 
 

@@ -7,7 +7,7 @@ pages' reads, across every owner, are staff/selectors.py.
 from dataclasses import dataclass
 
 from django.core.paginator import Paginator
-from django.db.models import Case, Exists, F, OuterRef, Prefetch, Q, When
+from django.db.models import Case, Exists, F, OuterRef, Prefetch, Q, Subquery, When
 from django.db.models.functions import Coalesce, Length, Substr
 
 from common.vocabulary import GenerationStatus, MessageStatus
@@ -19,7 +19,11 @@ PAGE_SIZE = 20
 
 
 def conversation_list(*, user, query: str = "", page: int = 1):
-    conversations = Conversation.objects.alive().filter(owner=user)
+    """A page of the user's conversations, each with `live_generation_id`: its answer being
+    written, if one is (a page loaded afresh follows it, so that it ends as written)."""
+    live = Generation.objects.filter(conversation=OuterRef("pk"), status__in=Generation.LIVE_STATUSES)
+    conversations = (Conversation.objects.alive().filter(owner=user)
+                     .annotate(live_generation_id=Subquery(live.values("pk")[:1])))
     if query:
         conversations = conversations.filter(
             Q(title__icontains=query) | Q(messages__content__icontains=query)

@@ -13,6 +13,7 @@ import { LiveAnswers } from "./live_answers.js";
 import { createMessageList, shownOf } from "./message_list.js";
 import * as msg from "./messages.js";
 import { createNotices } from "./notices.js";
+import { view } from "./page_view.js";
 import { createFramePainter } from "./render.js";
 import { createSendStop } from "./send_stop.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
@@ -25,13 +26,6 @@ import { STATUS } from "./vocabulary.js";
 window.chatappStats = { paints: 0, finalRenderMs: null };
 document.body.dataset.streaming = "false";
 
-const $ = (id) => document.getElementById(id);
-const view = {
-  newConversation: $("new-conversation"), title: $("conversation-title"),
-  messages: $("messages"), empty: $("chat-empty"), form: $("composer-form"), composer: $("composer"),
-  send: $("send"), stop: $("stop"), announcer: $("announcer"), alert: $("alert"), alertText: $("alert-text"),
-  dismiss: $("alert-dismiss"), count: $("composer-count"),
-};
 let conversationId = null;
 const live = new LiveAnswers(); // the answers being read, in this conversation or others
 const liveHere = () => live.get(conversationId);
@@ -254,22 +248,29 @@ const setStreaming = createSendStop({
   refreshActions: (on) => msg.refreshActions(view.messages, on),
 });
 
+// Answers written in conversations not on screen (begun before a reload, or in another tab) are
+// followed in the background: unread, the server would end them as interrupted.
+document.addEventListener("conversations-loaded", ({ detail }) => detail.forEach(({ id, live_generation_id: gid }) => {
+  if (!gid || !isSignedIn || id === conversationId || live.get(id)) return;
+  streamAnswer(null, api.watch(gid), { watching: true, conversation: id });
+}));
+
 /** Follows an answer this page did not start (another tab's, or one from before a reload). */
 function watchAnswer(el, generationId) {
   el.dataset.watched = "true";
   return streamAnswer(el, api.watch(generationId), { watching: true });
 }
 
-/**
- * Reads an answer into `el` to its end. `words`: what the user wrote that this request carries,
- * `{text, editOf}` as unsent_words.js holds them, given back if the server refuses it.
- */
-async function streamAnswer(el, open, { baseText = "", watching = false, words = null } = {}) {
-  const id = conversationId;
+/** Reads an answer into `el` (null: read in the background) to its end. `words`: what the user
+ * wrote that this request carries, `{text, editOf}` as unsent_words.js holds them, given back if
+ * the server refuses it. */
+async function streamAnswer(el, open, {
+  baseText = "", watching = false, words = null, conversation = conversationId } = {}) {
+  const id = conversation;
   const mySession = session;
   const stillSignedIn = () => mySession === session; // no sign-out (and in again) meanwhile
   if (!watching) clearAlert(); // a watch begun by a reload must not hide why it was reloaded
-  msg.beginStreaming(el);
+  if (el) msg.beginStreaming(el);
   messageList.scrollToBottom();
   let entry = null;
   const generation = new Generation({
@@ -379,10 +380,8 @@ messageList.onControl({
 });
 
 // --- keys ---
-/**
- * A Stop of the answer on screen. One refused, the answer having ended otherwise (docs/api.md),
- * leaves the record as it is: the conversation is read again to show that, not what was assumed.
- */
+/** A Stop of the answer on screen. One refused, the answer having ended otherwise (docs/api.md),
+ * leaves the record as it is: the conversation is read again to show that, not what was assumed. */
 function stopHere() {
   const id = conversationId;
   liveHere()?.generation.stop((gid, seen) => api.stop(gid, seen).catch((error) => {

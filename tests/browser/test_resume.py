@@ -21,7 +21,8 @@ from chatapp.tasks import fail_interrupted_streams
 from harness import waiting
 
 from harness.page_probes import last_answer, send, wait_for_end, wait_for_true
-from tests.browser.conftest import running_stack, sign_in
+from tests import factories
+from tests.browser.conftest import open_conversation, running_stack, sign_in
 from tests.fakes.resetting_proxy import resetting_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -401,3 +402,25 @@ def test_a_tab_closed_while_it_reconnects_to_an_answer_whose_web_process_was_kil
                        "what the tab was shown handed back as it closed")
     generation = Generation.objects.select_related("message").get()
     assert generation.final_text.split() == generation.message.content.split() == shown.split()
+
+
+def test_an_answer_written_in_another_conversation_as_the_page_reloads_is_followed_to_its_end(
+        page, resetting_stack, user, upstream):
+    upstream.script.chunks, upstream.script.interval_s = [f"w{i} " for i in range(60)], 0.1
+    other = factories.conversation(owner=user, title="Other")
+    factories.message(other, content="an earlier question")
+    sign_in(page, resetting_stack.url, user)
+    send(page, "count slowly")
+    wait_for_true(page, "window.chatappStats.paints >= 3")
+    answering = Generation.objects.get().conversation_id
+    open_conversation(page, other)
+
+    page.reload()
+
+    item = f'#conversation-list li[data-conversation-id="{answering}"]'
+    wait_for_true(page, f"document.querySelector('{item}')?.dataset.writing === 'true'")  # followed
+    waiting.wait_until(lambda: Generation.objects.get().status != "streaming", 30, "the answer's end")
+    generation = Generation.objects.select_related("message").get()
+    assert (generation.status, generation.cancelled_by) == ("completed", "")  # not interrupted
+    assert generation.message.content.split() == [f"w{i}" for i in range(60)]
+    wait_for_true(page, f"document.querySelector('{item}')?.dataset.writing === 'false'")

@@ -309,3 +309,16 @@ async def test_the_system_prompt_leads_and_old_messages_give_way_to_the_context(
     assert sent[0] == {"role": "system", "content": "Be brief."}
     assert sent[-1]["content"].startswith("question 5")
     assert len(sent) < 12  # the oldest turns were left out
+
+
+def test_the_list_names_each_conversations_answer_being_written(client, user):
+    writing, stopping, quiet = (factories.conversation(owner=user, title=t) for t in ("w", "s", "q"))
+    live = factories.generation(factories.message(writing, role="assistant", status="streaming"))
+    asked = factories.generation(factories.message(stopping, role="assistant", status="streaming"),
+                                 status="stop_requested")
+    factories.generation(factories.message(quiet, role="assistant"), finish_reason="stop")
+    client.force_login(user)
+
+    listed = {c["title"]: c["live_generation_id"] for c in client.get("/api/conversations").json()["results"]}
+
+    assert listed == {"w": live.pk, "s": asked.pk, "q": None}
