@@ -150,6 +150,7 @@ function followLiveAnswer(lastMessage) {
   if (entry) {
     const el = isStreamingAnswer ? last : messageList.newAnswer();
     entry.el = el;
+    if (entry.watching) el.dataset.watched = "true"; // followed, not this page's own (labels, Retry)
     msg.beginStreaming(el);
     if (!entry.generation.stopped) entry.generation.paintNow();
     if (entry.generation.reconnecting) msg.setState(el, "Reconnecting…");
