@@ -147,17 +147,23 @@ export function createConversationSettings({ api, failed, announce }) {
     // Counted as the server counts: a paste past the limit is refused whole, not cut to it.
     const chars = [...systemPrompt.value].length;
     const maxChars = catalogue.max_system_prompt_chars;
-    const tooLong = maxChars && chars > maxChars ? `The system prompt holds at most ${maxChars.toLocaleString("en")} `
-      + `characters; this one has ${chars.toLocaleString("en")}.` : null;
+    const tooLong = maxChars && chars > maxChars
+      ? `The system prompt holds at most ${maxChars.toLocaleString("en")} characters; `
+        + `this one has ${chars.toLocaleString("en")}.`
+      : null;
     const problem = tooLong ?? parsedTemperature.error ?? parsedTopP.error;
     if (problem) return showError(problem);
     // Only what differs from what the panel was filled with: a setting saved meanwhile in
     // another tab stays, unless this one changes it too.
     const shown = conversation ?? draft;
-    const filled = { system_prompt: shown.system_prompt ?? "", temperature: shown.temperature ?? null, top_p: shown.top_p ?? null };
-    const asked = { system_prompt: systemPrompt.value, temperature: parsedTemperature.value, top_p: parsedTopP.value };
+    const filled = { system_prompt: shown.system_prompt ?? "", temperature: shown.temperature ?? null,
+      top_p: shown.top_p ?? null };
+    const asked = { system_prompt: systemPrompt.value, temperature: parsedTemperature.value,
+      top_p: parsedTopP.value };
     const changes = Object.fromEntries(Object.entries(asked).filter(([key, value]) => value !== filled[key]));
-    if (Object.keys(changes).length === 0 || await apply(changes)) announce("Settings saved. They apply from the next answer.");
+    if (Object.keys(changes).length === 0 || await apply(changes)) {
+      announce("Settings saved. They apply from the next answer.");
+    }
   });
 
   return {
@@ -173,13 +179,13 @@ export function createConversationSettings({ api, failed, announce }) {
     /** The conversation on screen (null: a new one, not yet created). */
     show(shown) {
       conversation = shown;
-      if (shown === null) draft = {};
+      draft = {}; // a new conversation's start afresh; a created one took them
       showError("");
       fill();
     },
-    /** What a new conversation is created with: the choices made before it existed (once). */
+    /** What a new conversation is created with: the choices made before it existed, kept until
+     * it is shown (a creation that failed takes them again). */
     forNewConversation() {
-      // Kept until the conversation is shown: a creation that failed takes them again.
       return { model: picker.value || undefined, ...draft };
     },
     /** An answer came from `model`: a new conversation starts with it from now on. */

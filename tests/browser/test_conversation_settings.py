@@ -234,3 +234,17 @@ def test_a_system_prompt_past_the_limit_is_refused_whole_with_a_sentence_not_cut
     assert "4,000" in chat.locator("#settings-error").inner_text()
     assert chat.locator("#settings-system-prompt").input_value() == pasted
     assert Conversation.objects.get(owner=user).system_prompt == ""
+
+
+def test_settings_chosen_for_one_new_conversation_are_not_the_next_ones(chat, user):
+    save_settings(chat, system_prompt=PIRATE)
+    send(chat, "Ahoy")
+    wait_for_end(chat)
+    chat.click("#new-conversation")
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
+
+    send(chat, "Hello")
+    wait_for_end(chat)
+
+    first, second = Conversation.objects.filter(owner=user).order_by("pk")
+    assert (first.system_prompt, second.system_prompt) == (PIRATE, "")
