@@ -199,8 +199,9 @@ async def _choices(body: dict, current_model: str | None = None) -> dict:
 
 def _conversation_page(user, query: str, page) -> dict:
     found = selectors.conversation_list(user=user, query=query.strip(), page=page)
-    return {"results": [{**json_shapes.conversation_json(c), "live_generation_id": c.live_generation_id}
-                        for c in found], "page": found.number,
+    return {"results": [{**json_shapes.conversation_json(c),
+                         "live_generation_id": c.live_generation_id} for c in found],
+            "page": found.number,
             "num_pages": found.paginator.num_pages, "count": found.paginator.count}
 
 
@@ -330,7 +331,8 @@ async def live_events(request, user):
     """Every answer streaming now and each inference replica's load, every interval, as SSE."""
     staff_only(user)
     still_staff = on_database_thread(staff_selectors.still_staff)
-    return event_stream(live_view.events(lambda: still_staff(user_id=user.pk, session=request.session)))
+    return event_stream(live_view.events(
+        lambda: still_staff(user_id=user.pk, session=request.session)))
 
 
 @endpoint("POST")

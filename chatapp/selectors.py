@@ -21,7 +21,8 @@ PAGE_SIZE = 20
 def conversation_list(*, user, query: str = "", page: int = 1):
     """A page of the user's conversations, each with `live_generation_id`: its answer being
     written, if one is (a page loaded afresh follows it, so that it ends as written)."""
-    live = Generation.objects.filter(conversation=OuterRef("pk"), status__in=Generation.LIVE_STATUSES)
+    live = Generation.objects.filter(conversation=OuterRef("pk"),
+                                     status__in=Generation.LIVE_STATUSES)
     conversations = (Conversation.objects.alive().filter(owner=user)
                      .annotate(live_generation_id=Subquery(live.values("pk")[:1])))
     if query:
@@ -83,7 +84,8 @@ def generation_progress(*, generation_id: int, after: int = 0) -> Progress:
     its message is gone or was continued since (the message's text then goes on past it); only
     the characters from `after` on are read, not the whole text again.
     """
-    continued_since = Exists(Generation.objects.filter(message=OuterRef("message"), pk__gt=OuterRef("pk")))
+    continued_since = Exists(Generation.objects.filter(message=OuterRef("message"),
+                                                       pk__gt=OuterRef("pk")))
     saved = Case(When(continued_since, then=F("final_text")),
                  default=Coalesce("message__content", "final_text"))
     found = (Generation.objects.filter(pk=generation_id)

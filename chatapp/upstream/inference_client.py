@@ -195,7 +195,8 @@ def refusal(status: int, body: bytes) -> UpstreamRefused:
     if status == 400 and code == "invalid_messages":
         # The model's chat template refuses the conversation as it is (our inference service
         # quotes it): the user can change it (a system prompt the model takes none of), not retry.
-        return UpstreamRefused(400, "model_refuses_messages", f"the model does not take these messages: {detail}")
+        return UpstreamRefused(400, "model_refuses_messages",
+                               f"the model does not take these messages: {detail}")
     if status in (429, 503):
         return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}", elsewhere=True)
     # A 4xx is about the request, which another replica would refuse the same way.
