@@ -108,11 +108,11 @@ def test_older_conversations_shown_and_a_rename_among_them_outlast_the_refresh_a
 
 
 def test_show_older_after_deleting_some_lists_every_conversation_once(chat, user):
-    many_conversations(chat, user, 25)
+    made = many_conversations(chat, user, 25)
     chat.on("dialog", lambda dialog: dialog.accept())
-    for _ in range(3):
-        chat.locator("#conversation-list li .conversation-delete").first.click()
-    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length <= 20")
+    for gone in made[:3]:  # the newest three, one at a time
+        chat.click(f'#conversation-list li[data-conversation-id="{gone.pk}"] .conversation-delete')
+        wait_for_true(chat, f"!document.querySelector('#conversation-list li[data-conversation-id=\"{gone.pk}\"]')")
 
     chat.click("#more-conversations")
 
