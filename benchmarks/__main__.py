@@ -31,6 +31,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "the staff audit page over 1,000,000 generations on PostgreSQL (daily rollups)"),
     "prompts": ("benchmarks.prompt_lanes",
                 "a short question beside long prompts being encoded, against the question alone"),
+    "stops": ("benchmarks.stop_bench",
+              "stop strings on the step thread: a token's cost as the answer grows, against a "
+              "plain search"),
 }
 
 
