@@ -208,20 +208,27 @@ export function createSidebar({ open, deleted, failed, announce }) {
   });
   more.addEventListener("click", () => load({ append: true }));
 
-  // On a phone the list is a drawer over the chat, opened from the top bar.
+  // On a phone the list is a drawer over the chat, opened from the top bar. Open, what lies under
+  // it is inert: Tab stays in the drawer, not on controls it hides, until Close or Escape.
   const toggle = document.getElementById("toggle-sidebar");
+  const under = [".skip-link", ".topbar", "main"].map((selector) => document.querySelector(selector));
+  function setDrawer(open) {
+    document.body.classList.toggle("sidebar-open", open);
+    toggle.setAttribute("aria-expanded", String(open));
+    for (const el of under) el.inert = open;
+  }
   function closeDrawer({ focusToggle = false } = {}) {
     if (!document.body.classList.contains("sidebar-open")) return;
-    document.body.classList.remove("sidebar-open");
-    toggle.setAttribute("aria-expanded", "false");
+    setDrawer(false);
     if (focusToggle) toggle.focus();
   }
   toggle.addEventListener("click", () => {
-    const open = document.body.classList.toggle("sidebar-open");
-    toggle.setAttribute("aria-expanded", String(open));
-    if (open) search.focus();
+    setDrawer(!document.body.classList.contains("sidebar-open"));
+    if (document.body.classList.contains("sidebar-open")) search.focus();
   });
   document.getElementById("close-sidebar").addEventListener("click", () => closeDrawer({ focusToggle: true }));
+  // Wide enough, the list stands beside the chat: no drawer, nothing inert.
+  matchMedia("(min-width: 721px)").addEventListener("change", (event) => { if (event.matches) closeDrawer(); });
 
   return {
     closeDrawer,

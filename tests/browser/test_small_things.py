@@ -281,3 +281,27 @@ def test_the_composer_shows_the_limit_near_it_and_will_not_send_beyond_it(chat, 
     wait_for_end(chat)
     assert last_answer(chat).get_attribute("data-status") == "completed"
     assert counter.is_hidden()
+
+
+def test_on_a_phone_the_open_drawer_keeps_the_keyboard_until_it_closes(chat, user):
+    for n in range(2):
+        factories.conversation(owner=user, title=f"Listed {n}")
+    chat.set_viewport_size({"width": 390, "height": 800})
+    chat.reload()
+    chat.click("#toggle-sidebar")
+    wait_for_true(chat, "document.activeElement.id === 'conversation-search'")
+
+    outside = []
+    for _ in range(12):  # past every control in the drawer
+        chat.keyboard.press("Tab")
+        # The page itself is where Tab leaves the document for the browser's own controls.
+        outside += chat.evaluate("""() => { const el = document.activeElement;
+            return el === document.body || el.closest('#sidebar') ? [] : [el.outerHTML.slice(0, 60)]; }""")
+
+    chat.keyboard.press("Escape")
+    wait_for_true(chat, "!document.body.classList.contains('sidebar-open')")
+    assert outside == [], "Tab left the drawer for the controls under it"
+    assert chat.evaluate("document.activeElement.id") == "toggle-sidebar"
+    chat.click("#toggle-sidebar")  # open again, then the window widens: no drawer, nothing inert
+    chat.set_viewport_size({"width": 1200, "height": 800})
+    wait_for_true(chat, "!document.querySelector('main').inert")
