@@ -2,6 +2,7 @@
 // inference replica's load, redrawn from each `live` event, with a Stop for every answer.
 import { api } from "./api.js";
 import { arrangeChildren } from "./child_order.js";
+import { FIRST_RETRY_MS, nextRetryMs } from "./reconnect.js";
 
 const EVENTS_URL = "/api/staff/live/events";
 
@@ -82,9 +83,6 @@ function show({ streams, replicas }) {
   document.querySelector("#replicas tbody").replaceChildren(...replicas.map(replicaRow));
 }
 
-const FIRST_RETRY_MS = 1000;
-const LAST_RETRY_MS = 30_000;
-
 function follow(retryMs = FIRST_RETRY_MS) {
   const status = document.getElementById("connection");
   const source = new EventSource(EVENTS_URL);
@@ -98,7 +96,7 @@ function follow(retryMs = FIRST_RETRY_MS) {
     // EventSource reconnects by itself, but gives up for good on an answer other than 200 (a
     // web process restarting behind nginx, the database down): then a new one, later.
     if (source.readyState === EventSource.CLOSED) {
-      setTimeout(() => follow(Math.min(retryMs * 2, LAST_RETRY_MS)), retryMs);
+      setTimeout(() => follow(nextRetryMs(retryMs)), retryMs);
     }
   });
 }

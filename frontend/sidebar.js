@@ -223,8 +223,9 @@ export function createSidebar({ open, deleted, failed, announce }) {
     if (focusToggle) toggle.focus();
   }
   toggle.addEventListener("click", () => {
-    setDrawer(!document.body.classList.contains("sidebar-open"));
-    if (document.body.classList.contains("sidebar-open")) search.focus();
+    const open = !document.body.classList.contains("sidebar-open");
+    setDrawer(open);
+    if (open) search.focus();
   });
   document.getElementById("close-sidebar").addEventListener("click", () => closeDrawer({ focusToggle: true }));
   // Wide enough, the list stands beside the chat: no drawer, nothing inert.

@@ -90,9 +90,14 @@ class ChatClient:
     async def ask(self, conversation_id: int, content: str, answer: Answer) -> Answer:
         """Sends `content` and follows the answer to its end or to the client's cancel point."""
         answer.sent_at = time.monotonic()
+        return await self._read(answer, "POST", f"/api/conversations/{conversation_id}/messages",
+                                json={"content": content}, headers=self._csrf())
+
+    async def _read(self, answer: Answer, method: str, path: str, **request) -> Answer:
+        """Opens the stream at `path` and follows it into `answer`; a refusal (429: busy) or a
+        broken connection is its outcome."""
         try:
-            async with self.http.stream("POST", f"/api/conversations/{conversation_id}/messages",
-                                        json={"content": content}, headers=self._csrf()) as response:
+            async with self.http.stream(method, path, **request) as response:
                 answer.status_code = response.status_code
                 if response.status_code != 200:
                     answer.error = (await response.aread()).decode(errors="replace")[:300]

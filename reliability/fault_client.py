@@ -6,9 +6,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx2
-
-from .chat_client import Answer, ChatClient, Ending, Outcome
+from .chat_client import Answer, ChatClient, Ending
 
 QUESTION = "Write a long story about a lighthouse keeper and the sea."
 
@@ -43,17 +41,8 @@ class FaultClient(ChatClient):
         "Resuming an answer"): the same answer from the code points it holds, read on `answer`
         to its end."""
         answer.outcome, answer.error = None, ""
-        try:
-            async with self.http.stream("GET", f"/api/generations/{answer.generation_id}/events",
-                                        params={"from": answer.seen_chars}) as response:
-                answer.status_code = response.status_code
-                if response.status_code != 200:
-                    answer.outcome, answer.error = Outcome.FAILED, f"resume answered {response.status_code}"
-                    return answer
-                await self._follow(response, answer)
-        except httpx2.HTTPError as error:
-            answer.outcome, answer.error = Outcome.FAILED, f"{type(error).__name__}: {error}"
-        return answer
+        return await self._read(answer, "GET", f"/api/generations/{answer.generation_id}/events",
+                                params={"from": answer.seen_chars})
 
 
 def row_of(generation_id: int | None) -> dict | None:
