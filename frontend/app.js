@@ -103,11 +103,7 @@ const auth = createAuth({
     unsentWords.leaving(); // kept for the same user's next sign-in
     isSignedIn = false;
     session += 1;
-    // The user's own answers stop with the session; answers only watched here go on elsewhere.
-    for (const entry of live.entries()) {
-      if (entry.watching) entry.generation.close();
-      else entry.generation.stop(api.stop);
-    }
+    const left = live.leaveAll(api.stop);
     sidebar.clear();
     // Before anyone signed in nothing is open: keep a bookmarked address for after sign-in.
     if (conversationId !== null || opening !== null) showConversation(null);
@@ -116,6 +112,7 @@ const auth = createAuth({
     // Kept for the next sign-in through a session that ended or a server not reached; not past a sign-out.
     if (signingOut) for (const kept of [unsentWords, keptPieces]) kept.clear();
     clearAlert();
+    return left;
   },
 });
 

@@ -5,8 +5,9 @@ import { sentenceFor } from "./errors.js";
 /**
  * @param {object} hooks
  * @param {(user: object) => void} hooks.signedIn the app view is shown; fill it
- * @param {(how: {signingOut?: boolean}) => void} hooks.leaving before the sign-in form replaces
- *   the app (stop, clear); `signingOut`: the user signed out here, rather than the session ended
+ * @param {(how: {signingOut?: boolean}) => Promise<void>} hooks.leaving before the sign-in form
+ *   replaces the app (stop, clear; resolves once the Stops were tried); `signingOut`: the user
+ *   signed out here, rather than the session ended
  * @param {(limits: object) => void} [hooks.limitsKnown] the server's limits, read at start
  */
 export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
@@ -51,7 +52,8 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
   });
 
   document.getElementById("logout").addEventListener("click", async () => {
-    leaving({ signingOut: true });
+    // The Stops first: one that lands after the logout is refused, and its answer runs on.
+    await leaving({ signingOut: true });
     try {
       await api.logout();
     } catch {

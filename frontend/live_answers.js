@@ -67,6 +67,31 @@ export class LiveAnswers {
     return this.entries().map(({ generation }) => ({ id: generation.id, pieces: generation.piecesAtRisk() }));
   }
 
+  /**
+   * Signing out: stops this page's own answers (the user's answers stop with the session) and
+   * closes those it only watches (they go on for their other readers). Resolves once each Stop
+   * has been tried once, or after `withinMs`: a Stop that reaches the server after the session
+   * ended is refused, and its answer would run on for its grace, holding the model.
+   */
+  leaveAll(sendStop, withinMs = 3000) {
+    const tries = this.entries().map(({ generation, watching }) => new Promise((tried) => {
+      if (watching) {
+        generation.close();
+        tried();
+        return;
+      }
+      const first = (...stop) => {
+        const sent = sendStop(...stop);
+        sent.then(tried, tried);
+        return sent;
+      };
+      if (generation.stop(first) === null) tried();
+    }));
+    let timer;
+    const late = new Promise((resolve) => { timer = setTimeout(resolve, withinMs); });
+    return Promise.race([Promise.all(tries), late]).finally(() => clearTimeout(timer));
+  }
+
   /** Leaving a conversation: its answer keeps streaming, painted nowhere. */
   detachAll() {
     for (const entry of this.#entries.values()) entry.el = null;

@@ -58,3 +58,27 @@ test("an answer stopped in a conversation is waited for until its stream ends, a
   live.remove(live.add(6, silent));
   await live.stopEnded(6, 10); // a stream that never ends holds a new answer back no longer than asked
 });
+
+test("signing out stops the page's own answers, closes those it watches, and waits for each Stop's first try", async () => {
+  const live = new LiveAnswers();
+  const calls = [];
+  const own = { stop: (send) => { calls.push("stop"); send(7, 12); return 12; } };
+  const watched = { close: () => calls.push("close") };
+  const ended = { stop: () => null }; // nothing left to stop
+  live.add(1, own);
+  live.add(2, watched).watching = true;
+  live.add(3, ended);
+  let answer;
+  const sent = [];
+  const sendStop = (...stop) => { sent.push(stop); return new Promise((resolve) => { answer = resolve; }); };
+  let left = false;
+  const leaving = live.leaveAll(sendStop).then(() => { left = true; });
+
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(calls, ["stop", "close"]);
+  assert.deepEqual(sent, [[7, 12]]);
+  assert.equal(left, false, "the Stop is still on its way: the session must outlive it");
+  answer();
+  await leaving;
+  await live.leaveAll(() => new Promise(() => {}), 10); // a Stop never answered holds it no longer than asked
+});

@@ -8,7 +8,8 @@ import pytest
 from django.contrib.sessions.models import Session
 
 from chatapp import services
-from chatapp.models import Message
+from common.vocabulary import CancelledBy
+from chatapp.models import Generation, Message
 from harness import waiting
 from harness.page_probes import (alert_text, last_answer, send, wait_for_end, wait_for_handled,
                                  wait_for_streaming_text, wait_for_true)
@@ -56,6 +57,33 @@ def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way
     waiting.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
                        30, "the Stop recorded")
     assert Message.objects.get(role="assistant").content == "Hello, "
+
+
+def test_signing_out_mid_answer_stops_it_before_the_session_ends(chat, upstream):
+    """Sent with the logout, the Stop could land after it and be refused (401): the answer then
+    ran on for its grace, holding the model, and ended as if its reader had gone."""
+    upstream.script.chunks = ["Hello", ", ", "world"]
+    upstream.script.stall_after = 2
+    order = []
+    chat.on("request", lambda request: order.append(("sent", request.url)))
+    chat.on("requestfinished", lambda request: order.append(("answered", request.url)))
+    stops = held(chat, "**/api/generations/*/stop")
+    send(chat, "Say hello")
+    wait_for_streaming_text(chat, "Hello, ")
+
+    chat.click("#logout")
+    wait_for_handled(chat, lambda: len(stops) == 1, "the Stop sent")
+    stop_url = stops[0].request.url
+    stops[0].continue_()
+    chat.wait_for_selector("#login-form", state="visible")
+
+    logouts = [i for i, (what, url) in enumerate(order) if what == "sent" and url.endswith("/logout")]
+    assert logouts, "the sign-in form shows once the logout is answered"
+    logout_sent = logouts[0]
+    assert ("answered", stop_url) in order[:logout_sent], "the logout waits for the Stop's answer"
+    waiting.wait_until(lambda: Generation.objects.filter(cancelled_by=CancelledBy.USER).exists(),
+                       30, "the Stop recorded as the user's")
+    assert not Session.objects.exists()
 
 
 def test_a_message_refused_after_the_user_opened_another_conversation_is_named_and_waits_there(
