@@ -88,7 +88,7 @@ def _measure(database_url: str, generations: int, days: int, requests: int) -> d
     from chatapp.staff.rollups import roll_up_missing_days
 
     call_command("migrate", "--noinput", verbosity=0)
-    staff = get_user_model().objects.create_user("audit-bench", is_staff=True)
+    staff = get_user_model().objects.create_user("audit-bench", is_staff=True, is_superuser=True)
     conversation = Conversation.objects.create(owner=staff)
     started = time.perf_counter()
     with connection.cursor() as cursor:

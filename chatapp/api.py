@@ -22,8 +22,9 @@ from . import conversation_settings, json_shapes, login_limit, request_input, se
 from .errors import ApiError, error_response
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
+from .staff import permissions as staff_permissions
 from .staff import selectors as staff_selectors
-from .streaming import answer_start, prompt_fit, text_proof, watch
+from .streaming import answer_start, prompt_fit, sse, text_proof, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream import models as upstream_models
@@ -321,24 +322,24 @@ async def _stopped(generation, *, seen_chars: int | None, cancelled_by: Cancelle
 
 
 # --- staff: the live view (chatapp/staff/live_view.py) ---
-def staff_only(user) -> None:
-    if not user.is_staff:
-        raise ApiError(403, "staff_only", "only staff may use this")
+async def staff_only(user, permission: str) -> None:
+    if not await on_database_thread(staff_permissions.may)(user, permission):
+        raise ApiError(403, "staff_only", f"only staff granted {permission} may use this")
 
 
 @endpoint("GET")
 async def live_events(request, user):
     """Every answer streaming now and each inference replica's load, every interval, as SSE."""
-    staff_only(user)
-    still_staff = on_database_thread(staff_selectors.still_staff)
+    await staff_only(user, staff_permissions.REVIEW_ANSWERS)
+    may_still_review = on_database_thread(staff_selectors.may_still_review)
     return event_stream(live_view.events(
-        lambda: still_staff(user_id=user.pk, session=request.session)))
+        lambda: may_still_review(user_id=user.pk, session=request.session)))
 
 
 @endpoint("POST")
 async def staff_stop(request, user, generation_id: int):
     """An admin's Stop of anyone's answer: as the user's, but the user keeps all they were sent."""
-    staff_only(user)
+    await staff_only(user, staff_permissions.STOP_ANSWERS)
     found = await on_database_thread(staff_selectors.generation_of_anyone)(generation_id=generation_id)
     return await _stopped(found, seen_chars=None, cancelled_by=CancelledBy.ADMIN)
 

@@ -132,6 +132,9 @@ class Generation(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
+        # Viewing generations (Django's own `view_generation`) lets a staff member review every
+        # user's answers, here and on the staff pages; this one lets them stop anyone's.
+        permissions = [("stop_generation", "Can stop anyone's answer while it streams")]
         indexes = [
             models.Index(fields=["model"]),
             models.Index(fields=["started_at"]),

@@ -4,7 +4,6 @@ the staff's live view page (its data comes from the API's staff endpoints)."""
 import logging
 
 from django.conf import settings
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import connection
 from django.http import FileResponse, Http404, JsonResponse
 from django.shortcuts import render
@@ -12,6 +11,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.static import serve
 
 from .runtime.database_threads import on_database_thread
+from .staff.permissions import REVIEW_ANSWERS, STOP_ANSWERS, staff_page
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,11 @@ def index(request):
     return FileResponse(open(settings.FRONTEND_DIR / "index.html", "rb"), content_type="text/html")
 
 
-@staff_member_required
+@staff_page(REVIEW_ANSWERS)
 def live(request):
-    """The answers streaming now, the replicas' load, and a Stop for each answer (live_view.js)."""
-    return render(request, "chatapp/live.html")
+    """The answers streaming now, the replicas' load, and a Stop for each answer (live_view.js)
+    where the staff member may stop them."""
+    return render(request, "chatapp/live.html", {"may_stop": request.user.has_perm(STOP_ANSWERS)})
 
 
 # The browser's files only: never package.json, node_modules/, tests/ or scripts/ (the URL

@@ -42,7 +42,7 @@ function streamRow(stream) {
   row.dataset.generationId = String(stream.generation_id);
   row.append(cell(""), cell(""), cell(""), cell("", "number"), cell("", "number"), cell(""));
   const action = document.createElement("td");
-  action.append(stopButton(stream.generation_id));
+  if (document.body.dataset.mayStop === "true") action.append(stopButton(stream.generation_id));
   row.append(action);
   return row;
 }
@@ -55,7 +55,7 @@ function fillStreamRow(row, stream) {
     if (row.cells[i].textContent !== text) row.cells[i].textContent = text;
   });
   const button = row.querySelector("button");
-  if (!button.dataset.asked) button.disabled = stream.status !== "streaming";
+  if (button && !button.dataset.asked) button.disabled = stream.status !== "streaming";
 }
 
 function replicaRow(replica) {

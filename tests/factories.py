@@ -3,8 +3,10 @@
 import itertools
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 
 from chatapp.models import Conversation, Generation, Message
+from chatapp.staff.permissions import REVIEW_ANSWERS, STOP_ANSWERS
 from common.vocabulary import status_for
 
 _numbers = itertools.count(1)
@@ -15,6 +17,16 @@ def user(**fields):
     fields.setdefault("username", f"user{number}")
     password = fields.pop("password", "a-long-test-password")
     return get_user_model().objects.create_user(password=password, **fields)
+
+
+def staff_member(*granted: str, **fields):
+    """A staff member granted `granted` ("chatapp.view_generation", ...): by default what the
+    staff pages ask, reviewing every user's answers and stopping them."""
+    member = user(is_staff=True, **fields)
+    codenames = [name.split(".", 1)[1] for name in granted or (REVIEW_ANSWERS, STOP_ANSWERS)]
+    member.user_permissions.set(Permission.objects.filter(content_type__app_label="chatapp",
+                                                          codename__in=codenames))
+    return member
 
 
 def conversation(owner=None, **fields):

@@ -22,7 +22,7 @@ HEADINGS = ["Generations by model", "Finish reason mix", "Cancel rate per day", 
 
 @pytest.fixture
 def staff_client(client):
-    client.force_login(factories.user(is_staff=True))
+    client.force_login(factories.staff_member())
     return client
 
 
@@ -59,6 +59,12 @@ def test_anyone_who_is_not_staff_is_sent_to_the_admin_login(client, is_staff):
 
     assert page.status_code == 302
     assert page.url.startswith(reverse("admin:login"))
+
+
+def test_staff_not_granted_the_review_of_answers_are_refused(client):
+    client.force_login(factories.staff_member("chatapp.view_conversation"))
+
+    assert audit_page(client).status_code == 403
 
 
 def test_the_finish_reason_mix_counts_every_reason_and_the_ones_still_streaming(staff_client):

@@ -135,7 +135,7 @@ def test_a_day_with_an_answer_still_streaming_waits_until_it_ends(audit_log):
 
 @pytest.mark.parametrize("model", ["", *MODELS])
 def test_the_staff_page_shows_the_same_numbers_from_rollups_as_from_raw_rows(client, audit_log, model):
-    client.force_login(factories.user(is_staff=True))
+    client.force_login(factories.staff_member())
     period = {"from": audit_log[0].isoformat(), "to": today().isoformat(), "model": model}
     from_raw_rows = client.get(reverse("staff-audit"), period).content
 
@@ -146,7 +146,7 @@ def test_the_staff_page_shows_the_same_numbers_from_rollups_as_from_raw_rows(cli
 
 @pytest.mark.parametrize("model", ["", MODELS[1]])
 def test_past_days_come_from_their_rollups_and_today_from_its_rows(client, audit_log, settings, model):
-    client.force_login(factories.user(is_staff=True))
+    client.force_login(factories.staff_member())
     roll_up_audit_days()
     settings.CHAT_RETENTION_DAYS = 2  # the two oldest days' rows go, after they were rolled up
     purge_expired_records()
@@ -169,7 +169,7 @@ def as_rolled_up_before_models(day) -> None:
 
 def test_a_day_rolled_up_before_models_is_split_while_its_rows_are_kept_and_left_unknown_once_purged(
         client, audit_log):
-    client.force_login(factories.user(is_staff=True))
+    client.force_login(factories.staff_member())
     roll_up_audit_days()
     kept, purged = audit_log[2], audit_log[0]
     for day in (kept, purged):

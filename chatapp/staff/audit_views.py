@@ -1,11 +1,11 @@
 """The staff audit review page: the generation log's numbers over a period, of every model or
 of one (`?model=`), as inline SVG."""
 
-from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import render
 from django.utils import timezone
 
 from .audit import BadPeriod, Report, build_report, parse_period
+from .permissions import REVIEW_ANSWERS, staff_page
 from .rollups import ALL_MODELS, period_totals
 from .svg_charts import bar_chart, line_chart
 
@@ -58,7 +58,7 @@ def _charts(report: Report, finish_rows: list[tuple[str, int, str]]) -> dict:
     }
 
 
-@staff_member_required
+@staff_page(REVIEW_ANSWERS)
 def audit(request):
     from_text, to_text = request.GET.get("from", ""), request.GET.get("to", "")
     model = request.GET.get("model", ALL_MODELS)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ..errors import not_found
 from ..models import Conversation, DailyRollup, Generation
+from . import permissions
 from .audit import FIELDS
 
 
@@ -31,11 +32,13 @@ def streams_now() -> list[dict]:
             for row in rows]
 
 
-def still_staff(*, user_id: int, session) -> bool:
+def may_still_review(*, user_id: int, session) -> bool:
     """The user is still signed in with `session` (not signed out, not expired) and still active
-    staff: what a live view that stays open checks again at each of its events."""
-    return (session.exists(session.session_key)
-            and get_user_model().objects.filter(pk=user_id, is_active=True, is_staff=True).exists())
+    staff who may review answers: what a live view that stays open checks again at each event."""
+    if not session.exists(session.session_key):
+        return False
+    user = get_user_model().objects.filter(pk=user_id).first()  # afresh: permissions are cached on one
+    return user is not None and permissions.may(user, permissions.REVIEW_ANSWERS)
 
 
 def generation_of_anyone(*, generation_id: int) -> Generation:

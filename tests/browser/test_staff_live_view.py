@@ -39,7 +39,7 @@ def admin_watching_a_slow_answer(page, admin_page, stack_url: str, user, upstrea
     sign_in(page, stack_url, user)
     send(page, "count slowly")
     wait_for_true(page, "window.chatappStats.paints >= 3")
-    sign_in(admin_page, stack_url, factories.user(is_staff=True, password=PASSWORD))
+    sign_in(admin_page, stack_url, factories.staff_member(password=PASSWORD))
     admin_page.goto(stack_url + "/staff/live/")
     return Generation.objects.get()
 
@@ -93,7 +93,7 @@ def test_a_stop_the_admin_reached_by_keyboard_keeps_its_focus_as_the_view_redraw
 def test_the_staff_pages_and_their_charts_follow_the_dark_colour_scheme(
         admin_page, stack_with_fake_upstream, path):
     factories.generation(factories.message(factories.conversation(), role="assistant"), status="completed")
-    sign_in(admin_page, stack_with_fake_upstream, factories.user(is_staff=True, password=PASSWORD))
+    sign_in(admin_page, stack_with_fake_upstream, factories.staff_member(password=PASSWORD))
     admin_page.emulate_media(color_scheme="dark")
 
     admin_page.goto(stack_with_fake_upstream + path)
@@ -140,7 +140,7 @@ def test_a_long_conversation_title_leaves_each_answers_stop_on_screen(
 
 
 def test_the_live_view_follows_again_after_a_reconnect_the_server_refused(admin_page, stack_with_fake_upstream):
-    sign_in(admin_page, stack_with_fake_upstream, factories.user(is_staff=True, password=PASSWORD))
+    sign_in(admin_page, stack_with_fake_upstream, factories.staff_member(password=PASSWORD))
     tries = []
 
     def stream_then_refuse(route):  # the stream ends, then a web process restarting answers 502

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def staff(transactional_db):
-    return factories.user(is_staff=True)
+    return factories.staff_member()
 
 
 def answer_in(conversation, **fields) -> Generation:
@@ -62,6 +62,33 @@ def test_a_plain_user_may_neither_watch_the_live_events_nor_stop_an_answer_there
     assert events.status_code == 403 and events.json()["error"]["code"] == "staff_only"
     assert stop.status_code == 403 and stop.json()["error"]["code"] == "staff_only"
     assert Generation.objects.get(pk=generation.pk).status == GenerationStatus.STREAMING
+
+
+def test_staff_not_granted_the_review_of_answers_see_neither_the_page_nor_its_events(client):
+    """As the admin refuses them the Generation list: being staff is not the right to read every
+    user's answers."""
+    client.force_login(factories.staff_member("chatapp.view_conversation"))
+
+    page = client.get(reverse("staff-live"))
+    events = client.get(reverse("api:live-events"))
+
+    assert page.status_code == 403
+    assert events.status_code == 403 and events.json()["error"]["code"] == "staff_only"
+    assert "chatapp.view_generation" in events.json()["error"]["message"]
+
+
+def test_staff_who_may_review_but_not_stop_get_no_stop_and_their_stop_is_refused(client, conversation):
+    generation = answer_in(conversation)
+    client.force_login(factories.staff_member("chatapp.view_generation"))
+
+    page = client.get(reverse("staff-live"))
+    stop = client.post(reverse("api:staff-stop", args=[generation.pk]))
+
+    assert page.status_code == 200 and 'data-may-stop="false"' in page.content.decode()
+    assert stop.status_code == 403 and stop.json()["error"]["code"] == "staff_only"
+    assert Generation.objects.get(pk=generation.pk).status == GenerationStatus.STREAMING
+    client.force_login(factories.staff_member())
+    assert 'data-may-stop="true"' in client.get(reverse("staff-live")).content.decode()
 
 
 def test_anonymous_visitors_are_told_to_sign_in_first(client):
@@ -154,7 +181,7 @@ async def test_an_admin_stop_ends_a_streaming_answer_keeping_all_its_user_was_se
     await answer.post({"content": "go"})
     await answer.read_until(deltas=2)
     admin = AsyncClient()
-    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+    await admin.aforce_login(await sync_to_async(factories.staff_member)())
 
     stopped = await admin.post(f"/api/staff/generations/{answer.events[0][1]['generation_id']}/stop")
     await answer.read_until(events=("done",))
@@ -170,18 +197,21 @@ async def test_an_admin_stop_ends_a_streaming_answer_keeping_all_its_user_was_se
     assert generation.stop_seen_chars is None and hung_up
 
 
-@pytest.mark.parametrize("ended", ["signed out elsewhere", "no longer staff"])
+@pytest.mark.parametrize("ended", ["signed out elsewhere", "no longer staff", "permission withdrawn"])
 async def test_the_live_events_end_once_the_admin_may_no_longer_see_them(settings, ended):
     settings.CHAT_WATCH_INTERVAL_SECONDS = 0.2
     admin = AsyncClient()
-    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+    await admin.aforce_login(await sync_to_async(factories.staff_member)())
     watched = EventReader(await admin.get(reverse("api:live-events")))
     await watched.until(lambda events: len(events) >= 1)
 
     if ended == "signed out elsewhere":
         await sync_to_async(Session.objects.all().delete)()
-    else:
+    elif ended == "no longer staff":
         await sync_to_async(get_user_model().objects.update)(is_staff=False)
+    else:
+        await sync_to_async(lambda: [member.user_permissions.clear()
+                                     for member in get_user_model().objects.all()])()
 
     events = await asyncio.wait_for(watched.to_the_end(), 10)  # it ends: no more of anyone's answers
     assert set(names(events)) == {"live"}

@@ -40,7 +40,7 @@ def test_the_live_view_shows_an_answer_held_by_the_other_web_process_and_its_sto
     upstream.script.interval_s = 0.1
     first, second = two_web_processes.process_urls
     with two_web_processes.browser(user, first) as asker, \
-            two_web_processes.browser(factories.user(is_staff=True), second) as admin, \
+            two_web_processes.browser(factories.staff_member(), second) as admin, \
             asker.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"}) as answer:
         answered = events_of(answer, SSEParser())
         generation_id = next(answered)[1]["generation_id"]

@@ -143,7 +143,7 @@ async def test_an_admins_stop_while_the_page_is_away_stops_at_once_keeping_all_t
     upstream.script.interval_s = 0.02
     browser, generation = await leave_after(api, conversation, upstream, deltas=3)
     admin = AsyncClient()
-    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+    await admin.aforce_login(await sync_to_async(factories.staff_member)())
 
     stopped = await admin.post(f"/api/staff/generations/{generation.pk}/stop")
     assert await asyncio.to_thread(upstream.hung_up.wait, GRACE_S / 2)

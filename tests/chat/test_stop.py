@@ -175,7 +175,7 @@ async def test_a_second_late_stop_is_refused_and_changes_nothing(api, conversati
 async def test_an_admins_stop_after_the_answer_ended_for_want_of_a_reader_is_refused(api, conversation, upstream):
     ended = await ended_for_want_of_a_reader(api, conversation, upstream)
     admin = AsyncClient()
-    await admin.aforce_login(await sync_to_async(factories.user)(is_staff=True))
+    await admin.aforce_login(await sync_to_async(factories.staff_member)())
 
     refused = await admin.post(f"/api/staff/generations/{ended.pk}/stop")
 
