@@ -362,7 +362,7 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
 
 def event_stream(events) -> StreamingHttpResponse:
     """Server-sent events, neither cached nor buffered by a proxy on the way."""
-    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response = StreamingHttpResponse(sse.failures_as_events(events), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -247,12 +247,12 @@ export class Generation {
         break;
       case "error":
         this.error = payload;
+        // The relay could not store the answer (its database stayed away): what the user saw goes back.
+        if (payload.code === "database_unavailable") this.#handBack(0);
         break;
       case "done":
         this.done = payload;
         this.#settleCut();
-        break;
-      default:
         break;
     }
   }

@@ -1,6 +1,13 @@
 """Server-sent events written to the browser: the events of an answer's stream and of a watch stream."""
 
+import contextlib
 import json
+import logging
+from collections.abc import AsyncIterator
+
+from django.db import InterfaceError, OperationalError
+
+logger = logging.getLogger(__name__)
 
 
 def event(name: str, payload: dict) -> bytes:
@@ -38,3 +45,23 @@ def done(generation, message_status: str | None, title_requested: bool = False) 
 
 
 HEARTBEAT = b": ping\n\n"
+
+
+async def failures_as_events(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`events`, and a failure of ours after them as a last `error` event: once the first byte
+    went out the status was sent (200), and a stream cut short would read to the page as a lost
+    connection, to be resumed from a server that has nothing more to say. The database refusing
+    past its patience (an answer's final write, CHAT_DATABASE_PATIENCE_SECONDS) is
+    `database_unavailable`, for the page to hand back the text it holds; anything else is
+    `server_error`. Cancellation and closing go through as they came."""
+    async with contextlib.aclosing(events):
+        try:
+            async for chunk in events:
+                yield chunk
+        except (InterfaceError, OperationalError) as refusal:
+            logger.warning("a stream ended: the database refused it past its patience (%s)", refusal)
+            yield event("error", {"code": "database_unavailable",
+                                  "message": "the database did not come back in time to store this answer"})
+        except Exception:
+            logger.exception("a stream failed after its first byte")
+            yield event("error", {"code": "server_error", "message": "the server failed while streaming"})

@@ -143,6 +143,20 @@ test("a Stop pressed while reconnecting hands back all the page holds: its web p
   assert.equal((await t.outcome).text, "Hello, wörld");
 });
 
+test("an answer its relay could not store (the database stayed away) hands back what the record lacks, and is not resumed", async () => {
+  const t = setUp();
+  await t.start([]);
+  t.feeds[0].push(sse("delta", { text: "Hello", proof: "p0" }) + sse("delta", { text: ", wörld", proof: "p5", saved: 5 })
+    + sse("error", { code: "database_unavailable", message: "the database did not come back" }));
+  t.feeds[0].close();
+  await settle();
+  assert.deepEqual(t.recovered, [[7, [{ offset: 5, text: ", wörld", proof: "p5" }]]], "the first piece is stored");
+  t.handBack();
+  const outcome = await t.outcome;
+  assert.equal(outcome.text, "Hello, wörld");
+  assert.deepEqual(t.resumes, []);
+});
+
 test("a resumed stream whose record holds all the page was sent hands nothing back", async () => {
   const t = setUp();
   await resumedShorter(t, sse("resume", { ...RESUME, offset: 12, stored_chars: 12 }) + sse("done", DONE));

@@ -219,6 +219,25 @@ async def test_an_answer_that_ends_while_the_database_is_down_is_stored_once_it_
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
+async def test_an_answer_whose_final_write_outlasts_the_patience_ends_with_an_error_event(
+        api, conversation, upstream, settings):
+    """The stream had ended cut short, which the page took for a lost connection to resume."""
+    settings.CHAT_DATABASE_PATIENCE_SECONDS = 0.5
+    settings.CHAT_SAVE_INTERVAL_SECONDS = 3600
+    settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
+    upstream.script.chunks = ["Held", " by", " the", " page"]
+    upstream.script.interval_s = 0.05
+    stream, parser, _ = await read_to_its_second_delta(api, conversation)
+
+    with database_refusing_new_sessions():
+        await sync_to_async(terminate_the_database_threads_backends)()
+        after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+
+    assert names(after)[-1] == "error" and "done" not in names(after)
+    assert after[-1][1]["code"] == "database_unavailable"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
 def test_a_final_write_the_database_refuses_past_the_patience_raises_the_refusal(settings):
     settings.CHAT_DATABASE_PATIENCE_SECONDS = 0.5
     generation = factories.generation(factories.message(role="assistant", status="streaming"))
