@@ -365,7 +365,7 @@ function startEdit(userEl, text = msg.textOf(userEl)) {
     while (userEl.nextElementSibling) userEl.nextElementSibling.remove();
     const editOf = userEl.dataset.messageId;
     streamAnswer(messageList.newAnswer(), api.edit(editOf, content), { words: { text: content, editOf } });
-  });
+  }, { limits: { max_message_chars: characterLimit.maxMessageChars }, announce });
 }
 
 messageList.onControl({

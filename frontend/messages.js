@@ -1,5 +1,6 @@
 // The message list's DOM: one <article class="message"> per message, its state line, its
 // quiet meta line (TTFT, tokens) and its buttons, shown or hidden by refreshActions().
+import { createCharacterLimit } from "./character_limit.js";
 import { isComposing } from "./keys.js";
 import { answerLabel, offersRetry } from "./labels.js";
 import { renderMarkdown } from "./render.js";
@@ -193,9 +194,10 @@ export function refreshActions(container, streaming) {
     };
     if (el.dataset.role === "user") {
       show(".edit", el.dataset.messageId !== "");
-      // An editor opened before the answer began stays open, its Send off as the composer's is.
+      // An editor opened before the answer began stays open, its Send off as the composer's is
+      // (and past the character limit: character_limit.js marks the text invalid).
       const save = el.querySelector(".edit-save");
-      if (save) save.disabled = streaming;
+      if (save) save.disabled = streaming || el.querySelector(".edit-input").getAttribute("aria-invalid") === "true";
       continue;
     }
     const settled = status !== STATUS.STREAMING;
@@ -221,9 +223,10 @@ export function openRewrites(list) {
 /**
  * Edits a user message in place, starting from `text`, and hands the new text to `submit`;
  * Escape or Cancel puts things back and returns focus to the Edit button. False when an editor
- * is open on it already (its text stays).
+ * is open on it already (its text stays). `limits` (the server's) are shown as the composer's
+ * are: a counter near the limit, Send off beyond it; `announce` tells screen readers.
  */
-export function openEditor(userEl, text, submit) {
+export function openEditor(userEl, text, submit, { limits = null, announce = () => {} } = {}) {
   if (userEl.querySelector(".edit-form")) return false;
   const form = document.createElement("form");
   form.className = "edit-form";
@@ -236,8 +239,16 @@ export function openEditor(userEl, text, submit) {
   const save = button("edit-save", "Send");
   save.type = "submit";
   const cancel = button("edit-cancel", "Cancel");
-  buttons.append(save, cancel);
+  const counter = document.createElement("span");
+  counter.className = "composer-count edit-count";
+  counter.id = `edit-count-${userEl.dataset.messageId}`;
+  counter.hidden = true;
+  input.setAttribute("aria-describedby", counter.id);
+  buttons.append(counter, save, cancel);
   form.append(input, buttons);
+  createCharacterLimit({
+    composer: input, counter, send: save, announce, isBusy: () => document.body.dataset.streaming === "true",
+  }).setLimits(limits);
   userEl.classList.add("editing");
   contentOf(userEl).after(form);
   input.focus();

@@ -283,6 +283,33 @@ def test_the_composer_shows_the_limit_near_it_and_will_not_send_beyond_it(chat, 
     assert counter.is_hidden()
 
 
+def test_a_messages_editor_shows_the_limit_as_the_composer_does_and_will_not_send_beyond_it(chat, user):
+    """Its Send stayed on past the limit, for the server to refuse what the page could have said."""
+    conversation = factories.conversation(owner=user, title="Edited")
+    question = factories.message(conversation, content="short q")
+    factories.message(conversation, role="assistant", content="an answer")
+    chat.evaluate(f"location.hash = '#/c/{conversation.pk}'")
+    chat.click('#messages .message[data-role="user"] .edit')
+    counter = chat.locator(".edit-count")
+
+    chat.fill(".edit-input", "b" * 95)
+    near = counter.inner_text()
+    chat.fill(".edit-input", "b" * 101)
+    over = counter.inner_text()
+    chat.press(".edit-input", "Enter")
+
+    assert near == f"95 / {MAX_MESSAGE_CHARS}"
+    assert over == f"101 / {MAX_MESSAGE_CHARS}: 1 over the limit"
+    assert chat.locator(".edit-save").is_disabled()
+    assert chat.input_value(".edit-input") == "b" * 101  # nothing was sent or lost
+    assert Message.objects.get(pk=question.pk).content == "short q"
+    chat.press(".edit-input", "Backspace")
+    assert chat.locator(".edit-save").is_enabled()
+    chat.press(".edit-input", "Enter")
+    wait_for_end(chat)
+    assert Message.objects.get(pk=question.pk).content == "b" * 100
+
+
 def test_on_a_phone_the_open_drawer_keeps_the_keyboard_until_it_closes(chat, user):
     for n in range(2):
         factories.conversation(owner=user, title=f"Listed {n}")
