@@ -3,8 +3,9 @@ call them; the conversation core's reads, scoped to their owner, are chatapp/sel
 """
 
 from datetime import date, datetime
+from types import SimpleNamespace
 
-from django.contrib.auth import get_user_model
+from django.contrib import auth
 from django.db.models import Min
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -33,12 +34,13 @@ def streams_now() -> list[dict]:
 
 
 def may_still_review(*, user_id: int, session) -> bool:
-    """The user is still signed in with `session` (not signed out, not expired) and still active
-    staff who may review answers: what a live view that stays open checks again at each event."""
-    if not session.exists(session.session_key):
-        return False
-    user = get_user_model().objects.filter(pk=user_id).first()  # afresh: permissions are cached on one
-    return user is not None and permissions.may(user, permissions.REVIEW_ANSWERS)
+    """The user is still signed in with `session` and still active staff who may review answers:
+    what a live view that stays open checks again at each event. The session is read afresh
+    and checked as every request's is (django.contrib.auth.get_user): not signed out, not
+    expired, its password not changed since; the user too (permissions are cached on one)."""
+    fresh = SimpleNamespace(session=type(session)(session_key=session.session_key))
+    user = auth.get_user(fresh)
+    return user.pk == user_id and permissions.may(user, permissions.REVIEW_ANSWERS)
 
 
 def generation_of_anyone(*, generation_id: int) -> Generation:

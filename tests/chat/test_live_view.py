@@ -1,6 +1,7 @@
 """The admins' live view: staff only, it lists the answers streaming now and each replica's load."""
 
 import asyncio
+from datetime import timedelta
 
 import httpx2
 import pytest
@@ -9,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.test import AsyncClient, Client
 from django.urls import reverse
+from django.utils import timezone
 
 from chatapp.staff import selectors as staff_selectors
 from chatapp.upstream.replica_figures import parse_load, replica_loads
@@ -197,7 +199,8 @@ async def test_an_admin_stop_ends_a_streaming_answer_keeping_all_its_user_was_se
     assert generation.stop_seen_chars is None and hung_up
 
 
-@pytest.mark.parametrize("ended", ["signed out elsewhere", "no longer staff", "permission withdrawn"])
+@pytest.mark.parametrize("ended", ["signed out elsewhere", "no longer staff", "permission withdrawn",
+                                   "password changed", "session expired"])
 async def test_the_live_events_end_once_the_admin_may_no_longer_see_them(settings, ended):
     settings.CHAT_WATCH_INTERVAL_SECONDS = 0.2
     admin = AsyncClient()
@@ -209,6 +212,14 @@ async def test_the_live_events_end_once_the_admin_may_no_longer_see_them(setting
         await sync_to_async(Session.objects.all().delete)()
     elif ended == "no longer staff":
         await sync_to_async(get_user_model().objects.update)(is_staff=False)
+    elif ended == "password changed":  # by the admin, say: every session of it ends
+        def changed():
+            member = get_user_model().objects.get()
+            member.set_password("a-new-long-password")
+            member.save()
+        await sync_to_async(changed)()
+    elif ended == "session expired":
+        await sync_to_async(Session.objects.update)(expire_date=timezone.now() - timedelta(seconds=1))
     else:
         await sync_to_async(lambda: [member.user_permissions.clear()
                                      for member in get_user_model().objects.all()])()
