@@ -56,8 +56,10 @@ def message_get(*, user, message_id: int) -> Message:
 
 
 def generation_get(*, user, generation_id: int) -> Generation:
+    """One of the user's answers, gone with its conversation as its messages are."""
     try:
-        return Generation.objects.select_related("message").get(pk=generation_id, user=user)
+        return Generation.objects.select_related("message").get(
+            pk=generation_id, user=user, conversation__deleted_at__isnull=True)
     except Generation.DoesNotExist:
         raise not_found("generation") from None
 

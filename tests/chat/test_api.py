@@ -5,6 +5,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
+from django.utils import timezone
 
 from chatapp.models import Conversation, Generation, Message
 from tests import factories
@@ -157,6 +158,25 @@ async def test_another_users_objects_answer_404_on_every_endpoint_and_stay_untou
     assert listed["results"] == []
     assert await sync_to_async(count_rows)() == before
     assert upstream.requests == []
+
+
+async def test_a_deleted_conversations_answers_answer_404_as_the_rest_of_it(api, user):
+    """Its messages, edit and continue answered 404, but its answers' text was still read here."""
+    def deleted():
+        conversation = factories.conversation(owner=user, title="Gone")
+        answer = factories.message(conversation, role="assistant", content="the answer's text")
+        generation = factories.generation(answer, finish_reason="stop", final_text="the answer's text")
+        conversation.deleted_at = timezone.now()
+        conversation.save()
+        return generation
+    generation = await sync_to_async(deleted)()
+
+    responses = [await api.get(f"/api/generations/{generation.pk}"),
+                 await api.get(f"/api/generations/{generation.pk}/events"),
+                 await post(api, f"/api/generations/{generation.pk}/stop", {"seen_chars": 0})]
+
+    assert [r.status_code for r in responses] == [404] * len(responses)
+    assert all("answer's text" not in r.content.decode() for r in responses)
 
 
 # --- refusals before the stream ---
