@@ -54,6 +54,9 @@ try:
     CHAT_MAX_MESSAGE_CHARS = env.integer("CHAT_MAX_MESSAGE_CHARS", 8000, minimum=1)
     CHAT_MAX_SYSTEM_PROMPT_CHARS = env.integer("CHAT_MAX_SYSTEM_PROMPT_CHARS", 4000, minimum=1)
     CHAT_MAX_STREAMS_PER_USER = env.integer("CHAT_MAX_STREAMS_PER_USER", 2, minimum=1)
+    # A user's watch streams open at once in one web process (chatapp/runtime/user_shares.py): each
+    # tab follows its conversation's answer and the others' being written; more is a flood.
+    CHAT_MAX_WATCHES_PER_USER = env.integer("CHAT_MAX_WATCHES_PER_USER", 32, minimum=1)
     CHAT_HEARTBEAT_SECONDS = env.number("CHAT_HEARTBEAT_SECONDS", 15.0, minimum=0.01)
     CHAT_SAVE_INTERVAL_SECONDS = env.number("CHAT_SAVE_INTERVAL_SECONDS", 1.0, minimum=0.01)
     # A watch stream (chatapp/streaming/watch.py) that hears nothing on its answer's live channel for this
@@ -149,6 +152,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "chatapp.urls"
+# Django's sign-in form is the admin's alone (the app signs in through the API): where its
+# `next` is refused (another site) it lands on the admin, not on Django's /accounts/profile/.
+LOGIN_REDIRECT_URL = "admin:index"
 ASGI_APPLICATION = "chatapp.asgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

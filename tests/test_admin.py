@@ -167,3 +167,14 @@ def test_a_conversation_and_its_messages_cannot_be_added_changed_reassigned_or_d
     assert (conversation.owner_id, conversation.title) != (someone_else.pk, "Edited")
     assert conversation.system_prompt == "Be brief." and conversation.messages.count() == 1
     assert shown.status_code == 200 and b"my question" in shown.content  # still there to review
+
+
+def test_signing_in_to_the_admin_with_an_address_elsewhere_to_go_next_lands_on_the_admin(client):
+    """The address was refused (another site), and the admin went to /accounts/profile/: a 404."""
+    factories.user(username="ada", password="a-long-test-password", is_staff=True, is_superuser=True)
+
+    signed_in = client.post(reverse("admin:login") + "?next=https://elsewhere.example/",
+                            {"username": "ada", "password": "a-long-test-password",
+                             "next": "https://elsewhere.example/"})
+
+    assert signed_in.status_code == 302 and signed_in["Location"] == reverse("admin:index")
