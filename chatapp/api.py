@@ -5,6 +5,7 @@ scoped to its owner. Errors before any stream starts are `{"error": {"code", "me
 the right status; after the first byte they travel as stream events (see chatapp/streaming/relay.py).
 """
 
+import contextlib
 import functools
 import logging
 import time
@@ -20,6 +21,7 @@ from common.vocabulary import CancelledBy
 
 from . import conversation_settings, json_shapes, login_limit, request_input, selectors, services
 from .errors import ApiError, error_response
+from .runtime import user_shares
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import permissions as staff_permissions
@@ -34,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 # A restart or a failover takes seconds: the page may try again after this many.
 DATABASE_RETRY_AFTER_SECONDS = 5
+# A search's longest text, as the page's search box holds (index.html): each character of it
+# multiplies the cost of matching every message.
+MAX_QUERY_CHARS = 500
 
 
 def endpoint(*methods: str, login_required: bool = True):
@@ -81,6 +86,8 @@ def _json_errors(methods: tuple[str, ...], view):
                 response = await view(request, *args, **kwargs)
             except ApiError as error:
                 response = error_response(error.status, error.code, error.message)
+                if error.retry_after_s is not None:
+                    response["Retry-After"] = str(error.retry_after_s)
             except (InterfaceError, OperationalError) as refusal:  # even after a fresh connection
                 logger.warning("the database refused %s %s: %s", request.method, request.path, refusal)
                 response = error_response(503, "database_unavailable",
@@ -184,8 +191,11 @@ async def conversations(request, user):
         title, choices = request_input.text(body, "title", ""), await _choices(body)
         created = await on_database_thread(services.conversation_create)(owner=user, title=title, choices=choices)
         return JsonResponse(json_shapes.conversation_json(created), status=201)
-    page = await on_database_thread(_conversation_page)(
-        user, request_input.query_text(request, "q"), request.GET.get("page", 1))
+    query = request_input.query_text(request, "q").strip()
+    if len(query) > MAX_QUERY_CHARS:
+        raise ApiError(400, "query_too_long", f"a search may be at most {MAX_QUERY_CHARS} characters")
+    async with user_shares.one_search_at_a_time(user.pk) if query else contextlib.nullcontext():
+        page = await on_database_thread(_conversation_page)(user, query, request.GET.get("page", 1))
     return JsonResponse(page)
 
 
@@ -199,7 +209,7 @@ async def _choices(body: dict, current_model: str | None = None) -> dict:
 
 
 def _conversation_page(user, query: str, page) -> dict:
-    found = selectors.conversation_list(user=user, query=query.strip(), page=page)
+    found = selectors.conversation_list(user=user, query=query, page=page)
     return {"results": [{**json_shapes.conversation_json(c),
                          "live_generation_id": c.live_generation_id} for c in found],
             "page": found.number,
@@ -277,7 +287,7 @@ async def generation_events(request, user, generation_id: int):
     characters of it the page holds) its own page resumes it (chatapp/streaming/watch.py)."""
     offset = _offset(request.GET.get("from"))
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return event_stream(watch.events(found, offset))
+    return event_stream(user_shares.WATCHES.held_by(user.pk, watch.events(found, offset)))
 
 
 def _offset(value: str | None) -> int | None:

@@ -4,9 +4,10 @@ from django.http import JsonResponse
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.retry_after_s = retry_after_s  # sent as Retry-After
 
 
 def not_found(what: str) -> ApiError:

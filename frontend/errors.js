@@ -25,6 +25,8 @@ const SENTENCES = {
     : "Your message is too long. Please shorten it."),
   context_too_long: "This message is too long for the model to read. Please shorten it, or start a new conversation.",
   title_too_long: "That title is too long. Please shorten it.",
+  query_too_long: "That search is too long. Please shorten it.",
+  too_many_watches: "Too many tabs are following answers. Close some of them, then try again.",
   system_prompt_too_long: "That system prompt is too long. Please shorten it.",
   temperature_out_of_range: "The temperature must be a number from 0 to 2.",
   top_p_out_of_range: "Top p must be a number above 0, up to 1.",
