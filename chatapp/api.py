@@ -287,7 +287,11 @@ async def generation_events(request, user, generation_id: int):
     characters of it the page holds) its own page resumes it (chatapp/streaming/watch.py)."""
     offset = _offset(request.GET.get("from"))
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    return event_stream(user_shares.WATCHES.held_by(user.pk, watch.events(found, offset)))
+    held = user_shares.WATCHES.held_by(user.pk, watch.events(found, offset))
+    if held is None:
+        raise ApiError(429, "too_many_watches", f"at most {user_shares.WATCHES.limit()} watch streams may "
+                                                "be open at once; close one and try again", retry_after_s=5)
+    return event_stream(held)
 
 
 def _offset(value: str | None) -> int | None:

@@ -7,12 +7,16 @@ Two rules, after django-axes' lockout parameters and OWASP's authentication guid
   passwords elsewhere locks nobody out of their own address.
 - one account from anywhere, or one address for any account (spraying): after
   CHAT_LOGIN_SPREAD_ATTEMPTS failures each further one makes it wait, 1 s doubling up to the
-  window. A delay slows a guesser without handing anyone a switch that locks an account.
+  window. A delay slows a guesser without handing anyone a switch that locks an account: a
+  browser that signed in to the account before holds a signed cookie saying so (OWASP's device
+  cookies, `DEVICE_COOKIE`), and the account's delay does not hold it back, so that a guesser
+  spread over many addresses slows new devices, never its owner's own browser.
 Only failures count: a check in flight is none, and a refused attempt neither counts nor moves a
 window. Our own rather than django-axes (README, "Sign-in limit"): axes has one failure limit for
 every parameter set, no delay, and fails the sign-in when its cache is down.
 """
 
+import asyncio
 import functools
 import hashlib
 import logging
@@ -22,15 +26,22 @@ import time
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.signals import user_login_failed
+from django.contrib.auth.signals import user_logged_in, user_login_failed
+from django.core import signing
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
+from django.utils.decorators import sync_and_async_middleware
 
 logger = logging.getLogger(__name__)
 
 # Set on the request when the limit refused it: the view and the admin's form read it.
 REFUSED_FOR = "sign_in_refused_for_seconds"
+# Set on the request that signed in: its response gives the browser the account's device cookie.
+_SIGNED_IN_ACCOUNT = "signed_in_account"
+DEVICE_COOKIE = "chatapp_device"
+_DEVICE_SALT = "chatapp.login_limit.device"
+_DEVICE_COOKIE_AGE_S = 365 * 24 * 3600
 
 
 class SignInRefused(PermissionDenied):
@@ -63,9 +74,13 @@ def client_address(request) -> str:
     return request.headers.get("X-Real-IP") or request.META.get("REMOTE_ADDR", "")
 
 
-def _keys(username: str, address: str) -> dict[str, str]:
+def _account(username: str) -> str:
     # Hashed: a username may hold any character, and a cache key may not.
-    account = hashlib.sha256(username.casefold().encode()).hexdigest()
+    return hashlib.sha256(username.casefold().encode()).hexdigest()
+
+
+def _keys(username: str, address: str) -> dict[str, str]:
+    account = _account(username)
     return {"pair": f"login-failures:pair:{account}:{address}",
             "account": f"login-failures:account:{account}", "address": f"login-failures:address:{address}"}
 
@@ -80,8 +95,9 @@ def spread_delay(failures: int) -> int:
 
 
 @_open_when_the_cache_fails(0)
-def seconds_to_wait(username: str, address: str) -> int:
-    """0 when this account may try from this address now, else the seconds until it may."""
+def seconds_to_wait(username: str, address: str, known_device: bool = False) -> int:
+    """0 when this account may try from this address now, else the seconds until it may; from a
+    `known_device` the account's own delay is not waited for."""
     keys = _keys(username, address)
     names = [name for key in keys.values() for name in (key, f"{key}:since", f"{key}:last")]
     stored = cache.get_many(names)
@@ -89,7 +105,7 @@ def seconds_to_wait(username: str, address: str) -> int:
     pair = keys["pair"]
     if stored.get(pair, 0) >= settings.CHAT_LOGIN_ATTEMPTS:
         waits.append(stored.get(f"{pair}:since", now) + settings.CHAT_LOGIN_WINDOW_SECONDS - now)
-    for key in (keys["account"], keys["address"]):
+    for key in (keys["address"],) if known_device else (keys["account"], keys["address"]):
         waits.append(stored.get(f"{key}:last", now) + spread_delay(stored.get(key, 0)) - now)
     return max(0, math.ceil(max(waits)))
 
@@ -109,8 +125,51 @@ def count_failure(username: str, address: str) -> None:
         cache.set(f"{key}:last", now, window)
 
 
+def is_known_device(request, username: str) -> bool:
+    """The browser signed in to this account before (within a year): its device cookie names it."""
+    token = request.COOKIES.get(DEVICE_COOKIE) if request is not None else None
+    if not token:
+        return False
+    try:
+        return signing.loads(token, salt=_DEVICE_SALT, max_age=_DEVICE_COOKIE_AGE_S) == _account(username)
+    except signing.BadSignature:
+        return False
+
+
+@receiver(user_logged_in, dispatch_uid="chatapp.login_limit.device")
+def signed_in(sender, request, user, **kwargs):
+    if request is not None:
+        setattr(request, _SIGNED_IN_ACCOUNT, _account(user.get_username()))
+
+
+def _give_device_cookie(request, response) -> None:
+    account = getattr(request, _SIGNED_IN_ACCOUNT, None)
+    if account:
+        response.set_cookie(DEVICE_COOKIE, signing.dumps(account, salt=_DEVICE_SALT),
+                            max_age=_DEVICE_COOKIE_AGE_S, httponly=True, samesite="Lax",
+                            secure=settings.SESSION_COOKIE_SECURE)
+
+
+@sync_and_async_middleware
+def known_device(get_response):
+    """Gives a browser that has just signed in (the API or the admin) the account's device cookie;
+    on the event loop in an async request (no I/O)."""
+    if asyncio.iscoroutinefunction(get_response):
+        async def middleware(request):
+            response = await get_response(request)
+            _give_device_cookie(request, response)
+            return response
+    else:
+        def middleware(request):
+            response = get_response(request)
+            _give_device_cookie(request, response)
+            return response
+    return middleware
+
+
 def _refuse_if_held_back(request, username) -> None:
-    wait = seconds_to_wait(username or "", client_address(request))
+    username = username or ""
+    wait = seconds_to_wait(username, client_address(request), is_known_device(request, username))
     if wait:
         if request is not None:
             setattr(request, REFUSED_FOR, wait)

@@ -149,6 +149,7 @@ MIDDLEWARE = [
     "chatapp.runtime.middleware.Authentication",
     "chatapp.runtime.middleware.Messages",
     "chatapp.runtime.middleware.XFrameOptions",
+    "chatapp.login_limit.known_device",
 ]
 
 ROOT_URLCONF = "chatapp.urls"

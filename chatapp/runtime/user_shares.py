@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 
 from django.conf import settings
 
-from ..errors import ApiError
 from .per_loop import per_loop
 
 # A search lock stays while anyone holds or waits on it, and goes with the last of them.
@@ -34,17 +33,17 @@ async def one_search_at_a_time(user_id: int):
 
 class StreamPlaces:
     """At most `limit()` streams of one user open at once in this process; another is refused
-    (429, `code`) before it starts. A place is given back when its stream ends or is closed, and
-    when a stream never read is dropped (its page left before the stream began)."""
+    before it starts. A place is given back when its stream ends or is closed, and when a stream
+    never read is dropped (its page left before the stream began)."""
 
-    def __init__(self, limit: Callable[[], int], code: str, what: str):
-        self._limit, self._code, self._what = limit, code, what
+    def __init__(self, limit: Callable[[], int]):
+        self.limit = limit
         self._held: Counter[int] = Counter()
 
-    def held_by(self, user_id: int, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        if self._held[user_id] >= self._limit():
-            raise ApiError(429, self._code, f"at most {self._limit()} {self._what} may be open at once; "
-                                            "close one and try again", retry_after_s=5)
+    def held_by(self, user_id: int, events: AsyncIterator[bytes]) -> AsyncIterator[bytes] | None:
+        """`events`, holding one of the user's places while they stream; None when none is free."""
+        if self._held[user_id] >= self.limit():
+            return None
         self._held[user_id] += 1
         given_back = False
 
@@ -69,4 +68,4 @@ class StreamPlaces:
         return stream
 
 
-WATCHES = StreamPlaces(lambda: settings.CHAT_MAX_WATCHES_PER_USER, "too_many_watches", "watch streams")
+WATCHES = StreamPlaces(lambda: settings.CHAT_MAX_WATCHES_PER_USER)

@@ -79,6 +79,32 @@ async def test_one_address_spraying_many_accounts_is_slowed_there_but_not_elsewh
     assert elsewhere.status_code == 200
 
 
+async def test_a_guesser_spread_over_addresses_slows_new_devices_but_not_the_browser_its_owner_signed_in_from(user):
+    """The account's delay had been a switch that locked its owner out: failures from many
+    addresses kept even the right password from a fresh address refused (the review, helper 23:
+    501 of 600 s). A browser that signed in to the account before holds a signed cookie that
+    says so (OWASP's device cookies), and the account's delay does not hold it back."""
+    owners_browser = AsyncClient(headers={"X-Real-IP": "192.0.2.50"})
+    signed_in = await owners_browser.post("/api/auth/login", json.dumps({"username": user.username, "password": PASSWORD}),
+                                          content_type="application/json")
+    await owners_browser.post("/api/auth/logout")
+    for n in range(8):  # a guesser, one failure from each of many addresses
+        await sign_in(user.username, "wrong", f"198.51.100.{n}")
+
+    new_device = await sign_in(user.username, PASSWORD, "192.0.2.77")
+    known_device = await owners_browser.post("/api/auth/login", json.dumps({"username": user.username, "password": PASSWORD}),
+                                             content_type="application/json", headers={"X-Real-IP": "192.0.2.77"})
+    forged = AsyncClient(headers={"X-Real-IP": "192.0.2.78"})
+    forged.cookies[login_limit.DEVICE_COOKIE] = "forged:value"
+    forged_attempt = await forged.post("/api/auth/login", json.dumps({"username": user.username, "password": PASSWORD}),
+                                       content_type="application/json")
+
+    assert signed_in.status_code == 200 and login_limit.DEVICE_COOKIE in signed_in.cookies
+    assert new_device.status_code == 429  # slowed: the guesser's tries cost them time
+    assert known_device.status_code == 200
+    assert forged_attempt.status_code == 429
+
+
 async def test_refused_attempts_are_not_counted_so_the_delay_does_not_grow(user):
     for n in range(6):
         await sign_in(f"someone{n}", "wrong")
