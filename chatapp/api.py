@@ -17,7 +17,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from common.vocabulary import CancelledBy
+from common.vocabulary import CancelledBy, GenerationStatus
 
 from . import conversation_settings, json_shapes, login_limit, request_input, selectors, services
 from .errors import ApiError, error_response
@@ -26,6 +26,7 @@ from .runtime.database_threads import on_database_thread
 from .staff import live_view
 from .staff import permissions as staff_permissions
 from .staff import selectors as staff_selectors
+from .staff import services as staff_services
 from .streaming import answer_start, prompt_fit, sse, text_proof, watch
 from .streaming.relay import Relay
 from .streaming.relay_inbox import tell_relay_to_stop
@@ -331,6 +332,8 @@ async def _stopped(generation, *, seen_chars: int | None, cancelled_by: Cancelle
     except services.IllegalTransition as refused:
         raise ApiError(409, "generation_ended",
                        f"the answer has already ended ({refused.status}); nothing was changed") from None
+    if stopping.status == GenerationStatus.STOPPED:  # applied to an answer ended, whose day may be rolled up
+        await on_database_thread(staff_services.late_stop_counted)(generation=stopping)
     tell_relay_to_stop(generation.pk)
     return JsonResponse({"id": generation.pk, "status": stopping.status}, status=202)
 

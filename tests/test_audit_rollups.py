@@ -123,6 +123,26 @@ def test_rolling_a_day_up_again_recomputes_each_models_row_and_drops_a_model_gon
     assert not DailyRollup.objects.filter(day=day, model=MODELS[1]).exists()
 
 
+@pytest.mark.django_db(transaction=True)  # the API's view reads on its own thread
+def test_a_late_stop_after_its_day_was_rolled_up_moves_the_days_count_as_rolling_up_again_would(client, audit_log):
+    """An answer that ended for want of a reader, then its page's Stop, kept until the server was
+    reachable, came after the hourly rollup: the row said `user`, the rollup `client_gone` for good."""
+    day = audit_log[2]
+    owner = factories.user()
+    conversation = factories.conversation(owner=owner)
+    answer = factories.generation(factories.message(conversation, role="assistant", content="never read"),
+                                  finish_reason="cancelled", cancelled_by="client_gone", final_text="never read")
+    Generation.objects.filter(pk=answer.pk).update(started_at=datetime.combine(day, time(23, 59), UTC))
+    roll_up_audit_days()
+    client.force_login(owner)
+
+    stopped = client.post(reverse("api:stop", args=[answer.pk]), {"seen_chars": 5}, content_type="application/json")
+
+    assert stopped.status_code == 202 and stopped.json()["status"] == "stopped"
+    assert rolled(day) == direct(day)
+    assert rolled(day, answer.model) == direct(day, answer.model)
+
+
 def test_a_day_with_an_answer_still_streaming_waits_until_it_ends(audit_log):
     streaming = started(audit_log[-1], random.Random(1), finish_reason="", status="streaming")
 

@@ -2,14 +2,17 @@
 core's writes are chatapp/services/; the reads these start from are staff/selectors.py.
 """
 
+from collections import Counter
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import transaction
 
-from ..models import Conversation, DailyRollup, Message
+from common.vocabulary import CancelledBy
+
+from ..models import Conversation, DailyRollup, Generation, Message
 from . import selectors
-from .audit import DayTotals
+from .audit import NO_MODEL, DayTotals
 
 
 @transaction.atomic
@@ -22,6 +25,22 @@ def daily_rollups_save(*, totals: DayTotals, totals_by_model: dict[str, DayTotal
         DailyRollup.objects.update_or_create(day=totals.day, model=model, defaults=_values(model_totals))
     DailyRollup.objects.filter(day=totals.day).exclude(model__in=[DailyRollup.ALL_MODELS, *totals_by_model]).delete()
     return rollup
+
+
+@transaction.atomic
+def late_stop_counted(*, generation: Generation) -> None:
+    """A user's Stop of an answer that had ended for want of a reader (`client_gone`), recorded
+    after its day was rolled up: the day's rollups count that cancellation as the user's now, as
+    rolling the day up again would (a day is rolled up once, and its other rows may be purged)."""
+    day = generation.started_at.astimezone(UTC).date()
+    models = [DailyRollup.ALL_MODELS, generation.model or NO_MODEL]
+    for rollup in DailyRollup.objects.select_for_update().filter(day=day, model__in=models):
+        counts = Counter(rollup.cancelled_by)
+        if counts[CancelledBy.CLIENT_GONE] > 0:
+            counts[CancelledBy.CLIENT_GONE] -= 1
+            counts[CancelledBy.USER] += 1
+            rollup.cancelled_by = {who: n for who, n in counts.items() if n > 0}
+            rollup.save(update_fields=["cancelled_by", "computed_at"])
 
 
 def _values(totals: DayTotals) -> dict:
