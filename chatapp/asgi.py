@@ -26,14 +26,16 @@ from chatapp.runtime import web_process  # noqa: E402
 def _end_answers_of_the_process_before() -> None:
     try:
         tasks.fail_interrupted_streams()
-    except Exception:  # the reaper's next round tries again (with Redis; without, their heartbeat)
+    except Exception:  # the reaper's next round tries again
         logging.getLogger(__name__).exception("ending the answers of a web process gone before this one failed")
 
 
 # The answers this process starts name it from now on (runtime/web_process.py). Without Redis it
-# is the only web process: one relaying answers before it has gone (killed, crashed), and its
-# answers end now, in the background, so that a page resuming one is told so at once, not when
-# their heartbeat goes stale. With Redis the reaper tells gone processes apart.
+# is its stack's only web process, likely started again after the one before it died (killed,
+# crashed): the answers of every web process whose presence file is unlocked end now, in the
+# background, so that a page resuming one is told so at once, not at the reaper's next round. A
+# web process of another stack of the checkout holds its file locked, and its answers go on.
+# With Redis a gone process is told by its key, after a while.
 web_process.announce()
 if not web_process.presence_shared():
     threading.Thread(target=_end_answers_of_the_process_before, name="answers-orphaned", daemon=True).start()

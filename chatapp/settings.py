@@ -193,6 +193,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
 FRONTEND_DIR = BASE_DIR / "frontend"
+# Without Redis, each web process's presence: a file it holds locked (chatapp/runtime/presence_file.py).
+CHAT_WEB_PROCESS_DIR = BASE_DIR / "var" / "web-processes"
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # the front end reads the token to send it in X-CSRFToken

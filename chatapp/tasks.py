@@ -37,6 +37,7 @@ def fail_interrupted_streams() -> int:
         stale -= web_process.relays_running(processes)
     ended = sum(_interrupted(generation_id) for generation_id in orphaned)
     ended += sum(_interrupted(generation_id, unless_heartbeat_since=cutoff) for generation_id in stale)
+    web_process.forget(keeping=processes)
     if ended:
         logger.info("ended %d interrupted stream(s)", ended)
     return ended

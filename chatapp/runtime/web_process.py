@@ -20,12 +20,16 @@ outage longer than CHAT_STALE_STREAM_SECONDS), and the reaper, reaching the data
 before the relay does, must not end it; a relay that ended without its final write (its process
 still up) is no longer listed, and its answer is reaped for its heartbeat.
 
-Without Redis there is one web process (stack/web.py) and nothing shared to keep keys in; that
-process, once it starts, takes every other for gone: the one before it, whose answers it ends.
-Rows whose relay named no process (written by something that never announced itself, a test's
-own relay) are left to the heartbeat.
+Without Redis a stack has one web process (stack/web.py), but two stacks of one checkout on two
+ports share its SQLite file, and nothing shared holds keys: each web process holds a file of the
+checkout locked instead (runtime/presence_file.py, settings.CHAT_WEB_PROCESS_DIR), which the
+kernel unlocks when the process dies. An answer whose process's file is unlocked is orphaned, at
+once; one whose process left no file here (another machine's, another checkout's) is left to the
+heartbeat, as are rows whose relay named no process (written by something that never announced
+itself, a test's own relay).
 """
 
+import atexit
 import logging
 import threading
 import time
@@ -33,6 +37,8 @@ import uuid
 
 from django.conf import settings
 from django.core.cache import cache
+
+from .presence_file import PresenceFile, forget_gone, gone as unlocked
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +69,8 @@ def announce() -> None:
         except Exception:  # Redis away: its thread writes it once Redis is back, and until then
             logger.exception("announcing this web process failed")  # no reaper can read either
         threading.Thread(target=_keep_saying_here, name="web-process-presence", daemon=True).start()
+    else:
+        atexit.register(PresenceFile(settings.CHAT_WEB_PROCESS_DIR, ID).release)
     _announced.set()
 
 
@@ -94,16 +102,23 @@ def relays_running(process_ids: set[str]) -> set[int]:
 
 def gone(process_ids: set[str]) -> set[str]:
     """Of these web processes, the ones known to be gone; none when that cannot be told (the
-    cache is away, or per process and this one is not a web process)."""
+    cache is away)."""
     if not process_ids:
         return set()
     if not presence_shared():
-        return {process for process in process_ids if process != ID} if _announced.is_set() else set()
+        return unlocked(settings.CHAT_WEB_PROCESS_DIR, process_ids)
     try:
         return _missing_for_a_while(process_ids)
     except Exception:  # nothing is known while the cache is away: the heartbeat still counts
         logger.exception("reading the web processes' presence failed")
         return set()
+
+
+def forget(keeping: set[str]) -> None:
+    """Without Redis, forgets the gone web processes but those named in `keeping` (by live
+    answers, to be ended first); with Redis their keys expire on their own."""
+    if not presence_shared():
+        forget_gone(settings.CHAT_WEB_PROCESS_DIR, keeping)
 
 
 def _missing_for_a_while(process_ids: set[str]) -> set[str]:
