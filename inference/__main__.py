@@ -1,11 +1,13 @@
 """`python -m inference [--host H] [--port P] [--model PATH] [--check]`; defaults from the
-environment. A setting that cannot be used is one line on stderr and exit status 2, not a
-traceback; `--check` only reads the settings (`make run` asks before it starts anything)."""
+environment. A setting that cannot be used, or that this machine cannot serve (a cache directory
+it cannot write, a CUDA device it lacks), is one line on stderr and exit status 2, not a
+traceback; `--check` only checks them (`make run` asks before it starts anything)."""
 
 import argparse
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from . import huge_pages
 from .config import InferenceConfig
@@ -17,26 +19,46 @@ def main() -> None:
     parser.add_argument("--port", type=int, help="port (INFERENCE_PORT)")
     parser.add_argument("--model", help="HF model directory or .gguf file (INFERENCE_MODEL)")
     parser.add_argument("--check", action="store_true",
-                        help="read the settings, then exit: 0, or 2 with one line saying what is "
-                             "wrong")
+                        help="check the settings, and that this machine can serve them, then "
+                             "exit: 0, or 2 with one line saying what is wrong")
     arguments = parser.parse_args()
     try:
         config = InferenceConfig.from_env(host=arguments.host, port=arguments.port,
                                           model=arguments.model)
+        config.check_cache_dir()
     except ValueError as error:
-        print(f"inference: {error}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    if arguments.check:
-        return
-    if config.huge_pages and (environ := huge_pages.environment(dict(os.environ))) is not None:
+        _refuse(error)
+    with_huge_pages = config.huge_pages and not arguments.check and huge_pages.environment(dict(os.environ))
+    if with_huge_pages:
         # glibc reads its tunables only when a process starts; torch is not imported yet.
         # The same command line, the interpreter's own options (-X, -u) included.
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], with_huge_pages)
+    _check_device(config.device)
+    if arguments.check:
+        return
     from .server import serve  # imports torch
     from .service import InferenceService
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     sys.exit(serve(InferenceService(config), config.host, config.port))
+
+
+def _check_device(requested: str) -> None:
+    """Exits with one line when the device asked for is not on this machine; only "cuda" can
+    be missing, and only then is torch imported here."""
+    if requested != "cuda":
+        return
+    from .device import resolve  # torch: seconds, where a check that reads settings takes none
+
+    try:
+        resolve(requested)
+    except ValueError as error:
+        _refuse(error)
+
+
+def _refuse(error: ValueError) -> NoReturn:
+    print(f"inference: {error}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The inference service's configuration: one frozen dataclass, read from the environment once."""
 
 import math
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -127,6 +128,20 @@ class InferenceConfig:
         if self.model and not Path(self.model).exists():
             raise ValueError(f"INFERENCE_MODEL={self.model} does not exist: a Hugging Face model "
                              "directory or a .gguf file would do (empty: the default model)")
+
+    def check_cache_dir(self) -> None:
+        """Raises ValueError naming INFERENCE_CACHE_DIR unless this process can create the
+        directory and write in it (the default model is converted into it as it loads)."""
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"INFERENCE_CACHE_DIR={self.cache_dir} cannot be created ({error.strerror}): "
+                             "a directory this user may write would do (empty: ~/.cache/chatapp/models)") from error
+        try:
+            tempfile.TemporaryFile(dir=self.cache_dir).close()
+        except OSError as error:
+            raise ValueError(f"INFERENCE_CACHE_DIR={self.cache_dir} cannot be written ({error.strerror}): "
+                             "a directory this user may write would do (empty: ~/.cache/chatapp/models)") from error
 
     @classmethod
     def from_env(cls, **overrides) -> "InferenceConfig":

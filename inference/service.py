@@ -124,7 +124,7 @@ class InferenceService:
 
     def health_error(self) -> str | None:
         if self.state is ServiceState.FAILED:
-            return repr(self.error)
+            return f"loading the model failed: {self.error!r}"
         if self.async_engine is not None and self.async_engine.error is not None:
             return repr(self.async_engine.error)
         return None

@@ -25,20 +25,38 @@ class Check:
     url: str  # a health check: ready when it answers 200
 
 
-def healthy(url: str) -> bool:
-    """`url` (a health check) answers 200. Asked directly: a proxy the environment names
-    (HTTP_PROXY) would answer for a loopback address it cannot reach."""
+@dataclass(frozen=True)
+class Health:
+    ready: bool
+    error: str = ""  # why not, in the service's own words (its health check's "error"), when it says
+
+
+def health(url: str) -> Health:
+    """What `url` (a health check) answers: ready on 200. Asked directly: a proxy the
+    environment names (HTTP_PROXY) would answer for a loopback address it cannot reach."""
     try:
-        return httpx2.get(url, timeout=2, trust_env=False).status_code == 200
+        answer = httpx2.get(url, timeout=2, trust_env=False)
     except httpx2.HTTPError:
-        return False
+        return Health(False)
+    if answer.status_code == 200:
+        return Health(True)
+    try:
+        said = answer.json()
+    except ValueError:
+        return Health(False)
+    return Health(False, str(said.get("error") or "") if isinstance(said, dict) else "")
+
+
+def healthy(url: str) -> bool:
+    return health(url).ready
 
 
 @dataclass
 class Announcer:
     """Says `ready` once every check answers, from a thread of its own (the supervisor's loop
-    keeps restarting crashed children meanwhile), and, once, what it still waits for after
-    `late_s`; says nothing after `stop()`."""
+    keeps restarting crashed children meanwhile); says at once each error a check answers with
+    (the inference service's model failed to load: it answers 503 for good), and, once, what it
+    still waits for after `late_s`, with why where the check says; says nothing after `stop()`."""
 
     checks: tuple[Check, ...]
     say: Callable[[str], None]
@@ -54,15 +72,24 @@ class Announcer:
 
     def _watch(self) -> None:
         began, late_told, pause_s = time.monotonic(), False, _FIRST_PAUSE_S
-        waiting = list(self.checks)
+        waiting, errors_told = list(self.checks), set()
         while waiting and not self._stopped.is_set():
-            waiting = [check for check in waiting if not healthy(check.url)]
+            answers = {check: health(check.url) for check in waiting}
+            waiting = [check for check, answer in answers.items() if not answer.ready]
+            for check in waiting:
+                if answers[check].error and (check, answers[check].error) not in errors_told:
+                    errors_told.add((check, answers[check].error))
+                    self.say(f"chatapp: {check.what} is not ready: {answers[check].error} ({check.url})")
             if waiting and not late_told and time.monotonic() - began >= self.late_s:
                 late_told = True
                 self.say("chatapp: still starting after {:g} s: waiting for {}".format(
-                    self.late_s, "; ".join(f"{check.what} ({check.url})" for check in waiting)))
+                    self.late_s, "; ".join(_waited_for(check, answers[check]) for check in waiting)))
             if waiting:
                 self._stopped.wait(pause_s)
                 pause_s = min(pause_s * 2, _LONGEST_PAUSE_S)
         if not self._stopped.is_set():
             self.say(self.ready)
+
+
+def _waited_for(check: Check, answer: Health) -> str:
+    return f"{check.what} ({check.url}: {answer.error})" if answer.error else f"{check.what} ({check.url})"

@@ -35,9 +35,10 @@ def uvicorn_in_thread(app) -> Iterator[str]:
         thread.join(timeout=30)
 
 
-def answering(statuses: list[int], heard: list[str] | None = None):
-    """An ASGI app that answers each of `statuses` in turn, then the last one for good, empty,
-    noting each request as "METHOD target host=Host" in `heard`."""
+def answering(statuses: list[int], heard: list[str] | None = None, body: bytes = b""):
+    """An ASGI app that answers each of `statuses` in turn, then the last one for good, with
+    `body` (JSON when given; else empty), noting each request as "METHOD target host=Host" in
+    `heard`."""
 
     async def app(scope, receive, send):
         if scope["type"] != "http":
@@ -46,9 +47,11 @@ def answering(statuses: list[int], heard: list[str] | None = None):
             host = dict(scope["headers"]).get(b"host", b"").decode()
             heard.append(f"{scope['method']} {scope['path']} host={host}")
         status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-length", b"0")]})
-        await send({"type": "http.response.body", "body": b""})
+        headers = [(b"content-length", str(len(body)).encode())]
+        if body:
+            headers.append((b"content-type", b"application/json"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     return app
 

@@ -191,6 +191,8 @@ def test_nginx_takes_no_request_before_every_web_process_listens(nginx_binary, s
     ("INFERENCE_DTYPE", "fp8", ["must be one of", "bfloat16"]),
     ("INFERENCE_MAX_RUNNING", "0", ["at least 1"]),
     ("INFERENCE_MODEL", "/no/such/model", ["does not exist", "a .gguf file"]),
+    # One this machine cannot serve: before, the stack started and waited for ever on a 503.
+    ("INFERENCE_CACHE_DIR", "/proc/nope", ["cannot be created"]),
 ])
 def test_a_setting_that_is_not_allowed_is_one_line_naming_the_rule_and_a_value_that_would_do(name, value, told):
     env = {**os.environ, "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40, name: value}

