@@ -42,10 +42,10 @@ def main() -> int:
 
     if _starts_inference() and subprocess.run(commands.inference_check(), cwd=REPO_DIR).returncode:
         return 2  # its one line is above
-    for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"]):
-        finished = subprocess.run([sys.executable, "manage.py", *step], cwd=REPO_DIR)
+    for step in commands.preparation():
+        finished = subprocess.run(step, cwd=REPO_DIR)
         if finished.returncode:
-            print(f"chatapp: `manage.py {step[0]}` failed (exit {finished.returncode}); its output is above",
+            print(f"chatapp: `manage.py {step[2]}` failed (exit {finished.returncode}); its output is above",
                   file=sys.stderr, flush=True)
             return finished.returncode
 

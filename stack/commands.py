@@ -33,6 +33,14 @@ def celery_worker(schedule: Path) -> list[str]:
             "--schedule", str(schedule), "--loglevel", "INFO", "--concurrency", "1"]
 
 
+def preparation() -> list[list[str]]:
+    """What runs, in order, before the stack's processes start: the migrations, the static files
+    (nginx serves them), and the first admin account (DJANGO_ADMIN_*; its password printed once
+    when generated). `make run` runs them, and docker-compose.yml's `migrate` job the same."""
+    return [[sys.executable, "manage.py", *step]
+            for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"])]
+
+
 def reaper() -> list[str]:
     """The periodic tasks in one process, for a stack without a broker."""
     return [sys.executable, "manage.py", "reap_streams"]

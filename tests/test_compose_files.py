@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stack import commands
+
 ROOT = Path(__file__).resolve().parent.parent
 BASE_FILE = ROOT / "docker-compose.yml"
 GPU_FILE = ROOT / "docker-compose.gpu.yml"
@@ -283,6 +285,18 @@ def test_the_migrations_run_once_before_any_web_replica_starts(compose):
     assert "migrate" in " ".join(migrate["command"]) and migrate["restart"] == "no"
     assert "migrate" not in " ".join(services(compose)["web"]["command"])
     assert dependencies(services(compose)["web"])["migrate"] == {"condition": "service_completed_successfully"}
+
+
+def test_the_migrate_job_prepares_what_make_run_does_and_creates_the_first_admin_account(compose):
+    """Before, it migrated and collected the static files only: in Docker nobody could sign in."""
+    migrate = services(compose)["migrate"]
+
+    steps = re.findall(r"manage\.py (\w+)", " ".join(migrate["command"]))
+
+    assert steps == [command[2] for command in commands.preparation()]
+    assert "ensure_admin" in steps
+    for name in ("DJANGO_ADMIN_USERNAME", "DJANGO_ADMIN_EMAIL", "DJANGO_ADMIN_PASSWORD"):
+        assert migrate["environment"][name].startswith(f"${{{name}:-"), name  # from the shell or .env
 
 
 def test_inference_can_be_scaled_and_web_spreads_answers_over_every_replica(compose):
