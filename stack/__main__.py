@@ -9,16 +9,14 @@ every child.
 """
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from dotenv import load_dotenv
 
-from common import env, inference_address
+from common import env, env_file, inference_address
 from stack import commands, nginx, ports, web
 from stack.readiness import Announcer, Check
 from stack.files import REPO_DIR, StackFiles
@@ -151,12 +149,9 @@ def _starts_inference() -> bool:
 
 def _load_local_environment() -> None:
     """Reads `.env` (untracked), first writing a fresh secret key into it if it has none."""
-    if not LOCAL_ENV_FILE.exists() and not env.string("DJANGO_SECRET_KEY"):
-        LOCAL_ENV_FILE.write_text(f"DJANGO_SECRET_KEY={secrets.token_urlsafe(50)}\n")
-        LOCAL_ENV_FILE.chmod(0o600)
+    if env_file.add_secret_key(LOCAL_ENV_FILE):
         print(f"Wrote a new secret key to {LOCAL_ENV_FILE.name} (untracked).")
-    # The shell's own environment wins over the file.
-    load_dotenv(LOCAL_ENV_FILE, override=False)
+    env_file.load(LOCAL_ENV_FILE)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
 
 
