@@ -1,7 +1,8 @@
 """Typed reads of environment variables.
 
 Every read goes through here so that a test can check each variable the code reads against
-`.env.example`, and so that a bad value stops start-up with a message naming the variable.
+`.env.example`, and so that a bad value stops start-up with a message naming the variable. A
+variable set empty means its default, as unset.
 """
 
 import os
@@ -14,7 +15,7 @@ T = TypeVar("T")
 names_read: set[str] = set()
 
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
 
 
 class BadVariable(ValueError):
@@ -27,13 +28,15 @@ def _raw(name: str) -> str | None:
 
 
 def string(name: str, default: str = "") -> str:
+    """The value; unset or blank, the default (.env.example lists `NAME=` for "empty: the
+    default", and a copy of it as .env sets them so), as every reader here takes it."""
     value = _raw(name)
-    return default if value is None else value
+    return default if value is None or value.strip() == "" else value
 
 
 def boolean(name: str, default: bool = False) -> bool:
     value = _raw(name)
-    if value is None:
+    if value is None or value.strip() == "":
         return default
     lowered = value.strip().lower()
     if lowered in _TRUE:

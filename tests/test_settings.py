@@ -147,6 +147,27 @@ def test_the_app_asks_the_inference_service_its_own_variables_place_unless_told_
     assert result.stdout.strip() == upstream, result.stderr
 
 
+def test_an_empty_variable_means_its_default_as_env_example_says(monkeypatch):
+    monkeypatch.setenv("CHAT_MODEL", "")
+    monkeypatch.setenv("ALLOWED_HOSTS", " ")
+    monkeypatch.setenv("CHAT_MODEL_TITLES", "")
+    monkeypatch.setenv("CHAT_MAX_TOKENS", "")
+
+    assert env.string("CHAT_MODEL", "SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
+    assert env.words("ALLOWED_HOSTS", "localhost,127.0.0.1") == ["localhost", "127.0.0.1"]
+    assert env.boolean("CHAT_MODEL_TITLES", True) is True
+    assert env.integer("CHAT_MAX_TOKENS", 512) == 512
+
+
+@pytest.mark.process
+def test_an_empty_database_url_means_the_sqlite_file_under_var():
+    """.env.example says so, and a copy of it as .env sets it empty: start-up refused it."""
+    result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, "DATABASE_URL": ""},
+                            "from django.conf import settings; print(settings.DATABASES['default']['NAME'])")
+
+    assert result.stdout.strip() == str(REPO_DIR / "var" / "db.sqlite3"), result.stderr
+
+
 @pytest.mark.process
 def test_database_url_selects_postgresql():
     result = settings_under(
