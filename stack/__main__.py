@@ -22,9 +22,6 @@ from stack.readiness import Announcer, Check
 from stack.files import REPO_DIR, StackFiles
 from stack.supervisor import Prerequisite, Supervisor
 
-LOCAL_ENV_FILE = REPO_DIR / ".env"
-
-
 def main() -> int:
     _load_local_environment()
     try:
@@ -149,10 +146,9 @@ def _starts_inference() -> bool:
 
 def _load_local_environment() -> None:
     """Reads `.env` (untracked), first writing a fresh secret key into it if it has none."""
-    if env_file.add_secret_key(LOCAL_ENV_FILE):
-        print(f"Wrote a new secret key to {LOCAL_ENV_FILE.name} (untracked).")
-    env_file.load(LOCAL_ENV_FILE)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatapp.settings")
+    if env_file.load_local(with_secret_key=True):
+        print("Wrote a new secret key to .env (untracked).")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", env_file.PROJECT_SETTINGS)
 
 
 if __name__ == "__main__":

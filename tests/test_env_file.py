@@ -1,9 +1,14 @@
 """The untracked `.env` (common/env_file.py): `make run` writes a secret key into it when it has
-none, keeping whatever else the file holds."""
+none, keeping whatever else the file holds; it and manage.py read it under the project's own
+settings, never under the tests'."""
 
+import os
 import shutil
 import stat
+import subprocess
+import sys
 
+import pytest
 from dotenv import dotenv_values
 
 from common import env_file
@@ -62,3 +67,35 @@ def test_a_secret_key_in_the_file_or_in_the_environment_is_kept(tmp_path, monkey
 
     assert in_file.read_text() == "DJANGO_SECRET_KEY=kept\n"
     assert in_shell.read_text() == "POSTGRES_PASSWORD=x\n"
+
+
+def manage_py(arguments: list[str], variables: dict[str, str]) -> subprocess.CompletedProcess:
+    """manage.py with the shell's basics and these variables only (no secret key of the test run's)."""
+    basics = {key: value for key, value in os.environ.items() if key.startswith(("PATH", "HOME", "LANG"))}
+    return subprocess.run([sys.executable, "manage.py", *arguments], cwd=REPO_DIR, env={**basics, **variables},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.process
+def test_manage_py_reads_the_env_file_as_make_run_does(tmp_path):
+    """Before, `manage.py changepassword` or `check --deploy` after `make run` failed on the key
+    that make run had written into .env, and a DATABASE_URL there went unread."""
+    local = tmp_path / ".env"
+    local.write_text(f"DJANGO_SECRET_KEY={'k' * 50}\nDATABASE_URL=sqlite:///{tmp_path / 'local.sqlite3'}\n")
+
+    finished = manage_py(["diffsettings"], {"CHATAPP_ENV_FILE": str(local)})
+
+    assert finished.returncode == 0, finished.stderr
+    assert str(tmp_path / "local.sqlite3") in finished.stdout
+
+
+@pytest.mark.process
+def test_manage_py_under_the_tests_settings_leaves_the_env_file_unread(tmp_path):
+    """The tests start manage.py children: a developer's .env must not reach them."""
+    local = tmp_path / ".env"
+    local.write_text("DATABASE_URL=bogus://\n")
+
+    finished = manage_py(["diffsettings"], {"CHATAPP_ENV_FILE": str(local), "DJANGO_SETTINGS_MODULE": "tests.settings"})
+
+    assert finished.returncode == 0, finished.stderr
+    assert "bogus" not in finished.stdout

@@ -194,7 +194,8 @@ def test_a_sqlite_database_keeps_a_write_ahead_log_synced_at_checkpoints_not_at_
 def deploy_check(variables: dict[str, str]) -> subprocess.CompletedProcess:
     clean = {key: value for key, value in os.environ.items() if key.startswith(("PATH", "HOME", "LANG"))}
     return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                          cwd=REPO_DIR, env={**clean, "DJANGO_SETTINGS_MODULE": "chatapp.settings", **variables},
+                          cwd=REPO_DIR, env={**clean, "DJANGO_SETTINGS_MODULE": "chatapp.settings",
+                                             "CHATAPP_ENV_FILE": os.devnull, **variables},  # no developer's .env
                           capture_output=True, text=True, timeout=120)
 
 
