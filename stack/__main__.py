@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -85,36 +86,62 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
     web_processes = web.plan(asked, first_port=daphne_port, with_redis=bool(env.string("REDIS_URL")),
                              on_sqlite=(env.string("DATABASE_URL") or "sqlite:").startswith("sqlite:"),
                              with_nginx=nginx_binary is not None)
-    _refuse_ports_in_use(public_port, web_processes, with_nginx=nginx_binary is not None)
+    claims = _port_claims(public_port, web_processes, with_nginx=nginx_binary is not None)
+    _refuse_overlapping_ports(claims)
+    _refuse_ports_in_use(claims)
     return public_port, web_processes, nginx_binary
 
 
-def _refuse_ports_in_use(public_port: int, web_processes: web.WebProcesses,
-                         with_nginx: bool) -> None:
+@dataclass(frozen=True)
+class PortClaim:
+    """The ports one variable gives servers of the stack."""
+    variable: str
+    value: int
+    ports: tuple[int, ...]
+
+
+def _port_claims(public_port: int, web_processes: web.WebProcesses, with_nginx: bool) -> list[PortClaim]:
+    claims = [PortClaim("CHATAPP_PORT", public_port, (public_port,))]
+    if with_nginx:  # without, the one web process serves the public port itself
+        claims.append(PortClaim("CHATAPP_DAPHNE_PORT", web_processes.ports[0], web_processes.ports))
+    if _starts_inference():
+        claims.append(PortClaim("INFERENCE_PORT", inference_address.port(), (inference_address.port(),)))
+    return claims
+
+
+def _refuse_overlapping_ports(claims: list[PortClaim]) -> None:
+    """Raises when two of the stack's own servers would listen on one port: both were started,
+    one failing to bind it at every restart (nginx looping on "Address already in use"), and
+    the stack said it was ready all the same."""
+    for index, claim in enumerate(claims):
+        for earlier in claims[:index]:
+            shared = sorted(set(claim.ports) & set(earlier.ports))
+            if shared:
+                raise env.BadVariable(
+                    f"{claim.variable}={claim.value} and {earlier.variable}={earlier.value} both give "
+                    f"port {shared[0]} to a server of the stack; each needs its own: "
+                    f"{_would_do(claim, claims)}")
+
+
+def _refuse_ports_in_use(claims: list[PortClaim]) -> None:
     """Raises when another program listens on a port the stack's servers need: else nginx,
     daphne or the inference service would fail to bind it at every restart, for as long as the
     stack ran, under an address that answers with that other program (the inference service's
     port was once left alone; the web processes then spoke to whatever served there). A server
     of the user's own goes into INFERENCE_URL on a port of its own."""
-    inference_port = inference_address.port() if _starts_inference() else None
-    ours = {public_port, *web_processes.ports, inference_port} - {None}
-    if not ports.free(public_port):
-        raise env.BadVariable(_in_use("CHATAPP_PORT", public_port, public_port,
-                                      ports.free_run_after(public_port, 1, ours)))
-    if inference_port is not None and not ports.free(inference_port):
-        raise env.BadVariable(_in_use("INFERENCE_PORT", inference_port, inference_port,
-                                      ports.free_run_after(inference_port, 1, ours)))
-    taken = [port for port in web_processes.ports if not ports.free(port)] if with_nginx else []
-    if taken:
-        first = web_processes.ports[0]
-        raise env.BadVariable(_in_use("CHATAPP_DAPHNE_PORT", first, taken[0],
-                                      ports.free_run_after(first, len(web_processes.ports), ours)))
+    for claim in claims:
+        taken = [port for port in claim.ports if not ports.free(port)]
+        if taken:
+            raise env.BadVariable(
+                f"{claim.variable}={claim.value}: {ports.HOST}:{taken[0]} is in use by another program "
+                f"(a chatapp already running?); stop it, or choose another port: {_would_do(claim, claims)}")
 
 
-def _in_use(variable: str, value: int, port: int, instead: int | None) -> str:
-    would_do = f"{variable}={instead} would do" if instead else "no free port above it"
-    return (f"{variable}={value}: {ports.HOST}:{port} is in use by another program (a chatapp "
-            f"already running?); stop it, or choose another port: {would_do}")
+def _would_do(claim: PortClaim, claims: list[PortClaim]) -> str:
+    """A value of the claim's variable whose ports are free and none of the stack's others."""
+    others = {port for other in claims if other is not claim for port in other.ports}
+    instead = ports.free_run_after(claim.value, len(claim.ports), others | set(claim.ports))
+    return f"{claim.variable}={instead} would do" if instead else "no free port above it"
 
 
 def _processes(files: StackFiles, web_processes: web.WebProcesses, with_nginx: bool):

@@ -233,6 +233,32 @@ def test_a_port_another_program_holds_is_one_line_naming_the_variable_and_a_free
     assert int(suggested.group(1)) not in (public_port, held)
 
 
+@pytest.mark.parametrize("variable, same_as", [
+    ("CHATAPP_DAPHNE_PORT", "CHATAPP_PORT"),
+    ("INFERENCE_PORT", "CHATAPP_PORT"),
+    ("INFERENCE_PORT", "CHATAPP_DAPHNE_PORT"),
+])
+def test_two_of_the_stacks_own_servers_on_one_port_are_one_line_naming_both_and_a_port_that_would_do(
+        nginx_binary, tmp_path, variable, same_as):
+    """Before: both were started on it, nginx looping on "Address already in use", and the
+    address was said to be ready all the same."""
+    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
+    env = {**os.environ, **stack_env(f"sqlite:///{tmp_path / 'stack.sqlite3'}", public_port, daphne_port),
+           "CHATAPP_WEB_PROCESSES": "1", "DJANGO_SECRET_KEY": "test-secret-" + "x" * 40}
+    env[variable] = env[same_as]
+    ours = {int(env[name]) for name in ("CHATAPP_PORT", "CHATAPP_DAPHNE_PORT", "INFERENCE_PORT")}
+
+    finished = subprocess.run(commands.whole_stack(), cwd=REPO_DIR, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    lines = [line for line in (finished.stdout + finished.stderr).splitlines() if line.strip()]
+    assert finished.returncode == 2
+    assert len(lines) == 1, "\n".join(lines)
+    assert f"{variable}={env[same_as]}" in lines[0] and f"{same_as}={env[same_as]}" in lines[0]
+    suggested = re.search(rf"{variable}=(\d+) would do", lines[0])
+    assert suggested and int(suggested.group(1)) not in ours and not listening(int(suggested.group(1)))
+
+
 def test_without_nginx_on_the_path_the_stack_says_once_that_daphne_serves_the_port_itself(stack_database, tmp_path):
     public_port = ports.free_port()
     env = stack_env(stack_database, public_port, ports.free_port_run(2)) | {"PATH": str(tmp_path)}
