@@ -14,6 +14,7 @@ T = TypeVar("T")
 # Names of every variable read so far in this process, for the test that checks `.env.example`.
 names_read: set[str] = set()
 
+HIGHEST_PORT = 65535
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -57,6 +58,14 @@ def number(name: str, default: float, minimum: float | None = None) -> float:
     value = parsed(name, default, float, "a number")
     if minimum is not None and value < minimum:
         raise BadVariable(f"{name} must be at least {minimum:g}, got {value:g} ({name}={minimum:g} would do)")
+    return value
+
+
+def port(name: str, default: int) -> int:
+    """A TCP port, 1 to HIGHEST_PORT: checked here, before a socket's bind raises OverflowError."""
+    value = parsed(name, default, int, "an integer")
+    if not 1 <= value <= HIGHEST_PORT:
+        raise BadVariable(f"{name} must be a port, 1 to {HIGHEST_PORT}, got {value} ({name}={default} would do)")
     return value
 
 

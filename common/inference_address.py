@@ -13,7 +13,7 @@ _EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 def port() -> int:
     """INFERENCE_PORT."""
-    return env.integer("INFERENCE_PORT", DEFAULT_PORT)
+    return env.port("INFERENCE_PORT", DEFAULT_PORT)
 
 
 def local_url() -> str:

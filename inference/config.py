@@ -114,7 +114,9 @@ class InferenceConfig:
         if self.max_model_len < 0:
             raise ValueError(f"INFERENCE_MAX_MODEL_LEN must be 0 (the model's own) or more, "
                              f"got {self.max_model_len}")
-        positive = ["port", "max_running", "max_waiting", "max_cached_tokens",
+        if not 1 <= self.port <= env.HIGHEST_PORT:
+            raise ValueError(f"INFERENCE_PORT (or --port) must be a port, 1 to {env.HIGHEST_PORT}, got {self.port}")
+        positive = ["max_running", "max_waiting", "max_cached_tokens",
                     "prefill_chunk", "prefill_chunk_min", "prefill_chunk_idle", "cache_group_size", "default_max_tokens",
                     "max_body_bytes", "prefix_cache_tokens", "prefill_stretch_streams"]
         for name in positive:

@@ -77,8 +77,8 @@ def _plan() -> tuple[int, web.WebProcesses, str | None]:
     settings every process will read have been read here first: a bad one stops the start
     before any child repeats its traceback."""
     settings.DEBUG  # noqa: B018  (reading one setting imports the settings module, as every child will)
-    public_port = env.integer("CHATAPP_PORT", 8000, minimum=1)
-    daphne_port = env.integer("CHATAPP_DAPHNE_PORT", 8002, minimum=1)
+    public_port = env.port("CHATAPP_PORT", 8000)
+    daphne_port = env.port("CHATAPP_DAPHNE_PORT", 8002)
     nginx_binary = nginx.installed()
     if nginx_binary is None:
         daphne_port = public_port

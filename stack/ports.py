@@ -3,8 +3,9 @@ and whether one is served while it starts."""
 
 import socket
 
+from common.env import HIGHEST_PORT
+
 HOST = "127.0.0.1"
-_HIGHEST = 65535
 
 
 def listening(port: int) -> bool:
@@ -29,7 +30,7 @@ def free(port: int) -> bool:
 def free_run_after(port: int, count: int, avoiding: set[int]) -> int | None:
     """The first of `count` consecutive free ports above `port`, none of them in `avoiding` (the
     stack's other ports); None when there is no such run."""
-    for first in range(port + 1, _HIGHEST - count + 2):
+    for first in range(port + 1, HIGHEST_PORT - count + 2):
         run = range(first, first + count)
         if avoiding.isdisjoint(run) and all(free(candidate) for candidate in run):
             return first

@@ -9,6 +9,7 @@ over them, one process serves, whatever was asked.
 import os
 from dataclasses import dataclass
 
+from common.env import HIGHEST_PORT, BadVariable
 from stack.ports import listening
 
 
@@ -37,6 +38,10 @@ def plan(asked: int, *, first_port: int, with_redis: bool, on_sqlite: bool, with
     why_not = _why_not_several(with_redis=with_redis, on_sqlite=on_sqlite, with_nginx=with_nginx)
     if asked > 1 and why_not:
         return WebProcesses((first_port,), f"{asked} web processes asked, starting one: {why_not}")
+    if first_port + asked - 1 > HIGHEST_PORT:
+        raise BadVariable(f"CHATAPP_DAPHNE_PORT={first_port}: {asked} web processes would take ports up to "
+                          f"{first_port + asked - 1}, past {HIGHEST_PORT} "
+                          f"(CHATAPP_DAPHNE_PORT={HIGHEST_PORT - asked + 1} would do)")
     return WebProcesses(tuple(range(first_port, first_port + asked)))
 
 

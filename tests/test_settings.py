@@ -14,7 +14,7 @@ from common import env
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 SOURCE_DIRS = ["chatapp", "common", "inference", "stack", "benchmarks", "reliability"]
-ENV_READ = re.compile(r"\benv\.(?:string|boolean|integer|number|words|parsed)\(\s*\"([A-Z0-9_]+)\"")
+ENV_READ = re.compile(r"\benv\.(?:string|boolean|integer|number|port|words|parsed)\(\s*\"([A-Z0-9_]+)\"")
 # Reads of one named variable; copying the environment for a child process is no such read.
 DIRECT_READ = re.compile(r"os\.getenv\(|os\.environ\.get\(|os\.environ\[")
 
@@ -145,6 +145,19 @@ def test_the_app_asks_the_inference_service_its_own_variables_place_unless_told_
                             "from django.conf import settings; print(settings.INFERENCE_URL)")
 
     assert result.stdout.strip() == upstream, result.stderr
+
+
+@pytest.mark.parametrize("value", ["70000", "0"])
+def test_a_port_out_of_range_is_refused_naming_the_variable_and_a_port_that_would_do(monkeypatch, value):
+    """Before, INFERENCE_PORT=70000 (or CHATAPP_PORT=99999) got as far as a socket's bind: an
+    OverflowError's traceback."""
+    from common import inference_address
+
+    monkeypatch.setenv("INFERENCE_PORT", value)
+
+    with pytest.raises(env.BadVariable, match=rf"INFERENCE_PORT must be a port, 1 to 65535, got {value} "
+                                              rf"\(INFERENCE_PORT=8001 would do\)"):
+        inference_address.port()
 
 
 def test_an_empty_variable_means_its_default_as_env_example_says(monkeypatch):

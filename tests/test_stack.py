@@ -187,6 +187,9 @@ def test_nginx_takes_no_request_before_every_web_process_listens(nginx_binary, s
     ("CHAT_MAX_TOKENS", "0", ["at least 1", "CHAT_MAX_TOKENS=1"]),
     ("CHAT_MAX_TOKENS", "lots", ["an integer", "CHAT_MAX_TOKENS=512"]),
     ("CHATAPP_PORT", "eighty", ["an integer", "CHATAPP_PORT=8000"]),
+    # Past the last port: before, an OverflowError's traceback from the check that it is free.
+    ("CHATAPP_PORT", "99999", ["1 to 65535", "CHATAPP_PORT=8000 would do"]),
+    ("INFERENCE_PORT", "70000", ["1 to 65535", "INFERENCE_PORT=8001 would do"]),
     # The inference service's own: before, it repeated its traceback at every restart.
     ("INFERENCE_DTYPE", "fp8", ["must be one of", "bfloat16"]),
     ("INFERENCE_MAX_RUNNING", "0", ["at least 1"]),

@@ -3,6 +3,9 @@ one, saying why; and which of their ports are free before it starts them."""
 
 import socket
 
+import pytest
+
+from common import env
 from stack import ports as stack_ports
 from stack import web
 from stack.files import StackFiles
@@ -14,6 +17,13 @@ def test_several_processes_take_consecutive_ports_from_the_first():
     assert planned.ports == (8002, 8003, 8004)
     assert planned.names() == ["web-1", "web-2", "web-3"]
     assert planned.why_one == ""
+
+
+def test_web_processes_whose_ports_would_run_past_the_last_are_refused_naming_a_first_port_that_fits():
+    with pytest.raises(env.BadVariable) as refused:
+        web.plan(3, first_port=65534, with_redis=True, on_sqlite=False, with_nginx=True)
+
+    assert "CHATAPP_DAPHNE_PORT=65534" in str(refused.value) and "CHATAPP_DAPHNE_PORT=65533 would do" in str(refused.value)
 
 
 def test_without_redis_one_process_serves_and_the_reason_names_the_channel_layer():

@@ -37,6 +37,7 @@ def test_short_dtype_names_stand_for_torchs_own(monkeypatch):
 
 @pytest.mark.parametrize("variable, value", [
     ("INFERENCE_PORT", "eighty"),
+    ("INFERENCE_PORT", "70000"),
     ("INFERENCE_DEVICE", "tpu"),
     ("INFERENCE_DTYPE", "int4"),
     ("INFERENCE_COMPILE", "sometimes"),
@@ -47,6 +48,11 @@ def test_a_bad_value_is_refused_naming_the_variable(monkeypatch, variable, value
 
     with pytest.raises(ValueError, match=variable):
         InferenceConfig.from_env()
+
+
+def test_a_port_given_on_the_command_line_is_held_to_the_range_of_ports():
+    with pytest.raises(ValueError, match="INFERENCE_PORT"):
+        InferenceConfig(port=70000)
 
 
 def test_the_context_is_left_to_the_model_unless_configured(monkeypatch):
