@@ -20,7 +20,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from common.vocabulary import CancelledBy, GenerationStatus
 
 from . import conversation_settings, json_shapes, login_limit, request_input, selectors, services
-from .errors import ApiError, error_response
+from .errors import STREAMS_RETRY_AFTER_SECONDS, ApiError, error_response
 from .runtime import user_shares
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
@@ -291,7 +291,8 @@ async def generation_events(request, user, generation_id: int):
     held = user_shares.WATCHES.held_by(user.pk, watch.events(found, offset))
     if held is None:
         raise ApiError(429, "too_many_watches", f"at most {user_shares.WATCHES.limit()} watch streams may "
-                                                "be open at once; close one and try again", retry_after_s=5)
+                                                "be open at once; close one and try again",
+                       retry_after_s=STREAMS_RETRY_AFTER_SECONDS)
     return event_stream(held)
 
 
@@ -374,7 +375,7 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:
         return error_response(refusal.status, refusal.code, refusal.message)
-    return event_stream(Relay(start, upstream, started).events())
+    return event_stream(await Relay(start, upstream, started).stream())
 
 
 def event_stream(events) -> StreamingHttpResponse:

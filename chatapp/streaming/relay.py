@@ -79,19 +79,29 @@ class Relay:
         self._inbox = RelayInbox(self.generation.pk, on_stop=self._ask_stop, on_reader=self._reader_announced,
                                  first_delta_sent=self._first_delta_sent)
 
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The events, their generator already run to its first. Django drops a response whose
+        head could not go out (the browser left meanwhile) unread, and a generator never started
+        runs none of its code when it is closed or collected: the answer would stream for nobody
+        until the reaper. Started, it is closed at its first yield, and ends as it does when a
+        browser leaves later."""
+        events = self.events()
+        first = await anext(events)  # runs no await: no cancellation comes between
+        return _beginning_with(first, events)
+
     async def events(self) -> AsyncIterator[bytes]:
-        yield sse.event("start", {
-            "message_id": self.start.message.pk, "generation_id": self.generation.pk,
-            "request_id": str(self.generation.request_id), "model": self.generation.model,
-            # Older messages were left out to fit the model's context: it reads from this one on.
-            "context_from_message_id": self.generation.context_from_message_id,
-            # The page ends a fetch that stays silent for two of these (a stalled connection).
-            "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
-            # How long the page may take to come back and resume the answer after losing it.
-            "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS,
-        })
         web_process.relay_began(self.generation.pk)  # from here every way out ends in _close_and_save
         try:
+            yield sse.event("start", {
+                "message_id": self.start.message.pk, "generation_id": self.generation.pk,
+                "request_id": str(self.generation.request_id), "model": self.generation.model,
+                # Older messages were left out to fit the model's context: it reads from this one on.
+                "context_from_message_id": self.generation.context_from_message_id,
+                # The page ends a fetch that stays silent for two of these (a stalled connection).
+                "heartbeat_s": settings.CHAT_HEARTBEAT_SECONDS,
+                # How long the page may take to come back and resume the answer after losing it.
+                "resume_grace_s": settings.CHAT_RESUME_GRACE_SECONDS,
+            })
             async with contextlib.aclosing(self._upstream_items()) as items:
                 async for item in items:
                     if item is _HEARTBEAT:
@@ -323,3 +333,10 @@ class Relay:
             web_process.relay_ended(self.generation.pk)  # written, or left to the reaper
         self._live.end()  # its readers read the final rows
         return generation
+
+
+async def _beginning_with(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async with contextlib.aclosing(rest):
+        async for chunk in rest:
+            yield chunk

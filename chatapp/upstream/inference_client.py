@@ -65,7 +65,10 @@ class UpstreamStream:
         self._response, self._replica = response, replica
         # Kept across `chunks()` and `aclose()`, so that the body's end can still be read after
         # [DONE]: only a response read to its end lets httpx2 put the connection back in the pool.
-        self._raw = response.aiter_raw()
+        # Made by the first `chunks()`: a relay dropped before its first event is closed by the
+        # garbage collector, which would close a generator never started in the same sweep, and
+        # the answer, carried on for its page, would end at once without [DONE].
+        self._raw: AsyncIterator[bytes] | None = None
         self._saw_done = False
         # Sent by our inference service at open; None from peers that do not say it.
         self.prompt_tokens = _count(response.headers.get("x-prompt-tokens"))
@@ -88,6 +91,7 @@ class UpstreamStream:
 
     async def chunks(self) -> AsyncIterator[UpstreamChunk]:
         parser = SSEParser()
+        self._raw = self._raw or self._response.aiter_raw()
         try:
             async for data in self._raw:
                 for event in parser.feed(data):

@@ -1,6 +1,8 @@
 """A browser that leaves mid-answer: the upstream is closed at once and what it saw is kept."""
 
 import asyncio
+import gc
+import json
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -9,7 +11,7 @@ from chatapp.models import Generation, Message
 from chatapp.runtime.database_threads import on_database_thread
 from harness import waiting
 
-from tests.chat.streams import Browser, text_of
+from tests.chat.streams import Browser, read_events, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,3 +75,41 @@ async def test_text_sent_before_the_upstream_pauses_is_saved_during_the_pause(
     await on_database_thread(waiting.wait_until)(lambda: saved_text() == "One two three", 10,
                                                  "the text before the pause to be saved")
     await browser.hang_up()
+
+
+async def dropped_unread(api, conversation) -> Generation:
+    """Starts an answer and drops its response unread, as Django's handler drops one whose head
+    could not go out because the browser left meanwhile."""
+    response = await api.post(f"/api/conversations/{conversation.pk}/messages",
+                              json.dumps({"content": "count"}), content_type="application/json")
+    assert response.status_code == 200
+    del response
+    gc.collect()
+    return await sync_to_async(Generation.objects.get)(message__conversation=conversation)
+
+
+async def test_a_browser_gone_before_the_first_event_closes_the_upstream_and_ends_the_answer(
+        api, conversation, upstream, settings):
+    """Not a row streaming for the reaper, and the model writing for nobody."""
+    settings.CHAT_RESUME_GRACE_SECONDS = 0  # no page may come back for it
+    upstream.script.stall_after = 0  # the model is busy, and goes on until told
+
+    generation = await dropped_unread(api, conversation)
+    hung_up = await asyncio.to_thread(upstream.hung_up.wait, 10)
+    ended = Generation.objects.filter(pk=generation.pk).exclude(status__in=Generation.LIVE_STATUSES)
+    await on_database_thread(waiting.wait_until)(ended.exists, 10, "the answer's final write")
+
+    await sync_to_async(generation.refresh_from_db)()
+    assert hung_up
+    assert (generation.status, generation.cancelled_by) == ("stopped", "client_gone")
+
+
+async def test_an_answer_whose_browser_left_before_the_first_event_goes_on_for_its_page_to_resume(
+        api, conversation, upstream, settings):
+    settings.CHAT_RESUME_GRACE_SECONDS = 10
+
+    generation = await dropped_unread(api, conversation)
+    resumed = await read_events(await api.get(f"/api/generations/{generation.pk}/events?from=0"))
+
+    assert text_of(resumed) == "Hello, world!"
+    assert resumed[-1][0] == "done" and resumed[-1][1]["status"] == "completed"
