@@ -2,6 +2,10 @@
 
 from django.http import JsonResponse
 
+# A 429 for what the user's own streams hold (its answers, its watch streams): a slot comes free
+# when one of them ends, which no one can tell; a client that retries waits this long first.
+STREAMS_RETRY_AFTER_SECONDS = 5
+
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None):

@@ -13,7 +13,7 @@ from common.vocabulary import CancelledBy, GenerationStatus, MessageStatus
 
 from .. import conversation_settings, selectors
 from ..title_text import shown_line
-from ..errors import ApiError, not_found
+from ..errors import STREAMS_RETRY_AFTER_SECONDS, ApiError, not_found
 from ..models import Conversation, Generation, Message
 from .generations import IllegalTransition, Outcome, generation_finish, generation_stop
 
@@ -146,7 +146,8 @@ def _check_limits(user, conversation: Conversation) -> list[Message]:
     """Raises 429 or 409 when no answer may start; else the conversation's messages."""
     if selectors.streams_open(user=user) >= settings.CHAT_MAX_STREAMS_PER_USER:
         raise ApiError(429, "too_many_streams",
-                       f"at most {settings.CHAT_MAX_STREAMS_PER_USER} answers may stream at once")
+                       f"at most {settings.CHAT_MAX_STREAMS_PER_USER} answers may stream at once",
+                       retry_after_s=STREAMS_RETRY_AFTER_SECONDS)
     history = list(conversation.messages.all())
     if any(message.status == MessageStatus.STREAMING for message in history):
         raise ApiError(409, "conversation_busy", "an answer is still streaming in this conversation")

@@ -222,6 +222,7 @@ async def test_a_second_stream_beyond_the_per_user_limit_is_429_and_stores_nothi
 
     assert streaming.status_code == 200
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
+    assert refused["Retry-After"] == "5"  # a slot comes free when an answer ends: nobody knows when
     assert await sync_to_async(count_rows)() == before
     await streaming.streaming_content.aclose()
 
