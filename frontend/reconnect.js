@@ -34,6 +34,13 @@ export function pause(ms, { clock, network }) {
 }
 
 /**
+ * A Stop's refusal that holds whenever it is sent again. Not a 401: the session ended (expired,
+ * or signed out in another tab) and the user signs in again, after which the Stop is taken and
+ * cuts the answer to what was seen; given up, the answer ran on to its end, holding the model.
+ */
+const isFinalStopRefusal = (error) => isFinalRefusal(error) && error.status !== 401;
+
+/**
  * Sends a Stop (`send()` resolves when the server took it) until the server takes or refuses
  * it. `afterFirst(taken)` runs once the first attempt has settled, either way.
  */
@@ -47,7 +54,7 @@ export async function deliverStop(send, { clock, network, afterFirst = () => {} 
       taken = true;
       return;
     } catch (error) {
-      if (isFinalRefusal(error) || clock.now() >= until) return;
+      if (isFinalStopRefusal(error) || clock.now() >= until) return;
     } finally {
       if (first) afterFirst(taken);
     }

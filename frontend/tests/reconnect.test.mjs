@@ -315,6 +315,39 @@ test("Stop while reconnecting ends at once with what was seen, and the Stop is k
   assert.deepEqual(t.resumes.length <= 1, true, "no resume after the Stop");
 });
 
+test("a Stop refused because the session ended is sent again until the user signs in again, then not after", async () => {
+  const t = setUp();
+  await t.start(["seen"]);
+  let signedIn = false;
+  const tries = [];
+  t.generation.stop((id, seen) => {
+    tries.push([id, seen]);
+    return signedIn ? Promise.resolve() : Promise.reject(Object.assign(new Error("ended"), { status: 401 }));
+  });
+  assert.equal((await t.outcome).status, "stopped");
+  for (let i = 0; i < 3; i += 1) await advance(t, 2000);
+  assert.ok(tries.length >= 3, `tried ${tries.length} times while signed out`);
+  signedIn = true;
+  await advance(t, 8000);
+  const taken = tries.length;
+  await advance(t, 60_000);
+  assert.equal(tries.length, taken, "not sent again once taken");
+  assert.ok(tries.every(([id, seen]) => id === 7 && seen === 4));
+});
+
+test("a Stop refused for good (the answer had ended) is not sent again", async () => {
+  const t = setUp();
+  await t.start(["seen"]);
+  const tries = [];
+  t.generation.stop(() => {
+    tries.push(1);
+    return Promise.reject(Object.assign(new Error("ended"), { status: 409 }));
+  });
+  await t.outcome;
+  await advance(t, 60_000);
+  assert.equal(tries.length, 1);
+});
+
 test("a Stop pressed while a resume is on its way ends the answer for good: that resume's end says nothing of it", async () => {
   const t = setUp();
   await t.start(["seen"]);
