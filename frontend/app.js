@@ -62,6 +62,9 @@ function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
   showAlert(elsewhere === null ? sentence : sentenceElsewhere(sidebar.nameOf(elsewhere), sentence, isTextKept));
 }
 
+/** A 404: the conversation (or message) is gone, deleted here or elsewhere. */
+const isGone = (error) => error instanceof ApiError && error.status === 404;
+
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
 const heading = createHeading({
   el: view.title, openId: () => conversationId, sidebar, read: (id) => api.conversation(id),
@@ -169,7 +172,7 @@ async function openConversation(id) {
   } catch (error) {
     if (mine !== loading) return;
     showConversation(null);
-    if (!(error instanceof ApiError && error.status === 404)) return handleError(error);
+    if (!isGone(error)) return handleError(error);
     unsentWords.gone(id); // deleted elsewhere: words kept for it go to a new conversation
     showAlert(NO_SUCH_CONVERSATION); // another account's conversation answers 404 too, the same
   } finally {
@@ -198,15 +201,30 @@ function followAddress() {
 // Both fire for one step back or an edited hash; followAddress acts once.
 for (const type of ["popstate", "hashchange"]) window.addEventListener(type, followAddress);
 
+/**
+ * The conversation on screen, `id`, was found deleted (in another tab or device): a new
+ * conversation takes its place, with the words written for it, rather than one that refuses
+ * every message. Elsewhere by now, its words wait for a new conversation.
+ */
+function foundGone(id) {
+  const isShown = id === conversationId;
+  if (isShown) showConversation(null, "", [], null, { composerStays: true });
+  unsentWords.gone(id);
+  if (isShown) showAlert(NO_SUCH_CONVERSATION);
+}
+
+/** Shows the conversation as stored; false when it is gone (the caller calls foundGone). */
 async function reloadMessages(id, { orAsLastRead = false } = {}) {
   try {
     const { results } = await api.messages(id);
     if (id === conversationId && !live.get(id)) renderHistory(results);
   } catch (error) {
+    if (isGone(error)) return false;
     handleError(error);
     // Not reached: as last read, without what the page showed of the request not taken.
     if (orAsLastRead && id === conversationId && !live.get(id)) renderHistory(messageList.lastRead());
   }
+  return true;
 }
 
 /** The ids the server gave the messages on screen; its history instead where they differ. */
@@ -214,7 +232,8 @@ async function learnIds(id) {
   let results;
   try {
     ({ results } = await api.messages(id));
-  } catch {
+  } catch (error) {
+    if (isGone(error) && !live.get(id)) foundGone(id); // deleted meanwhile
     return;
   }
   if (id !== conversationId || live.get(id)) return;
@@ -314,8 +333,9 @@ async function streamAnswer(el, open, {
     msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
-    await reloadMessages(id, { orAsLastRead: true }); // as stored, without what was refused
+    const isThere = await reloadMessages(id, { orAsLastRead: true }); // as stored, without what was refused
     unsentWords.keep(id, words);
+    if (!isThere) foundGone(id);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
     await learnIds(id);
@@ -383,7 +403,9 @@ messageList.onControl({
 function stopHere() {
   const id = conversationId;
   liveHere()?.generation.stop((gid, seen) => api.stop(gid, seen).catch((error) => {
-    if (error instanceof ApiError && error.status === 409 && id === conversationId) reloadMessages(id);
+    if (error instanceof ApiError && error.status === 409 && id === conversationId) {
+      reloadMessages(id).then((isThere) => isThere || foundGone(id));
+    }
     throw error;
   }));
 }

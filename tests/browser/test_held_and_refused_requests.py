@@ -9,7 +9,7 @@ from django.contrib.sessions.models import Session
 
 from chatapp import services
 from common.vocabulary import CancelledBy
-from chatapp.models import Generation, Message
+from chatapp.models import Conversation, Generation, Message
 from harness import waiting
 from harness.page_probes import (alert_text, last_answer, send, wait_for_end, wait_for_handled,
                                  wait_for_streaming_text, wait_for_true)
@@ -214,6 +214,49 @@ def test_words_kept_for_a_conversation_deleted_elsewhere_go_to_a_new_conversatio
     wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
 
     assert chat.input_value("#composer") == "words for the notes"
+
+
+def deleted_in_another_tab(chat, conversation) -> None:
+    """The user deletes `conversation` from a second tab of the same browser."""
+    tab = chat.context.new_page()
+    tab.goto(chat.url.split("#")[0])
+    tab.once("dialog", lambda dialog: dialog.accept())
+    tab.click(f'#conversation-list li[data-conversation-id="{conversation.pk}"] .conversation-delete')
+    waiting.wait_until(lambda: Conversation.objects.get(pk=conversation.pk).deleted_at is not None,
+                       10, "the conversation deleted")
+    tab.close()
+
+
+def test_a_message_sent_into_a_conversation_deleted_in_another_tab_goes_to_a_new_one_with_its_words(
+        chat, user):
+    """The refusal was named, but the deleted conversation stayed on screen, its address too: each
+    Send was refused again until the user found New conversation."""
+    notes, _ = writing_in_notes(chat, user, "")
+    deleted_in_another_tab(chat, notes)
+
+    send(chat, "are you there?")
+
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
+    assert chat.evaluate("location.hash") == ""
+    assert chat.locator("#messages .message").count() == 0
+    assert chat.input_value("#composer") == "are you there?"
+    assert "deleted" in alert_text(chat)
+
+
+def test_an_answer_whose_conversation_is_deleted_in_another_tab_ends_and_the_page_says_it_is_gone(
+        chat, upstream):
+    """The answer ended "Stopped" and its conversation stayed on screen, gone from the list only."""
+    upstream.script.chunks = ["Hello", ", ", "world"]
+    upstream.script.stall_after = 2
+    send(chat, "Say hello")
+    wait_for_streaming_text(chat, "Hello, ")
+
+    deleted_in_another_tab(chat, Conversation.objects.get())
+
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'New conversation'")
+    assert chat.evaluate("location.hash") == ""
+    assert "deleted" in alert_text(chat)
+    assert chat.locator("#stop").is_hidden()
 
 
 def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_only(chat, user):
