@@ -31,7 +31,7 @@ const live = new LiveAnswers(); // the answers being read, in this conversation 
 const liveHere = () => live.get(conversationId);
 let loading = 0; // newer conversation loads win over older ones
 let session = 0; // counts sign-ins and sign-outs: an answer that ends after one touches no page
-let creating = false; // a first message is creating its conversation: Enter twice is one
+let creating = false; // a conversation is being created (a first message's, or New's): one at a time
 let opening = null; // the conversation being loaded, if any
 let isSignedIn = false;
 
@@ -246,14 +246,19 @@ view.newConversation.addEventListener("click", async () => {
   sidebar.closeDrawer();
   // An empty conversation is already new: do not pile up untitled ones.
   if (conversationId !== null && !view.messages.children.length && !liveHere()) return view.composer.focus();
+  if (creating) return; // a double click, or a first message's conversation on its way: one
+  creating = true;
+  let created;
   try {
-    const created = await api.createConversation(conversationSettings.forNewConversation());
-    showConversation(created.id, created.title, [], created);
-    await sidebar.refresh();
-    view.composer.focus();
+    created = await api.createConversation(conversationSettings.forNewConversation());
   } catch (error) {
-    handleError(error);
+    return handleError(error);
+  } finally {
+    creating = false;
   }
+  showConversation(created.id, created.title, [], created);
+  await sidebar.refresh();
+  view.composer.focus();
 });
 
 // --- streaming ---

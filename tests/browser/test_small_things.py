@@ -4,11 +4,11 @@ sentences, and the message length limit shown before sending."""
 
 import pytest
 
-from chatapp.models import Generation, Message
+from chatapp.models import Conversation, Generation, Message
 from harness import waiting
-from harness.page_probes import alert_text, last_answer, send, wait_for_end, wait_for_true
+from harness.page_probes import alert_text, last_answer, send, wait_for_end, wait_for_handled, wait_for_true
 from tests import factories
-from tests.browser.conftest import running_stack, sign_in
+from tests.browser.conftest import held, running_stack, sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -85,6 +85,25 @@ def test_back_and_forward_move_between_conversations_and_an_edited_address_opens
     chat.go_back()
     wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'Second'")
     assert chat.console_errors == []
+
+
+def test_new_conversation_clicked_twice_before_the_server_answers_makes_one_conversation(chat, user):
+    """Each click created one: a double click left an empty "New conversation" in the list."""
+    factories.message(factories.conversation(owner=user, title="Notes"), content="a question")
+    chat.reload()
+    chat.wait_for_selector('#conversation-list li:has-text("Notes")')
+    creations = held(chat, "**/api/conversations", method="POST")
+
+    chat.dblclick("#new-conversation")
+    wait_for_handled(chat, lambda: len(creations) >= 1, "a conversation asked for")
+    creations[0].continue_()
+    wait_for_true(chat, "/^#\\/c\\/\\d+$/.test(location.hash) && document.querySelectorAll("
+                        "'#conversation-list li').length === 2")
+
+    for late in creations[1:]:
+        late.continue_()
+    assert len(creations) == 1
+    assert Conversation.objects.filter(owner=user).count() == 2
 
 
 def test_a_new_conversation_is_named_by_its_first_line_while_its_first_answer_is_written(chat, upstream):
