@@ -28,6 +28,7 @@ export function createMessage({ id = null, role, status = STATUS.COMPLETED, cont
 
   const body = document.createElement("div");
   body.className = "message-content";
+  body.dir = "auto"; // Hebrew or Arabic reads right to left, its punctuation at its end
   const state = document.createElement("p");
   state.className = "message-state";
   const meta = document.createElement("p");
@@ -232,6 +233,7 @@ export function openEditor(userEl, text, submit, { limits = null, announce = () 
   form.className = "edit-form";
   const input = document.createElement("textarea");
   input.className = "edit-input";
+  input.dir = "auto";
   input.setAttribute("aria-label", "Edit message");
   input.value = text;
   const buttons = document.createElement("div");

@@ -58,6 +58,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     const link = document.createElement("button");
     link.type = "button";
     link.className = "conversation-open";
+  link.dir = "auto"; // a title in Hebrew or Arabic reads right to left
     link.textContent = conversation.title || UNTITLED;
     link.addEventListener("click", () => open(conversation.id));
     listed.set(conversation.id, { conversation, link, li });
@@ -88,6 +89,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     const input = document.createElement("input");
     input.type = "text";
     input.className = "conversation-title-input";
+  input.dir = "auto";
     input.value = conversation.title;
     input.maxLength = 200;
     input.setAttribute("aria-label", "Conversation title");

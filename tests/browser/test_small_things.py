@@ -61,6 +61,32 @@ def test_on_a_phone_the_title_has_a_line_of_its_own_above_the_model_picker(chat,
     assert picker["y"] >= title["y"] + title["height"]
 
 
+# --- right-to-left writing ---
+def test_hebrew_and_arabic_read_right_to_left_where_they_are_shown_and_written(chat, upstream):
+    """Every element took the page's left-to-right direction: "שלום! מה שלומך?" showed its
+    question mark at the right-hand end, as "?שלומך מה !שלום" reads, in the message, the title
+    and the list; an answer in Arabic likewise, while English stayed left to right."""
+    upstream.script.chunks = ["مرحبا! ", "كيف حالك؟"]
+    direction = "(selector) => getComputedStyle(document.querySelector(selector)).direction"
+
+    chat.fill("#composer", "שלום! מה שלומך?")
+    typed = chat.evaluate(f"({direction})('#composer')")
+    chat.press("#composer", "Enter")
+    wait_for_end(chat)
+    wait_for_true(chat, "document.querySelector('#conversation-title').textContent === 'שלום! מה שלומך?'")
+
+    shown = {where: chat.evaluate(f"({direction})({selector!r})") for where, selector in {
+        "question": '#messages .message[data-role="user"] .message-content',
+        "answer": '#messages .message[data-role="assistant"] .message-content',
+        "title": "#conversation-title",
+        "list": '#conversation-list [aria-current="true"]',
+    }.items()}
+    assert (typed, shown) == ("rtl", dict.fromkeys(shown, "rtl"))
+    chat.fill("#composer", "Hello! How are you?")
+    assert chat.evaluate(f"({direction})('#composer')") == "ltr"
+    assert chat.evaluate(f"({direction})('.brand')") == "ltr"
+
+
 # --- the address names the open conversation ---
 def test_back_and_forward_move_between_conversations_and_an_edited_address_opens_one(chat, user):
     first = factories.conversation(owner=user, title="First")
