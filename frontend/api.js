@@ -69,24 +69,31 @@ export async function openStream(path, body, signal, method = "POST") {
 
 const id = (value) => encodeURIComponent(String(value));
 
+// A NUL, pasted from a terminal or a binary file, shows as nothing, and the server refuses text
+// holding one (PostgreSQL cannot store it: 400 invalid_value), which the page could only call
+// outdated: what the user wrote goes without it.
+const written = (text) => (typeof text === "string" ? text.replaceAll("\u0000", "") : text);
+const writtenSettings = (choices) =>
+  ("system_prompt" in choices ? { ...choices, system_prompt: written(choices.system_prompt) } : choices);
+
 export const api = {
   session: () => json("/api/auth/session"),
   login: (username, password) => json("/api/auth/login", { method: "POST", body: { username, password } }),
   logout: () => json("/api/auth/logout", { method: "POST" }),
 
-  conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q, page })}`),
-  createConversation: (choices = {}) => json("/api/conversations", { method: "POST", body: choices }),
+  conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q: written(q), page })}`),
+  createConversation: (choices = {}) => json("/api/conversations", { method: "POST", body: writtenSettings(choices) }),
   conversation: (cid) => json(`/api/conversations/${id(cid)}`),
   // The model, the system prompt, temperature and top_p (null: the default).
-  updateConversation: (cid, changes) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: changes }),
+  updateConversation: (cid, changes) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: writtenSettings(changes) }),
   models: () => json("/api/models"),
-  renameConversation: (cid, title) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: { title } }),
+  renameConversation: (cid, title) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: { title: written(title) } }),
   deleteConversation: (cid) => json(`/api/conversations/${id(cid)}`, { method: "DELETE" }),
   messages: (cid) => json(`/api/conversations/${id(cid)}/messages`),
 
-  send: (cid, content) => (signal) => openStream(`/api/conversations/${id(cid)}/messages`, { content }, signal),
+  send: (cid, content) => (signal) => openStream(`/api/conversations/${id(cid)}/messages`, { content: written(content) }, signal),
   regenerate: (cid) => (signal) => openStream(`/api/conversations/${id(cid)}/regenerate`, undefined, signal),
-  edit: (mid, content) => (signal) => openStream(`/api/messages/${id(mid)}/edit`, { content }, signal),
+  edit: (mid, content) => (signal) => openStream(`/api/messages/${id(mid)}/edit`, { content: written(content) }, signal),
   continueAnswer: (mid) => (signal) => openStream(`/api/messages/${id(mid)}/continue`, undefined, signal),
   // Follows an answer that another tab, device or an earlier visit of this page started.
   watch: (gid) => (signal) => openStream(`/api/generations/${id(gid)}/events`, undefined, signal, "GET"),

@@ -86,3 +86,20 @@ test("Stop sends seen_chars once: the page's Stop delivery (reconnect.js) is wha
   assert.deepEqual(JSON.parse(calls[0].body), { seen_chars: 13 });
   assert.deepEqual(await api.stop(7, 13), { stopping: true });
 });
+
+test("what the user wrote goes without a NUL, which the server cannot store and nobody sees", async () => {
+  const stream = () => new Response("", { status: 200, headers: { "Content-Type": "text/event-stream" } });
+  answers.push(stream(), stream(), jsonResponse(200, {}), jsonResponse(200, {}), jsonResponse(201, {}), jsonResponse(200, { results: [] }));
+  const signal = new AbortController().signal;
+  await api.send(5, "copied from a log\u0000 line")(signal);
+  await api.edit(6, "\u0000rewritten")(signal);
+  await api.renameConversation(5, "Log\u0000 notes");
+  await api.updateConversation(5, { system_prompt: "Be\u0000 brief", temperature: 0.5 });
+  await api.createConversation({ model: "m", system_prompt: "Terse\u0000" });
+  await api.conversations("log\u0000");
+  assert.deepEqual(calls.slice(0, 5).map((call) => JSON.parse(call.body)), [
+    { content: "copied from a log line" }, { content: "rewritten" }, { title: "Log notes" },
+    { system_prompt: "Be brief", temperature: 0.5 }, { model: "m", system_prompt: "Terse" },
+  ]);
+  assert.equal(calls[5].url, "/api/conversations?q=log&page=1");
+});

@@ -4,6 +4,7 @@ refused value is a sentence on the page with nothing stored. Two stand-in upstre
 models; the first echoes what it was asked."""
 
 import contextlib
+import json
 
 import pytest
 
@@ -131,11 +132,15 @@ def test_a_system_prompt_the_server_refused_stays_in_the_form_to_be_mended(chat,
     send(chat, "Hello")
     wait_for_end(chat)
     open_settings(chat)
-    # Pasted from somewhere with a NUL in it, which the database cannot store: refused (400).
-    refused = "A long, careful system prompt.\u0000"
-    chat.locator("#settings-system-prompt").evaluate("(field, text) => { field.value = text; }", refused)
+    # Refused by a rule of the server's that the page does not check first (400).
+    saves = held(chat, "**/api/conversations/*", method="PATCH")
+    refused = "A long, careful system prompt."
+    chat.fill("#settings-system-prompt", refused)
 
     chat.click("#settings-panel [type=submit]")
+    wait_for_handled(chat, lambda: len(saves) == 1, "the settings sent")
+    saves[0].fulfill(status=400, content_type="application/json", body=json.dumps(
+        {"error": {"code": "system_prompt_too_long", "message": "refused by the test"}}))
 
     chat.wait_for_selector("#settings-error:not([hidden])")
     assert chat.locator("#settings-system-prompt").input_value() == refused

@@ -299,6 +299,18 @@ def test_an_answer_that_fails_midway_says_so_in_a_sentence_not_the_upstream_code
 
 
 # --- the message length limit ---
+def test_a_message_pasted_with_an_invisible_nul_is_sent_without_it(chat, upstream):
+    """Copied from a terminal or a binary file, the NUL showed as nothing; the server refused the
+    message (PostgreSQL cannot store one) and the page said "Reload the page", after which the
+    words came back with the NUL, to be refused again."""
+    chat.fill("#composer", "copied from a log\x00 line")
+    chat.press("#composer", "Enter")
+    wait_for_end(chat)
+
+    assert chat.locator("#alert").is_hidden()
+    assert Message.objects.get(role="user").content == "copied from a log line"
+
+
 def test_the_composer_shows_the_limit_near_it_and_will_not_send_beyond_it(chat, upstream):
     counter = chat.locator("#composer-count")
 
