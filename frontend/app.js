@@ -171,8 +171,13 @@ async function openConversation(id) {
     view.composer.focus();
   } catch (error) {
     if (mine !== loading) return;
+    if (!isGone(error)) {
+      // Not reached (offline), or a server error: the conversation on screen stays, and so does
+      // what is being written in it; the address names it again (Back may have changed it).
+      showInAddress(conversationId, { replace: true });
+      return handleError(error);
+    }
     showConversation(null);
-    if (!isGone(error)) return handleError(error);
     unsentWords.gone(id); // deleted elsewhere: words kept for it go to a new conversation
     showAlert(NO_SUCH_CONVERSATION); // another account's conversation answers 404 too, the same
   } finally {

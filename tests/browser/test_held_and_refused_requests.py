@@ -259,6 +259,23 @@ def test_an_answer_whose_conversation_is_deleted_in_another_tab_ends_and_the_pag
     assert chat.locator("#stop").is_hidden()
 
 
+def test_a_conversation_that_could_not_be_loaded_leaves_the_open_one_on_screen(chat, user):
+    """Offline, a click on another conversation blanked the page to an empty "New conversation"
+    (its address too), the words being written hidden with the conversation left: the next
+    message would have started a conversation the user never asked for."""
+    notes, other = writing_in_notes(chat, user, "half a thought")
+    chat.route(f"**/api/conversations/{other.pk}/messages", lambda route: route.abort())
+
+    chat.click(f'#conversation-list li[data-conversation-id="{other.pk}"] .conversation-open')
+
+    assert alert_text(chat) == "Could not reach the server. Check your connection and try again."
+    assert chat.locator("#conversation-title").inner_text() == "Notes"
+    assert chat.evaluate("location.hash") == f"#/c/{notes.pk}"
+    assert shown(chat, "user") == "an earlier question"
+    assert chat.input_value("#composer") == "half a thought"
+    assert chat.locator(f'li[data-conversation-id="{notes.pk}"] [aria-current="true"]').count() == 1
+
+
 def test_words_being_written_when_the_session_ends_come_back_to_the_same_user_only(chat, user):
     stranger = factories.user(password=PASSWORD)
     notes, other = writing_in_notes(chat, user, "a long reply I was writing")
