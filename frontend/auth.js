@@ -1,6 +1,10 @@
-// Signing in and out: the login form, the session check at start, the logout button.
+// Signing in and out: the login form, the session check at start, the logout button, and the
+// other tabs of this browser, which share its session cookie: each follows a sign-in or sign-out
+// made in another.
 import { api } from "./api.js";
 import { sentenceFor } from "./errors.js";
+
+const SIGNED_OUT_ELSEWHERE = "You signed out in another tab or window.";
 
 /**
  * @param {object} hooks
@@ -16,8 +20,12 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
   const error = document.getElementById("login-error");
   const appView = document.getElementById("app-view");
   const { username, password } = form.elements;
+  let shownUser = null; // the username whose conversations this tab shows; null at the sign-in form
+  const otherTabs = typeof BroadcastChannel === "function" ? new BroadcastChannel("chatapp.session") : null;
+  const tellOtherTabs = (user) => otherTabs?.postMessage({ user });
 
   function showLogin(message = "") {
+    shownUser = null;
     leaving();
     appView.hidden = true;
     loginView.hidden = false;
@@ -27,6 +35,7 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
   }
 
   function showApp(user) {
+    shownUser = user.username;
     loginView.hidden = true;
     appView.hidden = false;
     document.getElementById("user-name").textContent = user.username;
@@ -41,6 +50,7 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
       const { user } = await api.login(username.value, password.value);
       password.value = "";
       showApp(user);
+      tellOtherTabs(user.username);
     } catch (failure) {
       error.textContent = sentenceFor(failure);
       error.hidden = false;
@@ -60,6 +70,23 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
       // Signed out or not, this browser shows the sign-in form next.
     }
     showLogin();
+    tellOtherTabs(null);
+  });
+
+  // Another tab signed in or out: this one shows what the shared session now holds, rather than
+  // the conversations of someone who signed out (or the sign-in form to someone signed in).
+  otherTabs?.addEventListener("message", async ({ data }) => {
+    if ((data?.user ?? null) === shownUser) return;
+    let user;
+    try {
+      ({ user } = await api.session());
+    } catch {
+      return; // not reached: the tab's next request will tell
+    }
+    if ((user?.username ?? null) === shownUser) return;
+    if (!user) return showLogin(SIGNED_OUT_ELSEWHERE);
+    if (shownUser !== null) leaving(); // the previous user's answers and conversations go first
+    showApp(user);
   });
 
   return {

@@ -105,6 +105,29 @@ def test_a_stop_pressed_after_the_session_ended_elsewhere_reaches_the_answer_onc
     assert Message.objects.get(role="assistant").content == "Hello, "
 
 
+def test_signing_out_in_one_tab_hides_the_conversations_in_the_others_and_signing_in_shows_them(
+        chat, user):
+    """The cookie is the browser's, but each tab's view was its own: after signing out in one tab
+    (on a shared computer, say), another still showed the open conversation and the whole list
+    until its next request, and after someone else signed in it showed them under the first name."""
+    factories.message(factories.conversation(owner=user, title="Medical notes"), content="private")
+    chat.reload()
+    chat.wait_for_selector('#conversation-list li:has-text("Medical notes")')
+    other_tab = chat.context.new_page()
+    other_tab.goto(chat.url.split("#")[0])
+    other_tab.wait_for_selector("#composer")
+
+    other_tab.click("#logout")
+
+    chat.wait_for_selector("#login-form", state="visible")
+    assert chat.locator("#conversation-list li").count() == 0
+    stranger = factories.user(password=PASSWORD)
+    sign_in_on_form(other_tab, stranger)
+    chat.wait_for_selector("#composer")
+    wait_for_true(chat, f"document.querySelector('#user-name').textContent === '{stranger.username}'")
+    assert chat.locator('#conversation-list li:has-text("Medical notes")').count() == 0
+
+
 def test_a_message_refused_after_the_user_opened_another_conversation_is_named_and_waits_there(
         chat, user):
     first = factories.conversation(owner=user, title="Trip plans")
