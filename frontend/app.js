@@ -261,7 +261,8 @@ view.newConversation.addEventListener("click", async () => {
   } finally {
     creating = false;
   }
-  showConversation(created.id, created.title, [], created);
+  // From the blank page, which was a new conversation already, what is being written goes along.
+  showConversation(created.id, created.title, [], created, { composerStays: conversationId === null });
   await sidebar.refresh();
   view.composer.focus();
 });

@@ -217,6 +217,17 @@ def test_a_rewrite_under_way_in_a_messages_editor_comes_back_after_a_reload_and_
     assert chat.input_value("#composer") == "and a new question"
 
 
+def test_words_written_on_a_blank_page_stay_in_the_composer_when_new_conversation_is_pressed(chat):
+    """The blank page is a new conversation already: New created one and moved there, and the
+    words went with the blank page, kept for it out of sight, the composer emptied."""
+    chat.fill("#composer", "a question I was writing")
+
+    chat.click("#new-conversation")
+    wait_for_true(chat, "/^#\\/c\\/\\d+$/.test(location.hash)")
+
+    assert chat.input_value("#composer") == "a question I was writing"
+
+
 def test_words_being_written_stay_in_the_composer_when_their_conversation_is_deleted(chat, user):
     notes, _ = writing_in_notes(chat, user, "a question worth keeping")
 
