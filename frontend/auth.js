@@ -5,6 +5,8 @@ import { api } from "./api.js";
 import { sentenceFor } from "./errors.js";
 
 const SIGNED_OUT_ELSEWHERE = "You signed out in another tab or window.";
+const NOT_SIGNED_OUT = "Signing out did not reach the server, so this browser may still be signed in. "
+  + "Check your connection, then reload the page and sign out again.";
 
 /**
  * @param {object} hooks
@@ -64,12 +66,15 @@ export function createAuth({ signedIn, leaving, limitsKnown = () => {} }) {
   document.getElementById("logout").addEventListener("click", async () => {
     // The Stops first: one that lands after the logout is refused, and its answer runs on.
     await leaving({ signingOut: true });
+    let message = "";
     try {
       await api.logout();
-    } catch {
-      // Signed out or not, this browser shows the sign-in form next.
+    } catch (failure) {
+      // The sign-in form shows next either way, but unless the session had ended already (401) it
+      // lives on at the server, and its cookie signs this browser in again at the next load.
+      if (failure?.status !== 401) message = NOT_SIGNED_OUT;
     }
-    showLogin();
+    showLogin(message);
     tellOtherTabs(null);
   });
 

@@ -128,6 +128,18 @@ def test_signing_out_in_one_tab_hides_the_conversations_in_the_others_and_signin
     assert chat.locator('#conversation-list li:has-text("Medical notes")').count() == 0
 
 
+def test_a_sign_out_that_did_not_reach_the_server_says_the_browser_may_still_be_signed_in(chat):
+    """The sign-in form showed as after any sign-out, while the session lived on at the server:
+    on a shared computer, the next person's reload opened the first person's conversations."""
+    chat.route("**/api/auth/logout", lambda route: route.abort())
+
+    chat.click("#logout")
+
+    chat.wait_for_selector("#login-error:not([hidden])")
+    assert "may still be signed in" in chat.locator("#login-error").inner_text()
+    assert Session.objects.exists()
+
+
 def test_a_message_refused_after_the_user_opened_another_conversation_is_named_and_waits_there(
         chat, user):
     first = factories.conversation(owner=user, title="Trip plans")
