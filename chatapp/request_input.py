@@ -55,6 +55,13 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+def storable(text: str) -> str:
+    """`text` with each character no database stores replaced by U+FFFD, as a decoder replaces
+    a byte it cannot read: for text we did not check at the door (a model's answer), which
+    keeps its length, so that every offset into it holds."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def text(body: dict, name: str, default=_ABSENT) -> str | None:
     """The string field `name`; absent, it is `default` (required when none is given); any
     non-string, null included, is refused rather than stored as its str()."""

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from common.vocabulary import FinishReason
 
+from .. import request_input
 from . import inference_replicas
 from .http_client import client
 from .inference_replicas import Replica
@@ -161,7 +162,9 @@ def _chunk(data: str) -> UpstreamChunk:
     delta = choice.get("delta") or {}
     reason = choice.get("finish_reason")
     return UpstreamChunk(
-        text=delta.get("content") or "",
+        # A byte-level model may sample byte 0, and a peer's JSON may escape half a surrogate
+        # pair: shown and stored as U+FFFD, not a final write PostgreSQL refuses.
+        text=request_input.storable(delta.get("content") or ""),
         finish_reason=_FINISH_REASONS.get(reason, FinishReason.STOP) if reason else None,
         usage=message.get("usage") if isinstance(message.get("usage"), dict) else None,
     )

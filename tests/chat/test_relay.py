@@ -100,6 +100,22 @@ async def test_a_tgi_style_upstream_is_understood(api, conversation, upstream):
     assert events[-1][1]["finish_reason"] == "stop"
 
 
+@pytest.mark.parametrize("unstorable", ["\x00", "\ud800"], ids=["nul", "lone_surrogate"])
+async def test_an_answer_holding_a_character_no_database_stores_is_stored_as_shown_with_a_replacement(
+        api, conversation, upstream, unstorable):
+    # A byte-level model may sample the token of byte 0, and a peer's JSON may escape half a
+    # surrogate pair: PostgreSQL refuses the first in text, UTF-8 cannot encode the second.
+    upstream.script.chunks = ["Hel", f"lo{unstorable}", " world"]
+
+    events = await read_events(await send(api, conversation))
+
+    answer, generation = await rows_async(conversation)
+    assert names(events)[0] == "start" and names(events)[-1] == "done" and "error" not in names(events)
+    assert events[-1][1]["status"] == "completed"
+    assert text_of(events) == "Hello\ufffd world" == answer.content == generation.final_text
+    assert answer.status == "completed"
+
+
 @pytest.mark.parametrize("fault, code", [
     ("crash_after", "upstream_disconnected"),
     ("garbage_after", "upstream_protocol"),
