@@ -299,9 +299,10 @@ async def generation_events(request, user, generation_id: int):
 def _offset(value: str | None) -> int | None:
     if value is None:
         return None
-    if not value.isascii() or not value.isdigit() or int(value) > request_input.MAX_CHARS:
+    offset = request_input.count(value)
+    if offset is None:
         raise ApiError(400, "invalid_value", f"from must be an integer from 0 to {request_input.MAX_CHARS}")
-    return int(value)
+    return offset
 
 
 @endpoint("POST")

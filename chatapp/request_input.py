@@ -62,6 +62,16 @@ def storable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
+def count(text: str) -> int | None:
+    """`text` as a count from 0 to MAX_CHARS written in ASCII digits, else None. Its length is
+    checked first: past 4,300 digits int() raises instead of converting (CVE-2020-10735)."""
+    digits = text.lstrip("0") or "0"
+    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(MAX_CHARS)):
+        return None
+    value = int(digits)
+    return value if value <= MAX_CHARS else None
+
+
 def text(body: dict, name: str, default=_ABSENT) -> str | None:
     """The string field `name`; absent, it is `default` (required when none is given); any
     non-string, null included, is refused rather than stored as its str()."""

@@ -170,16 +170,10 @@ def _chunk(data: str) -> UpstreamChunk:
     )
 
 
-# The audit row's token counts are PostgreSQL integers: a larger count from a peer is no count.
-_MAX_COUNT = 2**31 - 1
-
-
 def _count(header: str | None) -> int | None:
-    """A header's count of tokens; None when it is absent or not a plausible one."""
-    digits = (header or "").strip()
-    if not (digits.isascii() and digits.isdigit()) or int(digits) > _MAX_COUNT:
-        return None
-    return int(digits)
+    """A header's count of tokens; None when it is absent or not a plausible one (the audit
+    row's token counts are PostgreSQL integers: a larger count from a peer is no count)."""
+    return request_input.count((header or "").strip())
 
 
 # The refusal rules, one for the relay and the titles: what passes a request on to the next replica.

@@ -71,7 +71,7 @@ async def test_the_upstreams_final_usage_wins_over_what_it_said_at_open(api, con
     assert (await sync_to_async(generation_of)(conversation)).input_tokens == 11
 
 
-@pytest.mark.parametrize("header", [None, "many", "-3", "99999999999", "²"])
+@pytest.mark.parametrize("header", [None, "many", "-3", "99999999999", "²", "9" * 5000])
 async def test_a_peer_that_does_not_say_the_count_leaves_it_unknown_when_the_stream_breaks(
         api, conversation, upstream, header):
     upstream.script.prompt_tokens_header = header

@@ -170,7 +170,8 @@ async def test_a_resume_from_beyond_a_stop_gets_the_stopped_text_whole(api, conv
     assert resumed[0][1]["text"] == seen[:3] and resumed[-1][1]["status"] == "stopped"
 
 
-@pytest.mark.parametrize("value", ["-1", "x", "1.5", str(2**31)])
+# Past 4,300 digits Python's int() refuses a string (CVE-2020-10735): a ValueError, not a number.
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", str(2**31), "9" * 5000])
 async def test_a_resume_from_a_bad_offset_is_refused_before_any_stream(api, conversation, upstream, value):
     upstream.script.chunks = ["Hi"]
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
