@@ -6,11 +6,13 @@
 from django.core.exceptions import RequestDataTooBig
 from django.views import csrf, defaults
 
+from . import nginx_paths
 from .errors import error_response
 
 
 def _is_api(request) -> bool:
-    return request.path_info.startswith("/api/")
+    # As nginx chose its location: `//api/x` is proxied as the API's, and passed on as sent.
+    return nginx_paths.routed(request.path_info).startswith("/api/")
 
 
 def bad_request(request, exception):

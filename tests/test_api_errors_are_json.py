@@ -186,6 +186,24 @@ def test_an_address_with_unescaped_bytes_is_answered_by_the_app_on_daphne_and_be
         assert json.loads(body)["error"]["code"] == code
 
 
+# Addresses nginx sends to its /api/ location once it has merged their slashes and resolved their
+# dot segments (a client that joins a base ending in "/" to "/api/..."), passed on as sent.
+UNNORMALIZED = {
+    "a doubled slash": "GET //api/no-such-thing HTTP/1.1",
+    "a dot segment": "GET /./api/no-such-thing HTTP/1.1",
+}
+
+
+@pytest.mark.parametrize("request_line", UNNORMALIZED.values(), ids=UNNORMALIZED.keys())
+def test_an_address_nginx_reads_as_the_apis_is_answered_as_the_apis_on_daphne_and_behind_nginx(
+        nginx_in_front, probe_app_port, request_line):
+    for port in (probe_app_port, nginx_in_front()):
+        status, content_type, body = raw_request(port, request_line)
+
+        assert (status, content_type) == (404, "application/json"), body[:200]
+        assert json.loads(body)["error"]["code"] == "not_found"
+
+
 def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_binary, tmp_path):
     port, nobody_listens = ports.free_port(), ports.free_port()
     site = nginx.NginxSite(listen=f"127.0.0.1:{port}", upstreams=(f"127.0.0.1:{nobody_listens}",))
