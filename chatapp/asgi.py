@@ -15,9 +15,25 @@ import threading  # noqa: E402
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from chatapp import nginx_paths  # noqa: E402
+
+
+class StaticFilesAsNginxRoutes(ASGIStaticFilesHandler):
+    """Django's handler, for the paths nginx's /static/ location takes, and each as nginx reads
+    it. Django's takes every path that starts with /static/, and its lookup refuses one that
+    climbs out of the folder (/static/../api/x, which nginx sends to the API) with an exception
+    the handler does not catch: a 500 and a traceback."""
+
+    def _should_handle(self, path):
+        return super()._should_handle(nginx_paths.routed(path))
+
+    def file_path(self, url):
+        return super().file_path(nginx_paths.routed(url))
+
+
 # nginx serves /static/ itself in front of us; this answers it only when nginx is absent
 # (`make run` on a machine without nginx), and passes every other path straight through.
-application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_application)})
+application = ProtocolTypeRouter({"http": StaticFilesAsNginxRoutes(django_application)})
 
 from chatapp import tasks  # noqa: E402
 from chatapp.runtime import web_process  # noqa: E402

@@ -191,6 +191,7 @@ def test_an_address_with_unescaped_bytes_is_answered_by_the_app_on_daphne_and_be
 UNNORMALIZED = {
     "a doubled slash": "GET //api/no-such-thing HTTP/1.1",
     "a dot segment": "GET /./api/no-such-thing HTTP/1.1",
+    "out of the static files' folder": "GET /static/../api/no-such-thing HTTP/1.1",
 }
 
 
@@ -212,6 +213,23 @@ def test_nginx_with_no_web_process_to_reach_answers_json_under_the_api(nginx_bin
         response = httpx2.get(f"http://127.0.0.1:{port}/api/auth/session")
 
     assert_json_error(response, 502, "server_unreachable")
+
+
+@pytest.mark.parametrize("path", ["/static/../healthz", "/static/../../../etc/passwd", "/static/x/../../admin/"])
+def test_a_static_files_address_that_climbs_out_of_their_folder_is_a_404_page_not_a_500(probe_app_port, path):
+    # Without nginx (`make run` on a machine without it) daphne's own static files handler
+    # answers /static/; behind nginx it still sees the path as sent.
+    status, content_type, body = raw_request(probe_app_port, f"GET {path} HTTP/1.1")
+
+    assert (status, content_type) == (404, "text/html; charset=utf-8"), body[:200]
+
+
+@pytest.mark.parametrize("path", ["/static/admin/css/base.css", "/static//admin/css/base.css",
+                                  "/static/x/../admin/css/base.css", "/static/../static/admin/css/base.css"])
+def test_daphne_alone_serves_a_static_file_at_each_address_nginx_would_serve_it_at(probe_app_port, path):
+    status, content_type, _ = raw_request(probe_app_port, f"GET {path} HTTP/1.1")
+
+    assert (status, content_type) == (200, "text/css")
 
 
 def test_pages_outside_the_api_keep_djangos_html(probe_app_port):
