@@ -32,9 +32,10 @@ def conversation_update(*, conversation: Conversation, title: str | None = None,
     meanwhile (a delete: the conversation came back; the title its first message gave it)."""
     changes = {**(choices or {}), "updated_at": timezone.now()}
     if title is not None:
-        # A name the user clears gives the title back to the first message.
-        changes["title"] = _title(title)
-        changes["title_set_by_user"] = bool(changes["title"])
+        # A name the user clears gives the title back to the first message at once: an empty
+        # title is a conversation's before its first message, and the next one sent would take it.
+        changes["title"] = _title(title) or _first_question_title(conversation)
+        changes["title_set_by_user"] = bool(_title(title))
     if not Conversation.objects.alive().filter(pk=conversation.pk).update(**changes):
         raise not_found("conversation")
     conversation.refresh_from_db()
@@ -82,6 +83,12 @@ def _title(title: str) -> str:
     if len(title) > 200:
         raise ApiError(400, "title_too_long", "a title holds at most 200 characters")
     return shown_line(title)
+
+
+def _first_question_title(conversation: Conversation) -> str:
+    first = (conversation.messages.filter(role=Message.Role.USER).order_by("pk")
+             .values_list("content", flat=True).first())
+    return "" if first is None else title_from(first)
 
 
 def title_from(content: str) -> str:

@@ -82,6 +82,18 @@ async def test_a_name_cleared_by_the_user_gives_the_title_back_to_the_first_mess
     assert await title_of(conversation.pk) == "Salad ideas"
 
 
+async def test_a_name_cleared_by_the_user_gives_the_title_back_to_the_first_message_not_the_next_one_sent(
+        api, conversation, upstream):
+    await two_questions(api, conversation.pk)
+    await rename(api, conversation.pk, "My soups")
+    cleared = (await rename(api, conversation.pk, "")).json()
+
+    await post(api, f"/api/conversations/{conversation.pk}/messages", {"content": "And cakes?"})
+
+    assert cleared["title"] == "Soup recipes"
+    assert await title_of(conversation.pk) == "Soup recipes"
+
+
 def test_the_migration_marks_titles_that_are_not_the_first_messages_as_chosen_by_the_user(transactional_db):
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
