@@ -161,6 +161,8 @@ def _chunk(data: str) -> UpstreamChunk:
     choice = choices[0] if isinstance(choices[0], dict) else {}
     delta = choice.get("delta") or {}
     reason = choice.get("finish_reason")
+    if not isinstance(delta, dict) or not isinstance(delta.get("content"), str | None):
+        raise UpstreamBroken("upstream_protocol", f"the stream sent a delta whose content is no text: {data[:80]!r}")
     return UpstreamChunk(
         # A byte-level model may sample byte 0, and a peer's JSON may escape half a surrogate
         # pair: shown and stored as U+FFFD, not a final write PostgreSQL refuses.

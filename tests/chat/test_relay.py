@@ -136,6 +136,20 @@ async def test_a_failure_after_the_first_byte_keeps_the_partial_text_and_says_so
     assert generation.final_text == "Hello,"
 
 
+@pytest.mark.parametrize("content", [["a"], 5, {"text": "a"}], ids=["list", "number", "object"])
+async def test_a_delta_whose_content_is_no_text_fails_the_answer_as_the_upstreams_protocol_error(
+        api, conversation, upstream, content):
+    upstream.script.chunks = ["Hel", "lo,", content, " world"]
+
+    events = await read_events(await send(api, conversation))
+
+    answer, generation = await rows_async(conversation)
+    assert names(events)[-2:] == ["error", "done"]
+    assert events[-2][1]["code"] == "upstream_protocol" and events[-1][1]["status"] == "failed"
+    assert text_of(events) == "Hello," == answer.content == generation.final_text
+    assert generation.error_code == "upstream_protocol"
+
+
 async def test_an_upstream_silent_past_the_read_timeout_fails_the_answer_as_a_timeout(
         api, conversation, upstream, settings):
     settings.INFERENCE_READ_TIMEOUT_SECONDS = 0.5
