@@ -9,6 +9,7 @@ can write, and a database may refuse a NUL.)
 
 import json
 import math
+import sys
 from typing import Any
 
 
@@ -19,7 +20,7 @@ class InvalidJson(ValueError):
 def loads(raw: bytes | str) -> Any:
     """The values of `raw`, every number finite."""
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int)
     except RecursionError:
         raise InvalidJson("the body is not valid JSON: it nests too deeply") from None
     except ValueError as error:  # JSONDecodeError and Unicode errors are ValueErrors
@@ -35,3 +36,12 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is out of range for a number")
     return value
+
+
+def _int(text: str) -> int:
+    # Python converts at most sys.get_int_max_str_digits() digits (CVE-2020-10735), and its
+    # refusal speaks of Python ("use sys.set_int_max_str_digits()"), not of the body.
+    digits = len(text.lstrip("-"))
+    if digits > sys.get_int_max_str_digits():
+        raise ValueError(f"a number of {digits} digits is too long")
+    return int(text)

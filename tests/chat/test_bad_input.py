@@ -99,6 +99,13 @@ async def test_a_non_finite_or_unreadable_number_anywhere_in_a_body_answers_400(
     assert_refused(response, "invalid_json")
 
 
+async def test_a_number_of_thousands_of_digits_is_refused_in_words_of_json_not_of_python(api):
+    response = await post_raw(api, "/api/conversations", '{"title": "ok", "extra": [' + "1" * 5001 + "]}")
+
+    assert_refused(response, "invalid_json")
+    assert response.json()["error"]["message"] == "the body is not valid JSON: a number of 5001 digits is too long"
+
+
 async def test_json_nested_100000_deep_answers_400(api):
     before = await sync_to_async(rows)()
 
