@@ -364,7 +364,7 @@ async def staff_stop(request, user, generation_id: int):
 
 
 # --- streaming ---
-async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
+async def stream_answer(plan_answer) -> StreamingHttpResponse:
     """Decides every refusal first, then opens the upstream and writes the rows at once, and
     only once both are done starts our stream (see chatapp/streaming/answer_start.py)."""
     started = time.monotonic()
@@ -375,7 +375,7 @@ async def stream_answer(plan_answer) -> StreamingHttpResponse | JsonResponse:
     try:
         start, upstream = await answer_start.begin(plan)
     except UpstreamRefused as refusal:
-        return error_response(refusal.status, refusal.code, refusal.message)
+        raise ApiError(refusal.status, refusal.code, refusal.message, refusal.retry_after_s) from refusal
     return event_stream(await Relay(start, upstream, started).stream())
 
 

@@ -63,8 +63,15 @@ class EventStreamResponse(StreamingResponse):
             self._on_close()
 
 
+# How long a refused client waits before it tries again: a waiting place comes free as soon as
+# a running answer ends (429), a model loads in seconds to a minute (503).
+RETRY_AFTER_SECONDS = {429: 1, 503: 5}
+
+
 def error_response(error: ProtocolError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status)
+    retry_after = RETRY_AFTER_SECONDS.get(error.status)
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 async def chat_completions(request: Request) -> Response:

@@ -35,10 +35,12 @@ _FINISH_REASONS = {
 class UpstreamRefused(Exception):
     """No stream: the upstream could not be reached or answered with an error status."""
 
-    def __init__(self, status: int, code: str, message: str, elsewhere: bool = False):
+    def __init__(self, status: int, code: str, message: str, elsewhere: bool = False,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.elsewhere = elsewhere  # another replica may well answer (this one is down or busy)
+        self.retry_after_s = retry_after_s  # sent to the browser as Retry-After
 
 
 class UpstreamBroken(Exception):
@@ -59,6 +61,7 @@ class UpstreamChunk:
 # How long the end of a finished answer's HTTP body may take to arrive after [DONE]: it is
 # normally in the same read; a peer that lingers longer costs us the connection, not the wait.
 _REUSE_WAIT_SECONDS = 0.25
+BUSY_RETRY_AFTER_SECONDS = 1
 
 
 class UpstreamStream:
@@ -201,7 +204,9 @@ def refusal(status: int, body: bytes) -> UpstreamRefused:
         return UpstreamRefused(400, "model_refuses_messages",
                                f"the model does not take these messages: {detail}")
     if status in (429, 503):
-        return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}", elsewhere=True)
+        # A waiting place comes free as soon as one of its running answers ends.
+        return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}", elsewhere=True,
+                               retry_after_s=BUSY_RETRY_AFTER_SECONDS)
     # A 4xx is about the request, which another replica would refuse the same way.
     return UpstreamRefused(502, "upstream_error",
                            f"the inference service refused the request (HTTP {status}): {detail}",

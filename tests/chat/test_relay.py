@@ -188,6 +188,7 @@ async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_f
     assert response.status_code == expected
     assert response["Content-Type"] == "application/json"
     assert response.json()["error"]["code"] == code
+    assert response.get("Retry-After") == ("1" if code == "upstream_busy" else None)  # busy: soon free
     assert "upstream says no" in response.json()["error"]["message"]
     assert answer is None  # the conversation as it was: the page gives the text back to resend
     assert generation.status == "failed" and generation.error_code == code

@@ -269,6 +269,7 @@ def test_a_full_waiting_queue_is_refused_with_429_before_any_stream_starts():
 
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "queue_full"
+    assert refused.headers["Retry-After"] == "1"  # a place comes free as soon as a running answer ends
     assert first_events[-1] == "[DONE]" and second_events[-1] == "[DONE]"
 
 
@@ -283,6 +284,7 @@ def test_requests_before_the_model_is_loaded_get_503_and_health_says_loading():
 
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "service_unavailable"
+    assert response.headers["Retry-After"] == "5"  # a model loads in seconds to a minute
     assert health.status_code == 503 and health.json()["status"] == "loading"
 
 
