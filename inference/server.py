@@ -10,7 +10,7 @@ import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -280,6 +280,13 @@ async def _unplanned_error(request: Request, error: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=500)
 
 
+async def _client_gone(request: Request, error: ClientDisconnect) -> Response:
+    """A client that hung up before its body was whole: nobody is listening, as in `_whole`,
+    and nothing failed here (uncaught, it would be logged as the service's error, traceback
+    and all)."""
+    return Response(status_code=499)
+
+
 async def _routing_error(request: Request, error: HTTPException) -> JSONResponse:
     """A path no route serves (404) or a method its route does not take (405, with Allow), in
     OpenAI's error shape as every other refusal here, where Starlette answers plain text."""
@@ -307,7 +314,8 @@ def create_app(service: InferenceService, load: bool = True) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ], lifespan=lifespan,
-        exception_handlers={HTTPException: _routing_error, Exception: _unplanned_error})
+        exception_handlers={HTTPException: _routing_error, ClientDisconnect: _client_gone,
+                            Exception: _unplanned_error})
     app.state.service = service
     return app
 

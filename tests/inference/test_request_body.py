@@ -6,6 +6,7 @@ import os
 import httpx2
 import pytest
 
+from inference.server import create_app
 from inference.service import LONG_PROMPT_NICENESS
 from tests.fakes.stalling_tokenizer import StallingTokenizer
 from tests.inference import models
@@ -90,3 +91,33 @@ async def test_a_short_prompt_is_answered_while_a_long_one_is_being_encoded():
     # The long one on a thread that yields the CPU to the step's products, the short one not.
     here = os.getpriority(os.PRIO_PROCESS, 0)
     assert stall.niceness == [min(here + LONG_PROMPT_NICENESS, 19), here]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+async def test_a_client_that_leaves_before_its_body_is_whole_is_no_error_of_the_service(path):
+    """uvicorn logs "Exception in ASGI application" with a traceback for whatever the app
+    raises: a client that hangs up mid-upload is a client gone, as one that leaves mid-answer."""
+    service = service_for(models.engine(models.tiny_model(), max_model_len=256))
+    body = json.dumps(chat("x" * 100)).encode()
+    arriving = iter([{"type": "http.request", "body": body[:40], "more_body": True},
+                     {"type": "http.disconnect"}])
+    sent = []
+
+    async def receive():
+        return next(arriving)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8001),
+             "headers": [(b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())]}
+    try:
+        await create_app(service, load=False)(scope, receive, send)
+    finally:
+        service.stop()
+
+    statuses = [message["status"] for message in sent if message["type"] == "http.response.start"]
+    assert all(status < 500 for status in statuses)
