@@ -217,7 +217,8 @@ class LLMEngine:
             elif (sequence.num_output_tokens >= sequence.params.max_tokens
                   or sequence.num_tokens >= self._limits.max_model_len):
                 text += sequence.detokenizer.finish(sequence.output_token_ids)
-                sequence.finish(FinishReason.LENGTH)
+                # The text held for a half character, released now, may complete a stop string.
+                sequence.finish(FinishReason.STOP if sequence.detokenizer.stopped else FinishReason.LENGTH)
         return RequestOutput(
             request_id=sequence.request_id,
             token_id=token_id,

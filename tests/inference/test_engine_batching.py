@@ -9,9 +9,12 @@ that request alone with transformers' own `generate`.
 import random
 
 import pytest
+import torch
 
 from common.vocabulary import FinishReason
 from inference.engine import SamplingParams
+from inference.engine.sampler import StepLogits
+from tests.fakes.wrapped_runner import WrappedRunner
 from tests.inference import models
 
 
@@ -94,3 +97,36 @@ def test_the_real_model_batched_with_staggered_arrivals_matches_generating_alone
         else:
             assert tokens[rid] == alone, rid
             assert reasons[rid] == (FinishReason.STOP if alone[-1] == 2 else FinishReason.LENGTH)
+
+
+class ForcedTokens(WrappedRunner):
+    """Runs each step for real, then has every sampling row take the next token of a script."""
+
+    def __init__(self, runner, script: list[int]):
+        super().__init__(runner)
+        self.script = iter(script)
+
+    def run(self, chunks, **options):
+        scores = self.runner.run(chunks, **options)
+        forced = [next(self.script) for chunk in chunks if chunk.samples]
+        return StepLogits(scores.logits, torch.tensor(forced))
+
+
+def test_a_stop_string_that_the_last_token_completes_inside_a_character_ends_as_stop_not_length():
+    """The last token allowed is " " plus the first bytes of a character (" \\xe2\\x80", the
+    start of " —"): the text held back for the half character is released at the end, and the
+    stop string it completes must end the answer as a stop string does, not as max_tokens."""
+    tokenizer = models.tokenizer()
+    (a,) = tokenizer.encode("a")
+    space_and_half = 459
+    assert tokenizer.decode([space_and_half]) == " \ufffd"
+    engine = models.engine(models.tiny_model())
+    engine.runner = ForcedTokens(engine.runner, [a, space_and_half])
+    engine.add_request("r", tokenizer.encode("Hello"), SamplingParams(max_tokens=2, stop=("a ",)))
+
+    outputs = []
+    while engine.has_work():
+        outputs += engine.step()
+
+    assert "".join(output.text for output in outputs) == ""
+    assert outputs[-1].finish_reason == FinishReason.STOP
