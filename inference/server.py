@@ -242,9 +242,10 @@ async def model(request: Request) -> JSONResponse:
     """OpenAI's retrieve: the served model by its id (which may hold slashes: org/name)."""
     service: InferenceService = request.app.state.service
     try:
-        service.check_model(request.path_params["model"])
+        # Its name is known once it is loaded: before, every id would be "not found".
         if service.state is not ServiceState.READY:
             raise ProtocolError(503, _unavailable_message(service), "service_unavailable")
+        service.check_model(request.path_params["model"])
     except ProtocolError as error:
         return error_response(error)
     return JSONResponse(_model_card(service))

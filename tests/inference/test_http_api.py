@@ -288,6 +288,20 @@ def test_requests_before_the_model_is_loaded_get_503_and_health_says_loading():
     assert health.status_code == 503 and health.json()["status"] == "loading"
 
 
+def test_retrieving_a_model_before_the_model_is_loaded_gets_503_not_a_404_naming_no_model():
+    """A client that checks its model before asking for completions must learn to wait, not
+    that the model does not exist (the service knows its model's name once it is loaded)."""
+    from inference.config import InferenceConfig
+    from inference.service import InferenceService
+
+    with serving(InferenceService(InferenceConfig())) as url:
+        response = httpx2.get(f"{url}/v1/models/SmolLM2-135M-Instruct")
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "service_unavailable"
+    assert "loading" in response.json()["error"]["message"]
+
+
 def test_the_default_model_is_found_inside_its_package():
     path = loader.default_model_path()
 
