@@ -2,9 +2,10 @@
 
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import ValidationError
 
-from . import login_limit
+from . import login_limit, request_input
 from .models import Conversation, DailyRollup, Generation, Message
 
 
@@ -48,6 +49,15 @@ class ReviewOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_changelist_instance(self, request):
+        """A filter holding a character no database compares (a NUL: PostgreSQL refuses it in
+        text, raised only once the list is read, past Django's own checks) is a lookup the list
+        cannot use, answered as Django answers any other (the list's ?e=1), not a 500."""
+        if any(request_input.storable(text) != text
+               for key, values in request.GET.lists() for text in (key, *values)):
+            raise IncorrectLookupParameters("a filter holds a NUL character or a lone surrogate")
+        return super().get_changelist_instance(request)
 
 
 @admin.register(Generation)

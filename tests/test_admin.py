@@ -178,3 +178,17 @@ def test_signing_in_to_the_admin_with_an_address_elsewhere_to_go_next_lands_on_t
                              "next": "https://elsewhere.example/"})
 
     assert signed_in.status_code == 302 and signed_in["Location"] == reverse("admin:index")
+
+
+@pytest.mark.parametrize("model", ["generation", "conversation", "dailyrollup"])
+@pytest.mark.parametrize("query", ["model=%00", "model__exact=a%00b"])
+def test_a_filter_holding_a_nul_is_a_bad_lookup_not_a_500(staff_client, model, query):
+    """PostgreSQL refuses a NUL in text (psycopg's DataError when the list is read): such a
+    filter is answered as Django answers any lookup it cannot use, by the list's ?e=1."""
+    factories.generation(model="m")
+
+    page = staff_client.get(f"{reverse(f'admin:chatapp_{model}_changelist')}?{query}")
+
+    assert page.status_code in (200, 302)
+    if page.status_code == 302:
+        assert page["Location"].endswith("?e=1")
