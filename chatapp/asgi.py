@@ -9,11 +9,14 @@ from chatapp.runtime.asgi_handler import application as django_asgi_application 
 # Django must be set up before anything imports models.
 django_application = django_asgi_application()
 
+import asyncio  # noqa: E402
 import logging  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from twisted.internet import defer  # noqa: E402
 
 from chatapp import nginx_paths  # noqa: E402
 
@@ -55,3 +58,22 @@ def _end_answers_of_the_process_before() -> None:
 web_process.announce()
 if not web_process.presence_shared():
     threading.Thread(target=_end_answers_of_the_process_before, name="answers-orphaned", daemon=True).start()
+
+
+# Told to stop (SIGTERM), daphne cancels each request's handler and stops its loop, but Django's
+# handler, cancelled, leaves its view's task running unawaited: a relay would vanish with the
+# loop, its answer left `streaming` for the reaper, shorter than its page saw. Before that, each
+# relay ends its answer as the server's stop (`shutdown`), its final write made. Under another
+# server (none runs this app but daphne) no reactor is there to ask.
+RELAYS_END_WITHIN_S = 5.0  # well inside the supervisor's and Docker's 10 s before SIGKILL
+
+
+def _relays_ended_before_daphne_stops() -> None:
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is None:
+        return
+    reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.Deferred.fromFuture(
+        asyncio.ensure_future(web_process.relays_ended_for_shutdown(RELAYS_END_WITHIN_S))))
+
+
+_relays_ended_before_daphne_stops()

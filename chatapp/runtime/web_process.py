@@ -29,11 +29,14 @@ heartbeat, as are rows whose relay named no process (written by something that n
 itself, a test's own relay).
 """
 
+import asyncio
 import atexit
+import contextlib
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.cache import cache
@@ -45,7 +48,10 @@ logger = logging.getLogger(__name__)
 ID = uuid.uuid4().hex  # this process's, for as long as it runs (a restart is another process)
 _HERE, _MISSING = "chatapp:web-process:{}", "chatapp:web-process-missing:{}"
 _announced = threading.Event()
-_relaying: set[int] = set()  # the generations whose relay runs here (the event loop's thread adds)
+# The generations whose relay runs here (the event loop's thread adds), each with how to end it
+# when the process is told to stop.
+_relaying: dict[int, Callable[[], None]] = {}
+_last_relay_ended: asyncio.Event | None = None  # while stopping: set once none runs
 
 
 def presence_shared() -> bool:
@@ -79,12 +85,28 @@ def relay_process() -> str:
     return ID if _announced.is_set() else ""
 
 
-def relay_began(generation_id: int) -> None:
-    _relaying.add(generation_id)
+def relay_began(generation_id: int, on_shutdown: Callable[[], None]) -> None:
+    _relaying[generation_id] = on_shutdown
 
 
 def relay_ended(generation_id: int) -> None:
-    _relaying.discard(generation_id)
+    _relaying.pop(generation_id, None)
+    if not _relaying and _last_relay_ended is not None:
+        _last_relay_ended.set()
+
+
+async def relays_ended_for_shutdown(timeout_s: float) -> None:
+    """The process is told to stop (SIGTERM): every relay running here is asked to end its
+    answer as the server's stop, and this waits, at most `timeout_s`, for their final writes. A
+    relay that cannot write in time (the database away) is left to the reaper, as a killed one."""
+    global _last_relay_ended
+    _last_relay_ended = asyncio.Event()
+    for end in list(_relaying.values()):
+        end()
+    if _relaying:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await _last_relay_ended.wait()
 
 
 def relays_running(process_ids: set[str]) -> set[int]:

@@ -48,7 +48,16 @@ from .text_proof import TextProof
 from .upstream_backlog import UpstreamBacklog
 
 
-_HEARTBEAT, _STOP, _TIMEOUT, _NOBODY_BACK = (object() for _ in range(4))
+class _Cut:
+    """What ends an answer short, in place of the upstream's next chunk, and who cut it."""
+
+    def __init__(self, cancelled_by: CancelledBy):
+        self.cancelled_by = cancelled_by
+
+
+_HEARTBEAT = object()
+_STOP, _TIMEOUT, _NOBODY_BACK, _SHUTDOWN = (_Cut(who) for who in (
+    CancelledBy.USER, CancelledBy.TIMEOUT, CancelledBy.CLIENT_GONE, CancelledBy.SHUTDOWN))
 
 
 class Relay:
@@ -69,6 +78,7 @@ class Relay:
         self._last_delta_at: float | None = None
         self._longest_gap = 0.0
         self._stop_asked = False
+        self._shutdown_asked = False  # the web process is stopping: the answer ends now
         self._wake = asyncio.Event()  # set by the backlog when something is ready, and by a Stop
         self._backlog: UpstreamBacklog | None = None
         self._last_save = started
@@ -90,7 +100,8 @@ class Relay:
         return _beginning_with(first, events)
 
     async def events(self) -> AsyncIterator[bytes]:
-        web_process.relay_began(self.generation.pk)  # from here every way out ends in _close_and_save
+        # From here every way out ends in _close_and_save.
+        web_process.relay_began(self.generation.pk, on_shutdown=self._ask_shutdown)
         try:
             yield sse.event("start", {
                 "message_id": self.start.message.pk, "generation_id": self.generation.pk,
@@ -106,9 +117,8 @@ class Relay:
                 async for item in items:
                     if item is _HEARTBEAT:
                         yield sse.HEARTBEAT
-                    elif item is _STOP or item is _TIMEOUT:
-                        self.outcome.cancelled_by = (CancelledBy.USER if item is _STOP
-                                                     else CancelledBy.TIMEOUT)
+                    elif isinstance(item, _Cut):
+                        self.outcome.cancelled_by = item.cancelled_by
                         break
                     else:
                         if item.text:
@@ -125,7 +135,8 @@ class Relay:
             if settings.CHAT_RESUME_GRACE_SECONDS > 0 and self.outcome.cancelled_by is None:
                 self._carry_on()
             else:
-                self.outcome.cancelled_by = self.outcome.cancelled_by or CancelledBy.CLIENT_GONE
+                self.outcome.cancelled_by = self.outcome.cancelled_by or (
+                    CancelledBy.SHUTDOWN if self._shutdown_asked else CancelledBy.CLIENT_GONE)
                 await self._finish()
             raise
         finishing = held_until_done(self._finish())  # the page leaving meanwhile does not stop it
@@ -172,9 +183,8 @@ class Relay:
         try:
             async with contextlib.aclosing(self._upstream_items(unattended=True)) as items:
                 async for item in items:
-                    if item is _STOP or item is _TIMEOUT or item is _NOBODY_BACK:
-                        self.outcome.cancelled_by = {_STOP: CancelledBy.USER, _TIMEOUT: CancelledBy.TIMEOUT,
-                                                     _NOBODY_BACK: CancelledBy.CLIENT_GONE}[item]
+                    if isinstance(item, _Cut):
+                        self.outcome.cancelled_by = item.cancelled_by
                         break
                     if item is not _HEARTBEAT:
                         if item.text:
@@ -214,6 +224,9 @@ class Relay:
         first = self._length == 0
         try:
             while True:
+                if self._shutdown_asked:
+                    yield _SHUTDOWN
+                    return
                 if self._stop_asked:
                     yield _STOP
                     return
@@ -256,6 +269,10 @@ class Relay:
 
     def _ask_stop(self) -> None:
         self._stop_asked = True
+        self._wake.set()
+
+    def _ask_shutdown(self) -> None:
+        self._shutdown_asked = True
         self._wake.set()
 
     def _reader_announced(self, message: dict) -> None:

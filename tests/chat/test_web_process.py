@@ -67,7 +67,7 @@ def test_an_answer_whose_relay_still_runs_lives_on_though_the_database_refused_i
     running, ended = (live_answer(relay_process=web_process.relay_process()) for _ in range(2))
     Generation.objects.filter(pk__in=[running.pk, ended.pk]).update(  # no beat for ten minutes
         heartbeat_at=timezone.now() - timedelta(seconds=600))
-    web_process.relay_began(running.pk)
+    web_process.relay_began(running.pk, on_shutdown=lambda: None)
     try:
         waiting.wait_until(lambda: running.pk in web_process.relays_running({web_process.ID}), 10,
                            "the process's key listing the relay")
