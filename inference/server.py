@@ -232,10 +232,14 @@ def _unavailable_message(service: InferenceService) -> str:
 
 
 async def models(request: Request) -> JSONResponse:
-    """The served model once it is loaded; an empty list before."""
+    """The served model once it is loaded; 503 before (as llama.cpp's server answers while it
+    loads), not an empty list: a client that lists models to pick one (the chat's catalogue)
+    would take a service restarting for one that serves nothing, and refuse its model's answers
+    as gone rather than wait for it."""
     service: InferenceService = request.app.state.service
-    ready = service.state is ServiceState.READY
-    return JSONResponse({"object": "list", "data": [_model_card(service)] if ready else []})
+    if service.state is not ServiceState.READY:
+        return error_response(ProtocolError(503, _unavailable_message(service), "service_unavailable"))
+    return JSONResponse({"object": "list", "data": [_model_card(service)]})
 
 
 async def model(request: Request) -> JSONResponse:

@@ -25,7 +25,8 @@ from ..errors import ApiError
 from .http_client import client, sync_client
 
 # A model asked for that no upstream lists is looked for again at once, at most this often: an
-# upstream that was restarting says so for a while (ours lists nothing while it loads).
+# upstream that was restarting may list nothing for a while (ours answers 503 while it loads,
+# which keeps what it listed before, as an upstream that cannot be read does).
 _RECHECK_SECONDS = 1.0
 
 

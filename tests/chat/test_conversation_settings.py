@@ -154,7 +154,7 @@ async def test_regenerate_with_an_unknown_model_answers_400_and_keeps_the_answer
 async def test_a_model_that_disappears_says_so_and_its_conversation_can_switch(api, user, two_models):
     conversation = await sync_to_async(factories.conversation)(owner=user, model=OTHER_MODEL)
     await answer(api, conversation.pk)
-    two_models[1].models = []  # its upstream serves nothing now (ours, say, while it loads)
+    two_models[1].models = []  # its upstream serves it no more (restarted with another)
     upstream_models.forget()
     before = await sync_to_async(rows)()
 
@@ -173,6 +173,23 @@ async def test_a_model_that_disappears_says_so_and_its_conversation_can_switch(a
     history = await sync_to_async(list)(Message.objects.filter(conversation=conversation)
                                         .order_by("pk").values_list("content", flat=True))
     assert history == ["Hi", "from the other", "Hi", "from the default"]
+
+
+async def test_a_model_whose_upstream_is_loading_again_is_busy_for_a_moment_not_gone(
+        api, user, two_models, settings):
+    """Ours answers its model list 503 while it loads (a restart): the catalogue keeps what it
+    listed, and the answer is refused as busy, to be tried again, not as a model gone."""
+    conversation = await sync_to_async(factories.conversation)(owner=user, model=OTHER_MODEL)
+    await answer(api, conversation.pk)
+    loading = two_models[1].script
+    loading.status, loading.error_code, loading.models_status = 503, "service_unavailable", 503
+    settings.INFERENCE_MODELS_INTERVAL_SECONDS = 0
+    await upstream_models.fresh(waits=True)  # the catalogue read while it loads
+
+    refused = await call(api, "post", f"/api/conversations/{conversation.pk}/messages", {"content": "Again"})
+
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "upstream_busy"
+    assert refused["Retry-After"] == "1"
 
 
 async def test_a_conversation_keeps_a_model_gone_while_other_settings_change(api, user, two_models):

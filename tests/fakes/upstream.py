@@ -23,6 +23,7 @@ class Script:
     finish_reason: str = "stop"
     status: int = 200  # anything else: refuse with this status and a JSON error
     error_code: str = "nope"  # that error's code
+    models_status: int = 200  # what GET /v1/models answers with (503: ours while its model loads)
     crash_after: int | None = None  # drop the connection after this many content chunks
     stall_after: int | None = None  # go quiet after this many content chunks, until hung up
     garbage_after: int | None = None  # send a line that is not JSON after this many chunks
@@ -132,6 +133,8 @@ class FakeUpstream:
             count = sum(len(m["content"].encode()) + 5 for m in messages) + 3
             found = {"count": count, "max_model_len": script.context_tokens, "tokens": [0] * count}
         status = 404 if found is None else 200
+        if path == "/v1/models" and script.models_status != 200:
+            status, found = script.models_status, None
         payload = json.dumps(found or {"error": {"message": "not found", "type": "not_found", "code": "nope"}})
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json")]})

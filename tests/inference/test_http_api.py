@@ -281,11 +281,15 @@ def test_requests_before_the_model_is_loaded_get_503_and_health_says_loading():
     with serving(service) as url:
         response = httpx2.post(f"{url}/v1/chat/completions", json=chat(stream=True))
         health = httpx2.get(f"{url}/health")
+        listed = httpx2.get(f"{url}/v1/models")
 
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "service_unavailable"
     assert response.headers["Retry-After"] == "5"  # a model loads in seconds to a minute
     assert health.status_code == 503 and health.json()["status"] == "loading"
+    # Not an empty list: a client that lists models to pick one (the chat's catalogue) would
+    # take the service, restarting, for one that serves nothing, and refuse its answers for good.
+    assert listed.status_code == 503 and listed.json()["error"]["code"] == "service_unavailable"
 
 
 def test_retrieving_a_model_before_the_model_is_loaded_gets_503_not_a_404_naming_no_model():
