@@ -7,10 +7,11 @@ import { createConversationSettings } from "./conversation_settings.js";
 import { NO_SUCH_CONVERSATION, sentenceElsewhere, sentenceFor } from "./errors.js";
 import { ENDING, Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
+import { createHistory, isGone } from "./history.js";
 import { keepPiecesAsThePageGoes } from "./kept_pieces.js";
 import { onEscape } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
-import { createMessageList, shownOf } from "./message_list.js";
+import { createMessageList } from "./message_list.js";
 import * as msg from "./messages.js";
 import { createNotices } from "./notices.js";
 import { view } from "./page_view.js";
@@ -62,10 +63,12 @@ function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
   showAlert(elsewhere === null ? sentence : sentenceElsewhere(sidebar.nameOf(elsewhere), sentence, isTextKept));
 }
 
-/** A 404: the conversation (or message) is gone, deleted here or elsewhere. */
-const isGone = (error) => error instanceof ApiError && error.status === 404;
-
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
+const stored = createHistory({ // the open conversation as the server has it
+  api, live, messageList, list: view.messages, shownId: () => conversationId,
+  watch: (el, generationId) => watchAnswer(el, generationId), syncStreaming: () => syncStreaming(),
+  failed: (error) => handleError(error), foundGone: (id) => foundGone(id),
+});
 const heading = createHeading({
   el: view.title, openId: () => conversationId, sidebar, read: (id) => api.conversation(id),
 });
@@ -127,36 +130,8 @@ function showConversation(id, title = "", messages = [], conversation = null, { 
   sidebar.setCurrent(id);
   showInAddress(id, { replace: id === null });
   heading.set(id, title);
-  renderHistory(messages);
+  stored.render(messages);
   unsentWords.giveBack();
-}
-
-function renderHistory(messages) {
-  live.detachAll(); // their elements are about to go
-  const shown = messageList.show(messages);
-  followLiveAnswer(shown.at(-1));
-  syncStreaming();
-  messageList.scrollToBottom();
-}
-
-/**
- * The open conversation's answer, if one is being written: read on in the background since the
- * user left it (it has more than the server saved), or else watched as the server has it.
- */
-function followLiveAnswer(lastMessage) {
-  const last = view.messages.lastElementChild;
-  const isStreamingAnswer = last?.dataset.role === "assistant" && last.dataset.status === STATUS.STREAMING;
-  const entry = liveHere();
-  if (entry) {
-    const el = isStreamingAnswer ? last : messageList.newAnswer();
-    entry.el = el;
-    if (entry.watching) el.dataset.watched = "true"; // followed, not this page's own (labels, Retry)
-    msg.beginStreaming(el);
-    if (!entry.generation.stopped) entry.generation.paintNow();
-    if (entry.generation.reconnecting) msg.setState(el, "Reconnecting…");
-    return;
-  }
-  if (isStreamingAnswer && lastMessage?.generation) watchAnswer(last, lastMessage.generation.id);
 }
 
 async function openConversation(id) {
@@ -216,34 +191,6 @@ function foundGone(id) {
   if (isShown) showConversation(null, "", [], null, { composerStays: true });
   unsentWords.gone(id);
   if (isShown) showAlert(NO_SUCH_CONVERSATION);
-}
-
-/** Shows the conversation as stored; false when it is gone (the caller calls foundGone). */
-async function reloadMessages(id, { orAsLastRead = false } = {}) {
-  try {
-    const { results } = await api.messages(id);
-    if (id === conversationId && !live.get(id)) renderHistory(results);
-  } catch (error) {
-    if (isGone(error)) return false;
-    handleError(error);
-    // Not reached: as last read, without what the page showed of the request not taken.
-    if (orAsLastRead && id === conversationId && !live.get(id)) renderHistory(messageList.lastRead());
-  }
-  return true;
-}
-
-/** The ids the server gave the messages on screen; its history instead where they differ. */
-async function learnIds(id) {
-  let results;
-  try {
-    ({ results } = await api.messages(id));
-  } catch (error) {
-    if (isGone(error) && !live.get(id)) foundGone(id); // deleted meanwhile
-    return;
-  }
-  if (id !== conversationId || live.get(id)) return;
-  const stored = shownOf(results);
-  if (!messageList.learnIds(stored)) renderHistory(stored);
 }
 
 view.newConversation.addEventListener("click", async () => {
@@ -344,12 +291,12 @@ async function streamAnswer(el, open, {
     msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
   } else if (outcome.ending === ENDING.REFUSED) {
     handleError(outcome.error);
-    const isThere = await reloadMessages(id, { orAsLastRead: true }); // as stored, without what was refused
+    const isThere = await stored.reload(id, { orAsLastRead: true }); // as stored, without what was refused
     unsentWords.keep(id, words);
     if (!isThere) foundGone(id);
   } else {
     messageList.finish(shownIn, outcome, liveHere() !== null);
-    await learnIds(id);
+    await stored.learnIds(id);
   }
   sidebar.refresh(); // a first message names the conversation and moves it to the top
   if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
@@ -415,7 +362,7 @@ function stopHere() {
   const id = conversationId;
   liveHere()?.generation.stop((gid, seen) => api.stop(gid, seen).catch((error) => {
     if (error instanceof ApiError && error.status === 409 && id === conversationId) {
-      reloadMessages(id).then((isThere) => isThere || foundGone(id));
+      stored.reload(id).then((isThere) => isThere || foundGone(id));
     }
     throw error;
   }));
