@@ -193,21 +193,28 @@ function foundGone(id) {
   if (isShown) showAlert(NO_SUCH_CONVERSATION);
 }
 
+/** A new conversation with the settings chosen for it; null when refused (the page says why).
+ * One at a time: `creating` holds while it is on its way. */
+async function createConversation() {
+  creating = true;
+  try {
+    return await api.createConversation(conversationSettings.forNewConversation());
+  } catch (error) {
+    handleError(error);
+    return null;
+  } finally {
+    creating = false;
+  }
+}
+
 view.newConversation.addEventListener("click", async () => {
   clearAlert();
   sidebar.closeDrawer();
   // An empty conversation is already new: do not pile up untitled ones.
   if (conversationId !== null && !view.messages.children.length && !liveHere()) return view.composer.focus();
-  if (creating) return; // a double click, or a first message's conversation on its way: one
-  creating = true;
-  let created;
-  try {
-    created = await api.createConversation(conversationSettings.forNewConversation());
-  } catch (error) {
-    return handleError(error);
-  } finally {
-    creating = false;
-  }
+  // A double click, or a first message's conversation on its way: one.
+  const created = creating ? null : await createConversation();
+  if (created === null) return;
   // From the blank page, which was a new conversation already, what is being written goes along.
   showConversation(created.id, created.title, [], created, { composerStays: conversationId === null });
   await sidebar.refresh();
@@ -307,16 +314,10 @@ async function send() {
   const content = view.composer.value;
   if (!content.trim() || liveHere() || creating || characterLimit.isOver()) return;
   if (conversationId === null) {
-    creating = true;
-    try {
-      const created = await api.createConversation(conversationSettings.forNewConversation());
-      showConversation(created.id, created.title, [], created, { composerStays: true });
-      sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
-    } catch (error) {
-      return handleError(error);
-    } finally {
-      creating = false;
-    }
+    const created = await createConversation();
+    if (created === null) return;
+    showConversation(created.id, created.title, [], created, { composerStays: true });
+    sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
   }
   // Only what was sent leaves the composer: what was typed while the conversation was being
   // created stays (and all of it, should the sent text itself have been changed meanwhile).
