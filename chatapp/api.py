@@ -7,20 +7,16 @@ the right status; after the first byte they travel as stream events (see chatapp
 
 import contextlib
 import functools
-import logging
 import time
 
 from django.conf import settings
-from django.contrib.auth import aauthenticate, alogin, alogout, get_user
-from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
-from django.http.response import HttpResponseBase
-from django.views.decorators.csrf import ensure_csrf_cookie
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from . import conversation_settings, json_shapes, login_limit, request_input, selectors, services
-from .errors import STREAMS_RETRY_AFTER_SECONDS, ApiError, error_response
+from . import api_door, conversation_settings, json_shapes, request_input, selectors, services
+from .api_door import body_of, endpoint
+from .errors import STREAMS_RETRY_AFTER_SECONDS, ApiError
 from .runtime import user_shares
 from .runtime.database_threads import on_database_thread
 from .staff import live_view
@@ -33,27 +29,9 @@ from .streaming.relay_inbox import tell_relay_to_stop
 from .upstream import models as upstream_models
 from .upstream.inference_client import UpstreamRefused
 
-logger = logging.getLogger(__name__)
-
-# A restart or a failover takes seconds: the page may try again after this many.
-DATABASE_RETRY_AFTER_SECONDS = 5
 # A search's longest text, as the page's search box holds (index.html): each character of it
 # multiplies the cost of matching every message.
 MAX_QUERY_CHARS = 500
-
-
-def endpoint(*methods: str, login_required: bool = True):
-    """A JSON view: it receives the request's user, looked up on a database thread."""
-
-    def decorate(view):
-        @functools.wraps(view)
-        async def with_user(request, *args, **kwargs):
-            user = await on_database_thread(user_of)(request, login_required)
-            return await view(request, user, *args, **kwargs)
-
-        return _json_errors(methods, with_user)
-
-    return decorate
 
 
 def answer_endpoint(plan_answer):
@@ -63,77 +41,10 @@ def answer_endpoint(plan_answer):
 
     @functools.wraps(plan_answer)
     async def streamed(request, *args, **kwargs):
-        return await stream_answer(lambda: plan_answer(request, user_of(request), *args, **kwargs))
+        return await stream_answer(lambda: plan_answer(request, api_door.user_of(request), *args, **kwargs),
+                                   request.session.session_key)
 
-    return _json_errors(("POST",), streamed)
-
-
-def _json_errors(methods: tuple[str, ...], view):
-    """The method check, and an ApiError raised anywhere in the view as its JSON answer.
-
-    Besides its own methods an address answers those HTTP asks of every server (RFC 9110 9.1):
-    HEAD wherever GET (the views take it for GET), and OPTIONS; a 405 names them in `Allow`."""
-    allowed = {*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())}
-    allow = ", ".join(sorted(allowed))
-
-    @functools.wraps(view)
-    async def checked(request, *args, **kwargs):
-        if request.method not in allowed:
-            response = error_response(405, "method_not_allowed", f"use {', '.join(methods)}")
-        elif request.method == "OPTIONS":
-            response = HttpResponse(headers={"Content-Length": "0"})
-        else:
-            try:
-                response = await view(request, *args, **kwargs)
-            except ApiError as error:
-                response = error_response(error.status, error.code, error.message)
-                if error.retry_after_s is not None:
-                    response["Retry-After"] = str(error.retry_after_s)
-            except (InterfaceError, OperationalError) as refusal:  # even after a fresh connection
-                logger.warning("the database refused %s %s: %s", request.method, request.path, refusal)
-                response = error_response(503, "database_unavailable",
-                                          "the database is not answering; try again in a moment")
-                response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
-            if request.method == "HEAD":
-                response = _head_of(response)
-        response["Allow"] = allow
-        return response
-
-    return checked
-
-
-def _head_of(response: HttpResponseBase) -> HttpResponseBase:
-    """A HEAD's answer: the GET's status and headers without its body. A stream's is never
-    started: the server would drop its bytes, and follow it to its end (a watch: for as long as
-    the answer streams); its head is a stream of nothing, so that no Content-Length is added."""
-    headers = dict(response.items())
-    if response.streaming:
-        head = StreamingHttpResponse(_no_events(), status=response.status_code, headers=headers)
-    else:
-        head = HttpResponse(status=response.status_code, headers=headers)
-        head["Content-Length"] = str(len(response.content))
-    head.cookies = response.cookies
-    return head
-
-
-async def _no_events():
-    for nothing in ():
-        yield nothing
-
-
-def user_of(request, login_required: bool = True):
-    """The session's user (session and user read in one go; request.auser() takes two hand-offs)."""
-    user = get_user(request)
-    if login_required and not user.is_authenticated:
-        raise ApiError(401, "not_authenticated", "sign in first")
-    return user
-
-
-def body_of(request) -> dict:
-    if request.content_type.startswith("multipart/"):  # parsed by the CSRF check, gone since
-        raise ApiError(415, "unsupported_media_type",
-                       "the API reads a JSON body (Content-Type: application/json), not a form")
-    return request_input.json_object(request.body)
+    return api_door.json_errors(("POST",), streamed)
 
 
 # --- models ---
@@ -151,37 +62,6 @@ def _model_json(name: str) -> dict:
     # The upstream's own entry (vLLM's says max_model_len), its owner and dates left out.
     entry = upstream_models.entry(name) or {}
     return {"id": name, "max_model_len": entry.get("max_model_len")}
-
-
-# --- session ---
-@ensure_csrf_cookie
-@endpoint("GET", login_required=False)
-async def session(request, user):
-    # The limits too, signed in or not: the page shows them before it sends, not after a 400.
-    return JsonResponse({"user": json_shapes.user_json(user),
-                         "limits": {"max_message_chars": settings.CHAT_MAX_MESSAGE_CHARS}})
-
-
-@endpoint("POST", login_required=False)
-async def login(request, user):
-    body = body_of(request)
-    signed_in = await aauthenticate(request, username=request_input.text(body, "username", ""),
-                                    password=request_input.text(body, "password", ""))
-    if signed_in is None:
-        wait = getattr(request, login_limit.REFUSED_FOR, 0)
-        if wait:
-            refused = error_response(429, "too_many_attempts", f"too many failed sign-ins: try again in {wait} s")
-            refused["Retry-After"] = str(wait)
-            return refused
-        raise ApiError(400, "invalid_credentials", "wrong username or password")
-    await alogin(request, signed_in)
-    return JsonResponse({"user": json_shapes.user_json(signed_in)})
-
-
-@endpoint("POST")
-async def logout(request, user):
-    await alogout(request)
-    return JsonResponse({"user": None})
 
 
 # --- conversations ---
@@ -242,13 +122,51 @@ async def messages(request, conversation_id: int):
 
 @endpoint("GET", "POST")  # a POST goes to send_message; both are named in the 405 answer
 async def message_list(request, user, conversation_id: int):
-    found = await on_database_thread(selectors.conversation_get)(user=user, conversation_id=conversation_id)
-    listed = await on_database_thread(selectors.message_list)(conversation=found)
-    return JsonResponse({"conversation": json_shapes.conversation_json(found),
-                         "results": [json_shapes.message_json(m) for m in listed]})
+    """A page of the conversation's messages: the newest, or (`before`) those before one of them."""
+    before = _cursor(request.GET.get("before"))
+    limit = _page_size(request.GET.get("limit"))
+    return JsonResponse(await on_database_thread(_message_page)(user, conversation_id, before, limit))
 
 
-# The answer views run on a database thread, whole (see answer_endpoint): they only read.
+def _message_page(user, conversation_id: int, before: int | None, limit: int) -> dict:
+    found = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    try:
+        page = selectors.message_page(conversation=found, before=before, limit=limit)
+    except selectors.UnknownCursor:
+        raise ApiError(400, "invalid_cursor", f"this conversation holds no message {before} (deleted since?): "
+                                              "read its newest page again") from None
+    return {"conversation": json_shapes.conversation_json(found),
+            "results": [json_shapes.message_json(m) for m in page.messages], "has_older": page.has_older}
+
+
+def _cursor(value: str | None) -> int | None:
+    if value is None:
+        return None
+    message_id = request_input.count(value, request_input.MAX_ID)
+    if not message_id:
+        raise ApiError(400, "invalid_cursor", "before must be the id of a message: a whole number from 1")
+    return message_id
+
+
+def _page_size(value: str | None) -> int:
+    if value is None:
+        return selectors.MESSAGE_PAGE_SIZE
+    limit = request_input.count(value)
+    if not limit or limit > selectors.MAX_MESSAGE_PAGE_SIZE:
+        raise ApiError(400, "invalid_value", f"limit must be a whole number from 1 to {selectors.MAX_MESSAGE_PAGE_SIZE}")
+    return limit
+
+
+def _shown_last(body: dict) -> services.ShownLast | None:
+    """The last message the page shows, as it read it (docs/api.md: regenerate), if it says."""
+    message_id = request_input.row_id(body, "last_message_id")
+    if message_id is None:
+        return None
+    return services.ShownLast(message_id, request_input.char_count(body, "last_message_chars"))
+
+
+# The answer views run on a database thread, whole (see answer_endpoint): they only read; the
+# place their answer claims is taken after, in the same hand-off (stream_answer).
 @answer_endpoint
 def send_message(request, user, conversation_id: int) -> services.AnswerPlan:
     content = request_input.text(body_of(request), "content", "")
@@ -258,16 +176,20 @@ def send_message(request, user, conversation_id: int) -> services.AnswerPlan:
 
 @answer_endpoint
 def regenerate(request, user, conversation_id: int) -> services.AnswerPlan:
-    model = request_input.text(body_of(request), "model", None)
+    body = body_of(request)
+    model = request_input.text(body, "model", None)
     found = selectors.conversation_get(user=user, conversation_id=conversation_id)
-    return services.answer_regenerate(user=user, conversation=found, model=model)
+    return services.answer_regenerate(user=user, conversation=found, model=model,
+                                      shown_last=_shown_last(body))
 
 
 @answer_endpoint
 def edit(request, user, message_id: int) -> services.AnswerPlan:
-    content = request_input.text(body_of(request), "content", "")
+    body = body_of(request)
+    content = request_input.text(body, "content", "")
     found = selectors.message_get(user=user, message_id=message_id)
-    return services.message_edit_and_resend(user=user, message=found, content=services.validate_content(content))
+    return services.message_edit_and_resend(
+        user=user, message=found, content=services.validate_content(content), shown_last=_shown_last(body))
 
 
 @answer_endpoint
@@ -288,7 +210,7 @@ async def generation_events(request, user, generation_id: int):
     characters of it the page holds) its own page resumes it (chatapp/streaming/watch.py)."""
     offset = _offset(request.GET.get("from"))
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    held = user_shares.WATCHES.held_by(user.pk, watch.events(found, offset))
+    held = user_shares.WATCHES.held_by(user.pk, watch.events(found, offset, request.session.session_key))
     if held is None:
         raise ApiError(429, "too_many_watches", f"at most {user_shares.WATCHES.limit()} watch streams may "
                                                 "be open at once; close one and try again",
@@ -309,8 +231,8 @@ def _offset(value: str | None) -> int | None:
 async def stop(request, user, generation_id: int):
     """Stop with the number of characters (code points) of this generation the user saw."""
     found = await on_database_thread(selectors.generation_get)(user=user, generation_id=generation_id)
-    seen = body_of(request).get("seen_chars")
-    if isinstance(seen, bool) or not isinstance(seen, int) or not 0 <= seen <= request_input.MAX_CHARS:
+    seen = request_input.char_count(body_of(request), "seen_chars")
+    if seen is None:
         raise ApiError(400, "invalid_value",
                        f"seen_chars must be an integer from 0 to {request_input.MAX_CHARS}")
     return await _stopped(found, seen_chars=seen, cancelled_by=CancelledBy.USER)
@@ -341,9 +263,9 @@ async def _stopped(generation, *, seen_chars: int | None, cancelled_by: Cancelle
 
 
 # --- staff: the live view (chatapp/staff/live_view.py) ---
-async def staff_only(user, permission: str) -> None:
-    if not await on_database_thread(staff_permissions.may)(user, permission):
-        raise ApiError(403, "staff_only", f"only staff granted {permission} may use this")
+async def staff_only(user, *permissions: str) -> None:
+    if not await on_database_thread(staff_permissions.may)(user, *permissions):
+        raise ApiError(403, "staff_only", f"only staff granted {' and '.join(permissions)} may use this")
 
 
 @endpoint("GET")
@@ -358,25 +280,27 @@ async def live_events(request, user):
 @endpoint("POST")
 async def staff_stop(request, user, generation_id: int):
     """An admin's Stop of anyone's answer: as the user's, but the user keeps all they were sent."""
-    await staff_only(user, staff_permissions.STOP_ANSWERS)
+    await staff_only(user, staff_permissions.REVIEW_ANSWERS, staff_permissions.STOP_ANSWERS)
     found = await on_database_thread(staff_selectors.generation_of_anyone)(generation_id=generation_id)
     return await _stopped(found, seen_chars=None, cancelled_by=CancelledBy.ADMIN)
 
 
 # --- streaming ---
-async def stream_answer(plan_answer) -> StreamingHttpResponse:
+async def stream_answer(plan_answer, session_key: str | None) -> StreamingHttpResponse:
     """Decides every refusal first, then opens the upstream and writes the rows at once, and
-    only once both are done starts our stream (see chatapp/streaming/answer_start.py)."""
+    only once both are done starts our stream (see chatapp/streaming/answer_start.py). The
+    answer is the user's; `session_key`'s session asked it, and its end stops it (relay.py)."""
     started = time.monotonic()
-    plan = await on_database_thread(plan_answer)()
-    # A model picked for this answer must be known; the conversation's own may have gone since.
-    await (upstream_models.still_served if plan.chosen_model is None else upstream_models.known)(plan.model)
-    await prompt_fit.fit(plan)
-    try:
-        start, upstream = await answer_start.begin(plan)
-    except UpstreamRefused as refusal:
-        raise ApiError(refusal.status, refusal.code, refusal.message, refusal.retry_after_s) from refusal
-    return event_stream(await Relay(start, upstream, started).stream())
+    plan = await answer_start.planned_with_a_place(plan_answer)
+    async with answer_start.place_held(plan):
+        # A model picked for this answer must be known; the conversation's own may have gone since.
+        await (upstream_models.still_served if plan.chosen_model is None else upstream_models.known)(plan.model)
+        await prompt_fit.fit(plan)
+        try:
+            start, upstream = await answer_start.begin(plan)
+        except UpstreamRefused as refusal:
+            raise ApiError(refusal.status, refusal.code, refusal.message, refusal.retry_after_s) from refusal
+    return event_stream(await Relay(start, upstream, started, session_key).stream())
 
 
 def event_stream(events) -> StreamingHttpResponse:

@@ -1,4 +1,5 @@
-"""Errors the API answers before any stream starts, as `{"error": {"code", "message"}}`."""
+"""Errors the API answers before any stream starts, as `{"error": {"code", "message"}}`, with
+`details` where a refusal has several reasons worth showing one by one."""
 
 from django.http import JsonResponse
 
@@ -8,10 +9,12 @@ STREAMS_RETRY_AFTER_SECONDS = 5
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None):
+    def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None,
+                 details: list[str] | None = None):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.retry_after_s = retry_after_s  # sent as Retry-After
+        self.details = details
 
 
 def not_found(what: str) -> ApiError:
@@ -19,5 +22,8 @@ def not_found(what: str) -> ApiError:
     return ApiError(404, "not_found", f"no such {what}")
 
 
-def error_response(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+def error_response(status: int, code: str, message: str, details: list[str] | None = None) -> JsonResponse:
+    error = {"code": code, "message": message}
+    if details is not None:
+        error["details"] = details
+    return JsonResponse({"error": error}, status=status)

@@ -16,7 +16,7 @@ def conversation_json(conversation) -> dict:
 
 
 def message_json(message) -> dict:
-    generations = list(message.generations.all())  # read with the message (selectors.message_list)
+    generations = list(message.generations.all())  # read with the message (selectors.message_page)
     latest = generations[-1] if generations else None
     return {"id": message.pk, "role": message.role, "content": message.content,
             "status": message.status, "created_at": message.created_at.isoformat(),

@@ -10,7 +10,15 @@ Two rules, after django-axes' lockout parameters and OWASP's authentication guid
   window. A delay slows a guesser without handing anyone a switch that locks an account: a
   browser that signed in to the account before holds a signed cookie saying so (OWASP's device
   cookies, `DEVICE_COOKIE`), and the account's delay does not hold it back, so that a guesser
-  spread over many addresses slows new devices, never its owner's own browser.
+  spread over many addresses slows new devices, never its owner's own browser. The cookie
+  vouches for the account's password of its sign-in: once the password changes, every browser
+  but the one that changed it (which gets a new cookie) is a new device again, so that one that
+  signed in with a stolen password keeps no exemption.
+A known browser is held to neither address rule either: it is a pair with the account by
+itself, wherever it is, refused for the window after CHAT_LOGIN_ATTEMPTS failures of its own.
+Many people may share an address (a NAT, a proxy or load balancer in front of nginx), and any of
+them could otherwise keep the owner out, their own browser too, with a few wrong passwords every
+window.
 Only failures count: a check in flight is none, and a refused attempt neither counts nor moves a
 window. Our own rather than django-axes (README, "Sign-in limit"): axes has one failure limit for
 every parameter set, no delay, and fails the sign-in when its cache is down.
@@ -25,12 +33,14 @@ import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core import signing
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
+from django.utils.crypto import salted_hmac
 from django.utils.decorators import sync_and_async_middleware
 
 logger = logging.getLogger(__name__)
@@ -38,7 +48,7 @@ logger = logging.getLogger(__name__)
 # Set on the request when the limit refused it: the view and the admin's form read it.
 REFUSED_FOR = "sign_in_refused_for_seconds"
 # Set on the request that signed in: its response gives the browser the account's device cookie.
-_SIGNED_IN_ACCOUNT = "signed_in_account"
+_SIGNED_IN_DEVICE = "signed_in_device"
 DEVICE_COOKIE = "chatapp_device"
 _DEVICE_SALT = "chatapp.login_limit.device"
 _DEVICE_COOKIE_AGE_S = 365 * 24 * 3600
@@ -79,10 +89,11 @@ def _account(username: str) -> str:
     return hashlib.sha256(username.casefold().encode()).hexdigest()
 
 
-def _keys(username: str, address: str) -> dict[str, str]:
+def _keys(username: str, address: str, device: str | None = None) -> dict[str, str]:
+    """The counts a sign-in is held to; from a known `device` its pair is the account and it."""
     account = _account(username)
-    return {"pair": f"login-failures:pair:{account}:{address}",
-            "account": f"login-failures:account:{account}", "address": f"login-failures:address:{address}"}
+    pair = f"login-failures:device:{account}:{device}" if device else f"login-failures:pair:{account}:{address}"
+    return {"pair": pair, "account": f"login-failures:account:{account}", "address": f"login-failures:address:{address}"}
 
 
 def spread_delay(failures: int) -> int:
@@ -95,25 +106,25 @@ def spread_delay(failures: int) -> int:
 
 
 @_open_when_the_cache_fails(0)
-def seconds_to_wait(username: str, address: str, known_device: bool = False) -> int:
+def seconds_to_wait(username: str, address: str, device: str | None = None) -> int:
     """0 when this account may try from this address now, else the seconds until it may; from a
-    `known_device` the account's own delay is not waited for."""
-    keys = _keys(username, address)
+    known `device` (device_of) only its own pair's lock is waited for."""
+    keys = _keys(username, address, device)
     names = [name for key in keys.values() for name in (key, f"{key}:since", f"{key}:last")]
     stored = cache.get_many(names)
     now, waits = time.time(), [0.0]
     pair = keys["pair"]
     if stored.get(pair, 0) >= settings.CHAT_LOGIN_ATTEMPTS:
         waits.append(stored.get(f"{pair}:since", now) + settings.CHAT_LOGIN_WINDOW_SECONDS - now)
-    for key in (keys["address"],) if known_device else (keys["account"], keys["address"]):
+    for key in () if device else (keys["account"], keys["address"]):
         waits.append(stored.get(f"{key}:last", now) + spread_delay(stored.get(key, 0)) - now)
     return max(0, math.ceil(max(waits)))
 
 
 @_open_when_the_cache_fails(None)
-def count_failure(username: str, address: str) -> None:
+def count_failure(username: str, address: str, device: str | None = None) -> None:
     now, window = time.time(), settings.CHAT_LOGIN_WINDOW_SECONDS
-    for key in _keys(username, address).values():
+    for key in _keys(username, address, device).values():
         # The window starts at the first failure and the count ends with it. The cache's incr is
         # Redis' own INCR, so parallel failures each count one.
         if cache.add(key, 0, window):
@@ -125,27 +136,48 @@ def count_failure(username: str, address: str) -> None:
         cache.set(f"{key}:last", now, window)
 
 
-def is_known_device(request, username: str) -> bool:
-    """The browser signed in to this account before (within a year): its device cookie names it."""
+def _device(user) -> dict:
+    """What a device cookie vouches for: the account, and (a keyed digest of) its password hash."""
+    return {"account": _account(user.get_username()),
+            "password": salted_hmac(_DEVICE_SALT, user.password, algorithm="sha256").hexdigest()}
+
+
+def device_of(request, username: str) -> str | None:
+    """The browser, when it signed in to this account before (within a year) with its password
+    of now: a digest of the device cookie that sign-in (or the password's change) gave it; else
+    None. Reads the account's user (a signed cookie costs a query, a missing one nothing)."""
     token = request.COOKIES.get(DEVICE_COOKIE) if request is not None else None
     if not token:
-        return False
+        return None
     try:
-        return signing.loads(token, salt=_DEVICE_SALT, max_age=_DEVICE_COOKIE_AGE_S) == _account(username)
+        vouched = signing.loads(token, salt=_DEVICE_SALT, max_age=_DEVICE_COOKIE_AGE_S)
     except signing.BadSignature:
-        return False
+        return None
+    if not isinstance(vouched, dict) or vouched.get("account") != _account(username):
+        return None  # another account's, or one from before cookies named the password
+    try:
+        user = get_user_model()._default_manager.get_by_natural_key(username)
+    except get_user_model().DoesNotExist:
+        return None
+    return hashlib.sha256(token.encode()).hexdigest() if vouched == _device(user) else None
 
 
 @receiver(user_logged_in, dispatch_uid="chatapp.login_limit.device")
 def signed_in(sender, request, user, **kwargs):
+    device_known(request, user)
+
+
+def device_known(request, user) -> None:
+    """The browser of `request` signed in to `user`'s account, or changed its password: its
+    response gives it the cookie that says so."""
     if request is not None:
-        setattr(request, _SIGNED_IN_ACCOUNT, _account(user.get_username()))
+        setattr(request, _SIGNED_IN_DEVICE, _device(user))
 
 
 def _give_device_cookie(request, response) -> None:
-    account = getattr(request, _SIGNED_IN_ACCOUNT, None)
-    if account:
-        response.set_cookie(DEVICE_COOKIE, signing.dumps(account, salt=_DEVICE_SALT),
+    device = getattr(request, _SIGNED_IN_DEVICE, None)
+    if device:
+        response.set_cookie(DEVICE_COOKIE, signing.dumps(device, salt=_DEVICE_SALT),
                             max_age=_DEVICE_COOKIE_AGE_S, httponly=True, samesite="Lax",
                             secure=settings.SESSION_COOKIE_SECURE)
 
@@ -169,7 +201,7 @@ def known_device(get_response):
 
 def _refuse_if_held_back(request, username) -> None:
     username = username or ""
-    wait = seconds_to_wait(username, client_address(request), is_known_device(request, username))
+    wait = seconds_to_wait(username, client_address(request), device_of(request, username))
     if wait:
         if request is not None:
             setattr(request, REFUSED_FOR, wait)
@@ -194,4 +226,5 @@ class SignInLimit(ModelBackend):
 def failed(sender, credentials, request=None, **kwargs):
     if getattr(request, REFUSED_FOR, 0):
         return  # refused, not tried: counting it would extend the lock for as long as someone knocks
-    count_failure(credentials.get("username") or "", client_address(request))
+    username = credentials.get("username") or ""
+    count_failure(username, client_address(request), device_of(request, username))

@@ -1,6 +1,7 @@
 """Conversations, their messages, and one audit row per generated answer."""
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -155,6 +156,27 @@ class Generation(models.Model):
         if self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds() * 1000
+
+
+class StreamClaim(models.Model):
+    """One of a user's places among the answers that may stream at once (CHAT_MAX_STREAMS_PER_USER),
+    taken by an answer starting, from its plan until its rows are written (its generation holds the
+    place from then on) or it is refused: so that of two starts at once for the last place, one is
+    refused before anything goes upstream (services/stream_claims.py). One left by a web process
+    that died between the two stops counting after LIFETIME; a start slower than that is still
+    checked by its write."""
+
+    # As long as the slowest start waits on its upstream (its prompt counted, the answer's head:
+    # each bounded by INFERENCE_READ_TIMEOUT_SECONDS, 60 s by default); a place a dead process
+    # left is free again as soon.
+    LIFETIME = timedelta(seconds=60)
+
+    request_id = models.UUIDField(primary_key=True)  # the answer's, as its generation will have it
+    # No constraint in the database: its check would share-lock the user's row, which an answer's
+    # write holds while its upstream request is open, and a claim must not wait on that.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+",
+                             db_constraint=False)
+    claimed_at = models.DateTimeField(default=timezone.now)
 
 
 class DailyRollup(models.Model):

@@ -16,6 +16,7 @@ MAX_DEPTH = 32
 # A count or an offset of an answer's characters: a Generation's stop_seen_chars is a PostgreSQL
 # integer, and no answer comes near this many.
 MAX_CHARS = 2**31 - 1
+MAX_ID = 2**63 - 1  # a row's id (BigAutoField)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _ABSENT = object()
 
@@ -62,14 +63,14 @@ def storable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def count(text: str) -> int | None:
-    """`text` as a count from 0 to MAX_CHARS written in ASCII digits, else None. Its length is
+def count(text: str, maximum: int = MAX_CHARS) -> int | None:
+    """`text` as a count from 0 to `maximum` written in ASCII digits, else None. Its length is
     checked first: past 4,300 digits int() raises instead of converting (CVE-2020-10735)."""
     digits = text.lstrip("0") or "0"
-    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(MAX_CHARS)):
+    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(maximum)):
         return None
     value = int(digits)
-    return value if value <= MAX_CHARS else None
+    return value if value <= maximum else None
 
 
 def text(body: dict, name: str, default=_ABSENT) -> str | None:
@@ -80,6 +81,26 @@ def text(body: dict, name: str, default=_ABSENT) -> str | None:
         return default
     if not isinstance(value, str):
         raise ApiError(400, "invalid_value", f"{name} must be a string")
+    return value
+
+
+def row_id(body: dict, name: str) -> int | None:
+    """The optional field `name`, a row's id; absent or null, None."""
+    return _whole_number(body, name, 1, MAX_ID, "the id of a message: a whole number from 1")
+
+
+def char_count(body: dict, name: str) -> int | None:
+    """The optional field `name`, a number of characters (code points); absent or null, None."""
+    return _whole_number(body, name, 0, MAX_CHARS, f"an integer from 0 to {MAX_CHARS}")
+
+
+def _whole_number(body: dict, name: str, least: int, most: int, what: str) -> int | None:
+    """A JSON integer (not true or false, which Python counts as 1 and 0) from `least` to `most`."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ApiError(400, "invalid_value", f"{name} must be {what}")
     return value
 
 

@@ -5,15 +5,21 @@ pages' reads, across every owner, are staff/selectors.py.
 """
 
 from dataclasses import dataclass
+from importlib import import_module
 
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
 from django.core.paginator import Paginator
+from django.db import connection
 from django.db.models import Case, Exists, F, OuterRef, Prefetch, Q, Subquery, When
 from django.db.models.functions import Coalesce, Length, Substr
+from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 
 from common.vocabulary import GenerationStatus, MessageStatus
 
 from .errors import not_found
-from .models import Conversation, Generation, Message
+from .models import Conversation, Generation, Message, StreamClaim
 
 PAGE_SIZE = 20
 
@@ -39,11 +45,38 @@ def conversation_get(*, user, conversation_id: int) -> Conversation:
         raise not_found("conversation") from None
 
 
-def message_list(*, conversation: Conversation) -> list[Message]:
-    """The conversation's messages in order, each with its generations read along, oldest first
-    (the last is the latest; Generation's own order is the audit's, newest first)."""
+MESSAGE_PAGE_SIZE = 50
+MAX_MESSAGE_PAGE_SIZE = 200
+
+
+class UnknownCursor(ValueError):
+    """A page asked for before a message the conversation does not hold (another's, or deleted since)."""
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    messages: list[Message]  # oldest first, each with its generations read along
+    has_older: bool  # the conversation holds messages before the first of these
+
+
+def message_page(*, conversation: Conversation, before: int | None = None,
+                 limit: int = MESSAGE_PAGE_SIZE) -> MessagePage:
+    """The conversation's newest `limit` messages, or those just before the message `before`.
+
+    A cursor and not a page number: messages come at the end and an edit drops every one after
+    it, so that numbered pages counted from the newest would shift between two reads (a repeat or
+    a gap). The order is Message's, (created_at, id): the cursor is the message's place in it.
+    Generations are read oldest first (the last is the latest; their own order is the audit's).
+    """
+    newest_first = conversation.messages.order_by("-created_at", "-pk")
+    if before is not None:
+        moment = conversation.messages.filter(pk=before).values_list("created_at", flat=True).first()
+        if moment is None:
+            raise UnknownCursor(before)
+        newest_first = newest_first.filter(Q(created_at__lt=moment) | Q(created_at=moment, pk__lt=before))
     oldest_first = Prefetch("generations", queryset=Generation.objects.order_by("pk"))
-    return list(conversation.messages.prefetch_related(oldest_first))
+    read = list(newest_first.prefetch_related(oldest_first)[: limit + 1])
+    return MessagePage(read[:limit][::-1], has_older=len(read) > limit)
 
 
 def message_get(*, user, message_id: int) -> Message:
@@ -157,4 +190,40 @@ def last_used_model(*, user) -> str | None:
 
 
 def streams_open(*, user) -> int:
-    return Generation.objects.filter(user=user, status__in=Generation.LIVE_STATUSES).count()
+    """The user's answers streaming, and those starting (a StreamClaim not expired), counted in
+    one statement: an answer whose write turns its claim into its generation meanwhile is counted
+    once, either way. Written as SQL: it runs twice in front of every first token (the claim,
+    the write), and the ORM took 1.7 ms a call to compile its two subqueries, which the
+    database answers in 0.5 ms."""
+    quote, ops = connection.ops.quote_name, connection.ops
+    live = list(Generation.LIVE_STATUSES)
+    sql = (f"SELECT (SELECT COUNT(*) FROM {quote(Generation._meta.db_table)}"
+           f" WHERE user_id = %s AND status IN ({', '.join(['%s'] * len(live))}))"
+           f" + (SELECT COUNT(*) FROM {quote(StreamClaim._meta.db_table)}"
+           f" WHERE user_id = %s AND claimed_at >= %s)")
+    since = ops.adapt_datetimefield_value(timezone.now() - StreamClaim.LIFETIME)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk, *live, user.pk, since])
+        return cursor.fetchone()[0]
+
+
+def sessions_signed_in(*, user_id: int, session_keys: set[str]) -> dict[str, bool]:
+    """Of `session_keys`, those still stored: each True while it signs in the user `user_id`,
+    as Django's auth.get_user judges a session at its next request (its user active, its
+    password hash current), without get_user's flush of those that do not. A sign-out deleted
+    its session (absent here); a password change left every other session a stale hash (False)."""
+    engine, user, stored = import_module(settings.SESSION_ENGINE), None, {}
+    for key in session_keys:
+        session = engine.SessionStore(key).load()
+        if not session:
+            continue
+        stored[key] = False
+        backend = session.get(BACKEND_SESSION_KEY)
+        if str(session.get(SESSION_KEY)) != str(user_id) or backend not in settings.AUTHENTICATION_BACKENDS:
+            continue
+        user = user or load_backend(backend).get_user(user_id)
+        if user is None:
+            continue
+        hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+        stored[key] = any(constant_time_compare(session.get(HASH_SESSION_KEY, ""), known) for known in hashes)
+    return stored

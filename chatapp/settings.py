@@ -84,6 +84,9 @@ try:
     # Threads that run the async views' database work, each with a connection it keeps
     # (chatapp/runtime/database_threads.py): at most this many connections per daphne process.
     CHAT_DATABASE_THREADS = env.integer("CHAT_DATABASE_THREADS", 8, minimum=1)
+    # A PostgreSQL server that answers nothing (a host down or cut off) is given up on after this
+    # long; libpq alone waits forever. Whole seconds, at least 2 (libpq's own floor).
+    CHAT_DATABASE_CONNECT_TIMEOUT_SECONDS = env.integer("CHAT_DATABASE_CONNECT_TIMEOUT_SECONDS", 10, minimum=2)
     INFERENCE_CONNECT_TIMEOUT_SECONDS = env.number("INFERENCE_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1)
     # Between two upstream reads; the inference service sends a heartbeat every 15 s while quiet.
     INFERENCE_READ_TIMEOUT_SECONDS = env.number("INFERENCE_READ_TIMEOUT_SECONDS", 60.0, minimum=1)
@@ -110,7 +113,19 @@ try:
 except ValueError as error:  # dj-database-url's UnknownSchemeError and ParseError
     raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {error}") from error
 
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A server gone silent (nothing refuses or closes the connection) would hold a database thread,
+    # and every call queued behind it, for as long as the kernel waits: keepalives first probe
+    # after two hours, and a statement never acknowledged is sent again for some fifteen minutes.
+    # Here an open connection fails within 30 s (3 probes 5 s apart after 10 s of quiet; data
+    # unacknowledged for 30 s). A live server's kernel answers both however long its query runs.
+    # Options in DATABASE_URL's query string come first.
+    DATABASES["default"]["OPTIONS"] = {
+        "connect_timeout": CHAT_DATABASE_CONNECT_TIMEOUT_SECONDS,
+        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+        "tcp_user_timeout": 30_000, **DATABASES["default"].get("OPTIONS", {}),
+    }
+elif DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Writers queue for the lock instead of failing with "database is locked" when a
     # transaction that began reading must upgrade to writing; within one process they queue in
@@ -149,6 +164,7 @@ MIDDLEWARE = [
     "chatapp.runtime.middleware.Authentication",
     "chatapp.runtime.middleware.Messages",
     "chatapp.runtime.middleware.XFrameOptions",
+    "chatapp.runtime.middleware.ContentSecurityPolicy",
     "chatapp.login_limit.known_device",
 ]
 
@@ -202,6 +218,17 @@ CSRF_COOKIE_HTTPONLY = False  # the front end reads the token to send it in X-CS
 CSRF_FAILURE_VIEW = "chatapp.error_views.csrf_failure"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# What a page may load and run, sent by whichever serves it, nginx or daphne alone (`make run`
+# without nginx), so that an answer's Markdown meets the same second line of defence behind
+# either. The front end's files run only their own scripts and styles (nginx's `location /`
+# sends this very policy: tests/chat/test_content_policy.py holds the two equal); Django's pages
+# (the admin, the staff pages, the API's answers) have inline styles and the charts' SVG.
+CHAT_FRONT_END_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                         "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                         "frame-ancestors 'none'")
+CHAT_PAGES_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+                     "form-action 'self'; frame-ancestors 'none'")
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = CHAT_SECURE_COOKIES
 SECURE_HSTS_SECONDS = 365 * 24 * 3600 if CHAT_SECURE_COOKIES else 0
 # The checks look for Django's middleware by its dotted path; chatapp.runtime.middleware.Security,

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from . import api, views
+from . import api, auth_api, views
 from .staff import audit_views
 
 handler400 = "chatapp.error_views.bad_request"
@@ -10,9 +10,10 @@ handler404 = "chatapp.error_views.page_not_found"
 handler500 = "chatapp.error_views.server_error"
 
 api_patterns = [
-    path("auth/session", api.session, name="session"),
-    path("auth/login", api.login, name="login"),
-    path("auth/logout", api.logout, name="logout"),
+    path("auth/session", auth_api.session, name="session"),
+    path("auth/login", auth_api.login, name="login"),
+    path("auth/logout", auth_api.logout, name="logout"),
+    path("auth/password", auth_api.password, name="password"),
     path("models", api.models, name="models"),
     path("conversations", api.conversations, name="conversations"),
     path("conversations/<int:conversation_id>", api.conversation, name="conversation"),

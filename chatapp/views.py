@@ -36,7 +36,9 @@ async def health(request):
 @ensure_csrf_cookie
 def index(request):
     """The single-page front end, for when no nginx serves `frontend/` in front of us."""
-    return FileResponse(open(settings.FRONTEND_DIR / "index.html", "rb"), content_type="text/html")
+    response = FileResponse(open(settings.FRONTEND_DIR / "index.html", "rb"), content_type="text/html")
+    response["Content-Security-Policy"] = settings.CHAT_FRONT_END_POLICY
+    return response
 
 
 @staff_page(REVIEW_ANSWERS)
@@ -58,4 +60,6 @@ def frontend_asset(request, path):
         raise Http404("not a front-end file")
     if len(parts) > 1 and parts[0] != "vendor":
         raise Http404("not a front-end file")
-    return serve(request, path, document_root=settings.FRONTEND_DIR)
+    response = serve(request, path, document_root=settings.FRONTEND_DIR)
+    response["Content-Security-Policy"] = settings.CHAT_FRONT_END_POLICY
+    return response

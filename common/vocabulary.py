@@ -54,6 +54,7 @@ class CancelledBy(StrEnum):
     SHUTDOWN = "shutdown"  # the server was stopping
     TIMEOUT = "timeout"  # a limit on the request's duration ran out
     ADMIN = "admin"  # staff pressed Stop on the live view
+    SIGNED_OUT = "signed_out"  # the session that asked it ended (a sign-out, a password change elsewhere)
 
 
 _STATUS_BY_FINISH_REASON = {

@@ -42,6 +42,8 @@ async function errorOf(response) {
       const refusal = new ApiError(response.status, error.code || "error", error.message);
       // Seconds to wait, for a 429 (the page words it; the message is the server's).
       refusal.retryAfter = Number(response.headers.get("Retry-After")) || null;
+      // The reasons of a refusal that has several, each a sentence for people (invalid_password).
+      refusal.details = Array.isArray(error.details) ? error.details.filter((detail) => typeof detail === "string") : [];
       return refusal;
     }
   } catch {
@@ -71,8 +73,10 @@ const id = (value) => encodeURIComponent(String(value));
 
 // A NUL, pasted from a terminal or a binary file, shows as nothing, and the server refuses text
 // holding one (PostgreSQL cannot store it: 400 invalid_value), which the page could only call
-// outdated: what the user wrote goes without it.
-const written = (text) => (typeof text === "string" ? text.replaceAll("\u0000", "") : text);
+// outdated: what the user wrote goes without it. Half an emoji (a lone surrogate, pasted from a
+// page that cut one in two) is refused alike: it goes as U+FFFD, the character the page draws.
+const written = (text) => (typeof text === "string" ? text.replaceAll("\u0000", "").toWellFormed() : text);
+const lastShown = (shown) => ({ last_message_id: shown?.id ?? null, last_message_chars: shown?.chars ?? null });
 const writtenSettings = (choices) =>
   ("system_prompt" in choices ? { ...choices, system_prompt: written(choices.system_prompt) } : choices);
 
@@ -80,6 +84,8 @@ export const api = {
   session: () => json("/api/auth/session"),
   login: (username, password) => json("/api/auth/login", { method: "POST", body: { username, password } }),
   logout: () => json("/api/auth/logout", { method: "POST" }),
+  changePassword: (oldPassword, newPassword) =>
+    json("/api/auth/password", { method: "POST", body: { old_password: oldPassword, new_password: newPassword } }),
 
   conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q: written(q), page })}`),
   createConversation: (choices = {}) => json("/api/conversations", { method: "POST", body: writtenSettings(choices) }),
@@ -89,11 +95,18 @@ export const api = {
   models: () => json("/api/models"),
   renameConversation: (cid, title) => json(`/api/conversations/${id(cid)}`, { method: "PATCH", body: { title: written(title) } }),
   deleteConversation: (cid) => json(`/api/conversations/${id(cid)}`, { method: "DELETE" }),
-  messages: (cid) => json(`/api/conversations/${id(cid)}/messages`),
+  // The newest page of a conversation's messages, or (`before`, a message's id) the page before it.
+  messages: (cid, { before = null } = {}) =>
+    json(`/api/conversations/${id(cid)}/messages${before === null ? "" : `?before=${id(before)}`}`),
 
   send: (cid, content) => (signal) => openStream(`/api/conversations/${id(cid)}/messages`, { content: written(content) }, signal),
-  regenerate: (cid) => (signal) => openStream(`/api/conversations/${id(cid)}/regenerate`, undefined, signal),
-  edit: (mid, content) => (signal) => openStream(`/api/messages/${id(mid)}/edit`, { content: written(content) }, signal),
+  // Both drop messages: they name the last one the page shows and its length as read
+  // (`{id, chars}`, history.js; null: not known), and the server refuses them once another tab
+  // or device has written after it, or on in it (409 conversation_changed).
+  regenerate: (cid, shownLast = null) => (signal) =>
+    openStream(`/api/conversations/${id(cid)}/regenerate`, lastShown(shownLast), signal),
+  edit: (mid, content, shownLast = null) => (signal) =>
+    openStream(`/api/messages/${id(mid)}/edit`, { content: written(content), ...lastShown(shownLast) }, signal),
   continueAnswer: (mid) => (signal) => openStream(`/api/messages/${id(mid)}/continue`, undefined, signal),
   // Follows an answer that another tab, device or an earlier visit of this page started.
   watch: (gid) => (signal) => openStream(`/api/generations/${id(gid)}/events`, undefined, signal, "GET"),
@@ -102,7 +115,7 @@ export const api = {
     openStream(`/api/generations/${id(gid)}/events?from=${id(offset)}`, undefined, signal, "GET"),
 
   // One request: the page sends it again until the server answers (reconnect.js, deliverStop).
-  stop: (gid, seenChars) => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars } }),
+  stop: (gid, seenChars) => json(`/api/generations/${id(gid)}/stop`, { method: "POST", body: { seen_chars: seenChars }, keepalive: true }),
   // What the page was sent of an answer whose relay died before saving it, with each piece's proof.
   // keepalive: sent as the page goes (kept_pieces.js).
   recover: (gid, pieces, { keepalive = false } = {}) =>

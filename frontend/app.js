@@ -1,20 +1,24 @@
 // Wiring: signing in, the open conversation, the composer, and the answers being read: at most
 // one per conversation, followed in the background when the user opens another.
 import { api, ApiError } from "./api.js";
+import { createAnswerEnd } from "./answer_end.js";
 import { createAuth } from "./auth.js";
 import { createComposer } from "./composer.js";
 import { createConversationSettings } from "./conversation_settings.js";
-import { NO_SUCH_CONVERSATION, sentenceElsewhere, sentenceFor } from "./errors.js";
-import { ENDING, Generation } from "./generation.js";
+import { NO_SUCH_CONVERSATION, sentenceElsewhere, sentenceFor, sentenceForGone } from "./errors.js";
+import { Generation } from "./generation.js";
 import { createHeading } from "./heading.js";
 import { createHistory, isGone } from "./history.js";
 import { keepPiecesAsThePageGoes } from "./kept_pieces.js";
 import { onEscape } from "./keys.js";
 import { LiveAnswers } from "./live_answers.js";
 import { createMessageList } from "./message_list.js";
+import { historyOf, NO_HISTORY } from "./message_pages.js";
+import { hasText } from "./message_text.js";
 import * as msg from "./messages.js";
 import { createNotices } from "./notices.js";
 import { view } from "./page_view.js";
+import { createPasswordChange } from "./password_change.js";
 import { createFramePainter } from "./render.js";
 import { createSendStop } from "./send_stop.js";
 import { ROUTE, routeOf, showInAddress } from "./route.js";
@@ -43,11 +47,13 @@ const { announce, showAlert, clearAlert } = createNotices({
 
 const sidebar = createSidebar({
   open: (id) => openConversation(id),
-  deleted: (id) => {
+  deleted: (id, { elsewhere = false, name = null } = {}) => {
     live.get(id)?.generation.close(); // the server stopped its answer with it: no Stop to send
+    const isShown = id === conversationId;
     // The words being written, and those kept for it, go to a new conversation (else lost).
-    if (id === conversationId) showConversation(null, "", [], null, { composerStays: true });
+    if (isShown) showConversation(null, "", NO_HISTORY, null, { composerStays: true });
     unsentWords.gone(id);
+    if (isShown && elsewhere) showAlert(sentenceForGone(name));
   },
   failed: (error) => handleError(error),
   announce,
@@ -65,15 +71,17 @@ function handleError(error, { elsewhere = null, isTextKept = false } = {}) {
 
 const messageList = createMessageList({ list: view.messages, empty: view.empty, announce });
 const stored = createHistory({ // the open conversation as the server has it
-  api, live, messageList, list: view.messages, shownId: () => conversationId,
+  api, live, messageList, list: view.messages, earlier: view.earlier, announce, shownId: () => conversationId,
   watch: (el, generationId) => watchAnswer(el, generationId), syncStreaming: () => syncStreaming(),
   failed: (error) => handleError(error), foundGone: (id) => foundGone(id),
+  olderShown: () => unsentWords.giveBack(), // a rewrite of an older message waits for it
 });
 const heading = createHeading({
   el: view.title, openId: () => conversationId, sidebar, read: (id) => api.conversation(id),
 });
 
 const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
+const passwordChange = createPasswordChange({ api, failed: (error) => handleError(error), announce });
 
 const { limit: characterLimit, setText: setComposerText } = createComposer({
   composer: view.composer, form: view.form, counter: view.count, send: view.send, announce,
@@ -88,6 +96,10 @@ const unsentWords = createUnsentWords({
   edit: (el, text) => startEdit(el, text), fillComposer: (text) => setComposerText(text),
   page: window, composerText: () => view.composer.value, // kept as the page goes
   rewrites: () => msg.openRewrites(view.messages), // and the message editors' words
+  hasOlder: () => stored.hasOlder(),
+});
+const settle = createAnswerEnd({ // what the page does once an answer's stream has ended
+  shownId: () => conversationId, liveHere, messageList, stored, unsentWords, handleError, foundGone, sidebar, heading,
 });
 
 // --- signing in ---
@@ -104,9 +116,13 @@ const auth = createAuth({
     else followAddress();
     view.composer.focus();
   },
-  limitsKnown: (limits) => characterLimit.setLimits(limits),
+  limitsKnown: (limits) => {
+    characterLimit.setLimits(limits);
+    sidebar.setLimits(limits);
+  },
   leaving({ signingOut = false } = {}) {
     unsentWords.leaving(); // kept for the same user's next sign-in
+    passwordChange.leaving();
     isSignedIn = false;
     session += 1;
     const left = live.leaveAll(api.stop);
@@ -123,27 +139,32 @@ const auth = createAuth({
 });
 
 // --- the open conversation ---
-function showConversation(id, title = "", messages = [], conversation = null, { composerStays = false } = {}) {
+/** Shows a conversation, `history` what was read of it (message_pages.js). */
+function showConversation(id, title = "", history = NO_HISTORY, conversation = null, { composerStays = false } = {}) {
   if (!composerStays) unsentWords.opening(id);
   conversationId = id;
   conversationSettings.show(id === null ? null : conversation);
   sidebar.setCurrent(id);
   showInAddress(id, { replace: id === null });
   heading.set(id, title);
-  stored.render(messages);
+  stored.render(history);
   unsentWords.giveBack();
 }
 
 async function openConversation(id) {
   clearAlert();
-  sidebar.closeDrawer();
+  // Picked in the drawer, which hides: its button holds the focus until the conversation takes it.
+  sidebar.closeDrawer({ focusToggle: true });
   const mine = ++loading;
   opening = id;
   try {
-    const { conversation, results } = await api.messages(id);
+    const page = await api.messages(id); // its newest messages: older ones as the reader scrolls up
     if (mine !== loading) return;
-    showConversation(conversation.id, conversation.title, results, conversation);
-    view.composer.focus();
+    const { conversation } = page;
+    showConversation(conversation.id, conversation.title, historyOf(page), conversation);
+    // On a touch screen the message box's focus raises the keyboard over the conversation just
+    // picked to be read: there its messages take the focus, the message box a tap away.
+    (matchMedia("(pointer: coarse)").matches ? view.messages : view.composer).focus();
   } catch (error) {
     if (mine !== loading) return;
     if (!isGone(error)) {
@@ -154,7 +175,7 @@ async function openConversation(id) {
     }
     showConversation(null);
     unsentWords.gone(id); // deleted elsewhere: words kept for it go to a new conversation
-    showAlert(NO_SUCH_CONVERSATION); // another account's conversation answers 404 too, the same
+    showAlert(sentenceForGone(sidebar.drop(id))); // another account's answers 404 too, the same
   } finally {
     if (mine === loading) opening = null;
   }
@@ -188,9 +209,10 @@ for (const type of ["popstate", "hashchange"]) window.addEventListener(type, fol
  */
 function foundGone(id) {
   const isShown = id === conversationId;
-  if (isShown) showConversation(null, "", [], null, { composerStays: true });
+  if (isShown) showConversation(null, "", NO_HISTORY, null, { composerStays: true });
   unsentWords.gone(id);
-  if (isShown) showAlert(NO_SUCH_CONVERSATION);
+  const name = sidebar.drop(id);
+  if (isShown) showAlert(sentenceForGone(name));
 }
 
 /** A new conversation with the settings chosen for it; null when refused (the page says why).
@@ -209,14 +231,14 @@ async function createConversation() {
 
 view.newConversation.addEventListener("click", async () => {
   clearAlert();
-  sidebar.closeDrawer();
+  sidebar.closeDrawer({ focusToggle: true });
   // An empty conversation is already new: do not pile up untitled ones.
   if (conversationId !== null && !view.messages.children.length && !liveHere()) return view.composer.focus();
   // A double click, or a first message's conversation on its way: one.
   const created = creating ? null : await createConversation();
   if (created === null) return;
   // From the blank page, which was a new conversation already, what is being written goes along.
-  showConversation(created.id, created.title, [], created, { composerStays: conversationId === null });
+  showConversation(created.id, created.title, NO_HISTORY, created, { composerStays: conversationId === null });
   await sidebar.refresh();
   view.composer.focus();
 });
@@ -288,35 +310,23 @@ async function streamAnswer(el, open, {
   const shownIn = entry.el; // null when the user is elsewhere: the server keeps the answer
   live.remove(entry);
   if (mySession !== session) return outcome;
-  if (id === conversationId) syncStreaming();
-  if (!shownIn || id !== conversationId) {
-    if (outcome.ending === ENDING.REFUSED && !watching) {
-      handleError(outcome.error, { elsewhere: id, isTextKept: unsentWords.keep(id, words) });
-    }
-  } else if (outcome.ending === ENDING.REFUSED && watching) {
-    handleError(outcome.error); // no reload: it would show the same answer and try again
-    msg.setState(shownIn, "Writing… (not followed live here: reload to see more)");
-  } else if (outcome.ending === ENDING.REFUSED) {
-    handleError(outcome.error);
-    const isThere = await stored.reload(id, { orAsLastRead: true }); // as stored, without what was refused
-    unsentWords.keep(id, words);
-    if (!isThere) foundGone(id);
-  } else {
-    messageList.finish(shownIn, outcome, liveHere() !== null);
-    await stored.learnIds(id);
+  // This browser's session ended (signed out elsewhere, or its password changed in another
+  // browser): the server sent no more of the answer, and only a sign-in shows it again.
+  if (outcome.error?.code === "signed_out") {
+    auth.showLogin(sentenceFor(outcome.error));
+    return outcome;
   }
-  sidebar.refresh(); // a first message names the conversation and moves it to the top
-  if (outcome.done?.title_requested) heading.watchModelTitle(id, { stillSignedIn });
-  return outcome;
+  if (id === conversationId) syncStreaming();
+  return settle({ id, generation, outcome, shownIn, watching, words, stillSignedIn });
 }
 
 async function send() {
   const content = view.composer.value;
-  if (!content.trim() || liveHere() || creating || characterLimit.isOver()) return;
+  if (!hasText(content) || liveHere() || creating || characterLimit.isOver()) return;
   if (conversationId === null) {
     const created = await createConversation();
     if (created === null) return;
-    showConversation(created.id, created.title, [], created, { composerStays: true });
+    showConversation(created.id, created.title, NO_HISTORY, created, { composerStays: true });
     sidebar.refresh(); // listed at once, so that it can be marked as writing if the user leaves it
   }
   // Only what was sent leaves the composer: what was typed while the conversation was being
@@ -330,9 +340,10 @@ async function send() {
 function regenerate() {
   const last = view.messages.lastElementChild;
   if (liveHere() || conversationId === null || last?.dataset.role !== "assistant") return;
+  const shownLast = stored.shownLast(); // what a page that missed a change would destroy (history.js)
   const answer = msg.createMessage({ role: "assistant", status: STATUS.STREAMING });
   last.replaceWith(answer);
-  streamAnswer(answer, api.regenerate(conversationId));
+  streamAnswer(answer, api.regenerate(conversationId, shownLast));
 }
 
 /** Opens the editor of a user message, with `text`; false when it cannot now (an answer is written). */
@@ -340,10 +351,11 @@ function startEdit(userEl, text = msg.textOf(userEl)) {
   if (liveHere()) return false;
   return msg.openEditor(userEl, text, (content) => {
     if (liveHere()) return;
+    const shownLast = stored.shownLast();
     msg.setText(userEl, content);
     while (userEl.nextElementSibling) userEl.nextElementSibling.remove();
     const editOf = userEl.dataset.messageId;
-    streamAnswer(messageList.newAnswer(), api.edit(editOf, content), { words: { text: content, editOf } });
+    streamAnswer(messageList.newAnswer(), api.edit(editOf, content, shownLast), { words: { text: content, editOf } });
   }, { limits: { max_message_chars: characterLimit.maxMessageChars }, announce });
 }
 

@@ -10,20 +10,28 @@ const PAGE_OUTDATED = "The page sent something the server could not read. Reload
 // Every code that chatapp/ or nginx answers or streams; tests/test_error_sentences.py keeps this complete.
 const SENTENCES = {
   not_authenticated: "Your session ended. Please sign in again.",
+  signed_out: "This browser was signed out (a sign-out, or the password was changed). Please sign in again.",
   staff_only: "Only staff members can see this page.",
   invalid_credentials: "That username and password don't match. Please try again.",
   too_many_attempts: ({ retryAfter }) =>
     `Too many failed sign-ins. Please wait ${retryAfter ? `${retryAfter} seconds` : "a few minutes"} and try again.`,
+  wrong_password: "That is not your current password. Please try again.",
+  // Django's password validators word their own reasons for people: they are shown as they are.
+  invalid_password: ({ details }) =>
+    ["That new password can't be used.", ...(details?.length ? details : ["Please choose another one."])].join(" "),
   invalid_json: PAGE_OUTDATED,
   invalid_value: PAGE_OUTDATED,
   unsupported_media_type: PAGE_OUTDATED,
   method_not_allowed: PAGE_OUTDATED,
   not_found: "That conversation or message no longer exists. It may have been deleted.",
+  invalid_cursor: "This conversation changed in another tab or window: it is shown as it is now.",
   empty_message: "Type a message first.",
   message_too_long: ({ maxMessageChars }) => (maxMessageChars
     ? `Your message is longer than ${maxMessageChars.toLocaleString("en")} characters. Please shorten it.`
     : "Your message is too long. Please shorten it."),
-  context_too_long: "This message is too long for the model to read. Please shorten it, or start a new conversation.",
+  // Older messages are left out for it already: a new conversation would refuse it the same.
+  context_too_long: "This message is too long for the model to read, even alone. Please shorten it.",
+  no_room_to_continue: "This answer and its question already fill what the model can read, so it cannot be continued. Regenerate it, or ask a shorter question.",
   title_too_long: "That title is too long. Please shorten it.",
   query_too_long: "That search is too long. Please shorten it.",
   too_many_watches: "Too many tabs are following answers. Close some of them, then try again.",
@@ -78,15 +86,19 @@ function sentenceForStatus(status) {
 /** An address that names no conversation of this user's (another account's reads the same). */
 export const NO_SUCH_CONVERSATION = "There is no conversation at this address. It may have been deleted.";
 
+/** A conversation found deleted, listed as `name` (null: not listed, or named by its address). */
+export const sentenceForGone = (name) => (name === null ? NO_SUCH_CONVERSATION
+  : `“${name}” was deleted in another tab, window or device: it is no longer listed.`);
+
 /**
- * A sentence for `error`: an ApiError ({status, code, retryAfter}), a stream's error event
+ * A sentence for `error`: an ApiError ({status, code, retryAfter, details}), a stream's error event
  * ({code}), or anything fetch throws (no code: the network failed). `context` may carry
  * `maxMessageChars` to name the limit.
  */
 export function sentenceFor(error, context = {}) {
   const code = error?.code;
   const sentence = Object.hasOwn(SENTENCES, code ?? "") ? SENTENCES[code] : null;
-  if (typeof sentence === "function") return sentence({ ...context, retryAfter: error.retryAfter });
+  if (typeof sentence === "function") return sentence({ ...context, retryAfter: error.retryAfter, details: error.details });
   if (sentence) return sentence;
   if (code === "http_error") return sentenceForStatus(error.status);
   if (code === undefined && error instanceof TypeError) {

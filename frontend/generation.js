@@ -323,22 +323,20 @@ export class Generation {
     // The Stop is recorded before the connection closes: closed first, the answer would go on
     // for the grace period as a departed page's. A Stop that cannot reach the server is sent
     // again until it does (with the same count), so the stored text becomes what was seen.
-    // The answer ends on screen as soon as the Stop is sent, not when the server has it: the
-    // user saw it end, and a stuck network must not keep it "Writing…".
-    const send = () => {
-      deliverStop(() => sendStop(this.id, seen),
-        { ...this.retryWith, afterFirst: (taken) => this.#closeAfterStop(taken) });
-      this.#endRun();
-    };
+    const send = () => deliverStop(() => sendStop(this.id, seen),
+      { ...this.retryWith, afterFirst: (taken) => this.#closeAfterStop(taken) });
     // Lost, the stream may have died with its web process before that saved all it sent, and
     // no resumed stream will say how much the record holds: the page hands back all it has
     // (the server keeps what it lacks). Unreachable, the server's relay lives on and keeps it.
     if (this.reconnecting) this.#handBack(0);
     this.wake?.(); // a wait to reconnect ends: no more tries
-    // Before `start` the server may be starting the answer already: wait for its id, so that
-    // an early Stop is recorded as the user's too. A request refused instead ends on its own.
+    // Before `start` the server may be starting the answer already: the Stop waits for its id,
+    // so that it is recorded as the user's too. A request refused instead says so in `ended`,
+    // for the caller to give the words back. The answer ends on screen now either way, not when
+    // the server has the Stop: the user saw it end, and a stuck network must not keep it "Writing…".
     if (this.id === null) this.pendingStop = send;
     else send();
+    this.#endRun();
     return seen;
   }
 

@@ -41,6 +41,7 @@ export function answerLabel({ status, cancelledBy = "", ending, isFollowed = fal
   if (isInterrupted({ status, cancelledBy })) return INTERRUPTED;
   if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.TIMEOUT) return "Stopped at the time limit";
   if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.ADMIN) return "Stopped by an administrator";
+  if (status === STATUS.STOPPED && cancelledBy === CANCELLED_BY.SIGNED_OUT) return "Stopped when its session signed out";
   // A continuation that failed left its answer truncated where it failed, not at the limit.
   if (status === STATUS.TRUNCATED && generationStatus === STATUS.FAILED) return "Cut short where continuing it failed";
   return STATUS_LABELS[status] || "";

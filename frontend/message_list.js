@@ -9,6 +9,7 @@ import { copyWithFeedback } from "./render.js";
 import { STATUS } from "./vocabulary.js";
 
 const NEAR_BOTTOM_PX = 80;
+const AT_BOTTOM_PX = 2; // scrollTop is fractional on dense screens
 const VISIBLE_ROLES = new Set(["user", "assistant"]);
 
 /** The stored messages a conversation shows (a system prompt is not one). */
@@ -21,24 +22,53 @@ export const shownOf = (messages) => messages.filter((m) => VISIBLE_ROLES.has(m.
  * @param {(text: string) => void} parts.announce
  */
 export function createMessageList({ list, empty, announce }) {
-  const nearBottom = () => list.scrollHeight - list.scrollTop - list.clientHeight < NEAR_BOTTOM_PX;
-  const scrollToBottom = () => { list.scrollTop = list.scrollHeight; };
-  let lastRead = []; // the history shown as the server last told it (show, learnIds)
+  const fromBottom = () => list.scrollHeight - list.scrollTop - list.clientHeight;
+  // Whether new text takes the reader down with it, decided by how they scroll, not by where the
+  // text finds them: a finger dragged slowly back moves a few pixels a frame, and a paint that
+  // asked "near the end?" took it back each time. Moving up leaves the end (unless the list
+  // only shrank under a reader at its end); moving down to near it follows again.
+  let following = true;
+  let lastTop = list.scrollTop;
+  list.addEventListener("scroll", () => {
+    const top = list.scrollTop;
+    if (fromBottom() < AT_BOTTOM_PX) following = true;
+    else if (top < lastTop) following = false;
+    else if (top > lastTop && fromBottom() < NEAR_BOTTOM_PX) following = true;
+    lastTop = top;
+  }, { passive: true });
+  const scrollToBottom = () => {
+    list.scrollTop = list.scrollHeight;
+    lastTop = list.scrollTop;
+    following = true;
+  };
 
   return {
-    /** The history on screen as the server last told it, before what the page added since. */
-    lastRead: () => lastRead,
-
+    /** Whether the reader is at the end of the messages, and new text should keep them there. */
+    isFollowing: () => following,
     scrollToBottom,
 
     /** Draws the stored history, unscrolled (a live answer may join it first); returns what it shows. */
     show(messages) {
       const shown = shownOf(messages);
-      lastRead = shown;
       list.replaceChildren(...shown.map(msg.messageFromApi));
       msg.markContextStart(list, msg.contextStartOf(shown));
       empty.hidden = list.children.length > 0;
       return shown;
+    },
+
+    /**
+     * Draws stored messages older than those shown above them, the reader's place kept: what
+     * was in view stays where it was on the screen. Returns how many it shows.
+     */
+    prepend(messages, streaming) {
+      const shown = shownOf(messages);
+      const fromBottom = list.scrollHeight - list.scrollTop;
+      list.prepend(...shown.map(msg.messageFromApi));
+      list.scrollTop = list.scrollHeight - fromBottom;
+      msg.markContextStart(list, list.dataset.contextFrom || null); // it may be in these
+      msg.refreshActions(list, streaming);
+      empty.hidden = list.children.length > 0;
+      return shown.length;
     },
 
     newAnswer() {
@@ -49,7 +79,7 @@ export function createMessageList({ list, empty, announce }) {
     },
 
     paint(el, text) {
-      const follow = nearBottom();
+      const follow = following;
       msg.paintStreaming(el, text);
       window.chatappStats.paints += 1;
       if (follow) scrollToBottom();
@@ -67,7 +97,7 @@ export function createMessageList({ list, empty, announce }) {
       const isFollowed = el.dataset.watched === "true";
       let state = answerLabel({ status, cancelledBy, ending, isFollowed, generationStatus: done?.status });
       if (error) state = `${status === STATUS.TRUNCATED ? state : "Failed"}: ${sentenceFor(error)}`;
-      const follow = nearBottom();
+      const follow = following;
       const started = performance.now();
       delete el.dataset.reconnecting; // ended: no stream of it is lost or back any more
       msg.finishMessage(el, {
@@ -97,7 +127,6 @@ export function createMessageList({ list, empty, announce }) {
       });
       msg.markContextStart(list, msg.contextStartOf(stored));
       msg.refreshActions(list, false);
-      lastRead = stored;
       return true;
     },
 

@@ -3,7 +3,8 @@
 import { createCharacterLimit } from "./character_limit.js";
 import { isComposing } from "./keys.js";
 import { answerLabel, offersRetry } from "./labels.js";
-import { renderMarkdown } from "./render.js";
+import { hasText } from "./message_text.js";
+import { showMarkdown } from "./render.js";
 import { STATUS } from "./vocabulary.js";
 
 const texts = new WeakMap(); // element -> the message's raw text (what Copy copies)
@@ -24,7 +25,7 @@ export function createMessage({ id = null, role, status = STATUS.COMPLETED, cont
   el.dataset.role = role;
   el.dataset.status = status;
   el.dataset.messageId = id === null ? "" : String(id);
-  el.setAttribute("aria-label", role === "user" ? "You said" : "Assistant answered");
+  name(el);
 
   const body = document.createElement("div");
   body.className = "message-content";
@@ -50,6 +51,13 @@ export function createMessage({ id = null, role, status = STATUS.COMPLETED, cont
   return el;
 }
 
+/** What a screen reader calls the message: an answer still being written says so. */
+function name(el) {
+  const { role, status } = el.dataset;
+  const said = status === STATUS.STREAMING ? "Assistant is answering" : "Assistant answered";
+  el.setAttribute("aria-label", role === "user" ? "You said" : said);
+}
+
 export const textOf = (el) => texts.get(el) ?? "";
 export const contentOf = (el) => el.querySelector(".message-content");
 
@@ -59,7 +67,7 @@ export function setText(el, text) {
   const body = contentOf(el);
   if (el.dataset.role === "assistant" && el.dataset.status !== STATUS.STREAMING) {
     body.classList.add("markdown");
-    body.replaceChildren(renderMarkdown(text));
+    showMarkdown(body, text);
   } else {
     body.classList.remove("markdown");
     body.textContent = text;
@@ -69,6 +77,7 @@ export function setText(el, text) {
 /** Streaming: plain text only, and the region asks screen readers to wait for the end. */
 export function beginStreaming(el) {
   el.dataset.status = STATUS.STREAMING;
+  name(el);
   delete el.dataset.error;
   delete el.dataset.cancelledBy;
   const body = contentOf(el);
@@ -104,6 +113,7 @@ export function setMeta(el, figures) {
 /** Ends an answer: status, who cancelled it, text rendered once, state line, figures. */
 export function finishMessage(el, { status, cancelledBy = "", text, state, error, figures }) {
   el.dataset.status = status;
+  name(el);
   setCancelledBy(el, cancelledBy);
   if (error) el.dataset.error = error;
   else delete el.dataset.error;
@@ -163,6 +173,8 @@ export const CONTEXT_NOTE = "Earlier messages are beyond what the model can read
  */
 export function markContextStart(container, messageId) {
   container.querySelector(".context-marker")?.remove();
+  // Kept: that message may be in an older page, drawn later (message_list.js prepend).
+  container.dataset.contextFrom = messageId ?? "";
   if (messageId === null || messageId === undefined) return;
   const shown = [...container.querySelectorAll(".message")];
   const first = shown.find((el) => el.dataset.messageId === String(messageId))
@@ -216,7 +228,7 @@ export function openRewrites(list) {
   const rewrites = [];
   for (const el of list.querySelectorAll('.message.editing[data-role="user"][data-message-id]')) {
     const text = el.querySelector(".edit-input")?.value ?? "";
-    if (text.trim() && text !== textOf(el)) rewrites.push({ text, editOf: el.dataset.messageId });
+    if (hasText(text) && text !== textOf(el)) rewrites.push({ text, editOf: el.dataset.messageId });
   }
   return rewrites;
 }
@@ -274,7 +286,7 @@ export function openEditor(userEl, text, submit, { limits = null, announce = () 
   });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    if (!input.value.trim() || save.disabled) return; // off: an answer is being written; the words stay
+    if (!hasText(input.value) || save.disabled) return; // off: an answer is being written; the words stay
     close(); // first, so the focus it held can move to Stop
     submit(input.value);
   });

@@ -1,7 +1,9 @@
 // The conversation list: newest first, searchable, with rename and delete on each item.
 import { api } from "./api.js";
 import { arrangeChildren } from "./child_order.js";
+import { shownBelow } from "./conversation_pages.js";
 import { isComposing } from "./keys.js";
+import { limitCodePoints } from "./title_limit.js";
 
 const UNTITLED = "New conversation";
 // Drawn, not emoji: emoji fonts are missing on many systems and would show empty boxes.
@@ -11,22 +13,34 @@ const ICONS = {
 };
 const SEARCH_DELAY_MS = 250;
 
-/** A conversation's icon button: `action` names its icon and its class (conversation-<action>). */
-function iconButton(action, title, onClick) {
+/** A conversation's icon button: `action` names its icon and its class (conversation-<action>);
+ * showTitle names the button. */
+function iconButton(action, onClick) {
   const button = document.createElement("button");
   button.type = "button";
   button.className = `conversation-${action} icon`;
-  button.setAttribute("aria-label", `${title} conversation`);
-  button.title = title;
   button.innerHTML = ICONS[action];
   button.addEventListener("click", onClick);
   return button;
 }
 
+/** Shows `title` on an item: its button, and the names of its Rename and Delete, which a screen
+ * reader lists among every item's ("Rename", "Rename"… would not say which). */
+function showTitle(li, title) {
+  const shown = title || UNTITLED;
+  li.querySelector(".conversation-open").textContent = shown;
+  for (const [action, verb] of [["rename", "Rename"], ["delete", "Delete"]]) {
+    const button = li.querySelector(`.conversation-${action}`);
+    button.title = `${verb} “${shown}”`; // the tooltip too: a second, shorter one would be read after it
+    button.setAttribute("aria-label", button.title);
+  }
+}
+
 /**
  * @param {object} hooks
  * @param {(id: number) => void} hooks.open the user picked a conversation
- * @param {(id: number) => void} hooks.deleted a conversation is gone
+ * @param {(id: number, elsewhere?: {elsewhere: boolean, name: string | null}) => void} hooks.deleted
+ *   a conversation is gone: deleted here, or (`elsewhere`) in another tab, listed as `name` here
  * @param {(error: Error) => void} hooks.failed an API call failed
  * @param {(text: string) => void} hooks.announce tell screen readers
  */
@@ -41,6 +55,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let page = 1;
   let searchTimer = 0;
   let generation = 0; // newer requests win: a slow answer to an old search must not land
+  let maxTitleChars = 0; // the server's, once known (setLimits); 0: the server alone says
   const listed = new Map(); // id -> {conversation, link, li} of the items shown
 
   /** The list's item for `conversation`: the one shown, updated in place, else a new one. */
@@ -48,7 +63,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     const shown = listed.get(conversation.id);
     if (!shown) return item(conversation);
     Object.assign(shown.conversation, conversation); // rename and delete hold this object
-    shown.link.textContent = conversation.title || UNTITLED;
+    showTitle(shown.li, conversation.title);
     return shown.li;
   }
 
@@ -59,15 +74,15 @@ export function createSidebar({ open, deleted, failed, announce }) {
     link.type = "button";
     link.className = "conversation-open";
   link.dir = "auto"; // a title in Hebrew or Arabic reads right to left
-    link.textContent = conversation.title || UNTITLED;
     link.addEventListener("click", () => open(conversation.id));
     listed.set(conversation.id, { conversation, link, li });
-    const rename = iconButton("rename", "Rename", () => startRename(li, conversation));
-    const remove = iconButton("delete", "Delete", () => removeConversation(li, conversation));
+    const rename = iconButton("rename", () => startRename(li, conversation));
+    const remove = iconButton("delete", () => removeConversation(li, conversation));
     const marker = document.createElement("span");
     marker.className = "conversation-writing";
     marker.textContent = "Writing…";
     li.append(link, marker, rename, remove);
+    showTitle(li, conversation.title);
     markCurrent(li);
     markWriting(li);
     return li;
@@ -89,9 +104,9 @@ export function createSidebar({ open, deleted, failed, announce }) {
     const input = document.createElement("input");
     input.type = "text";
     input.className = "conversation-title-input";
-  input.dir = "auto";
+    input.dir = "auto";
     input.value = conversation.title;
-    input.maxLength = 200;
+    limitCodePoints(input, () => maxTitleChars);
     input.setAttribute("aria-label", "Conversation title");
     const link = li.querySelector(".conversation-open");
     link.hidden = true;
@@ -110,7 +125,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
       try {
         const updated = await api.renameConversation(conversation.id, title);
         conversation.title = updated.title;
-        link.textContent = updated.title || UNTITLED;
+        showTitle(li, updated.title);
         announce(`Renamed to ${updated.title || UNTITLED}`);
         document.dispatchEvent(new CustomEvent("conversation-renamed", { detail: updated }));
       } catch (error) {
@@ -140,32 +155,59 @@ export function createSidebar({ open, deleted, failed, announce }) {
       failed(error);
       return;
     }
-    // Keep keyboard users in the list: focus the neighbour, else the search box.
-    const neighbour = li.nextElementSibling || li.previousElementSibling;
-    li.remove();
-    listed.delete(conversation.id);
-    (neighbour?.querySelector(".conversation-open") || search).focus();
-    empty.hidden = list.children.length > 0;
+    drop(conversation.id, { isFocusKept: true });
     announce(`Deleted ${name}`);
+    otherTabs?.postMessage({ deleted: conversation.id });
     deleted(conversation.id);
     load({ pages: page }); // those the delete moved up onto the pages shown
   }
 
   /**
+   * Takes a conversation out of the list; its name as listed (null: it was not). Keyboard users
+   * stay in the list: the focus goes to the neighbour (else the search box), from the item
+   * dropped or, with `isFocusKept`, from wherever it was.
+   */
+  function drop(id, { isFocusKept = false } = {}) {
+    const shown = listed.get(id);
+    if (!shown) return null;
+    const { li, conversation } = shown;
+    const neighbour = li.nextElementSibling || li.previousElementSibling;
+    const isFocusHere = isFocusKept || li.contains(document.activeElement);
+    li.remove();
+    listed.delete(id);
+    if (isFocusHere) (neighbour?.querySelector(".conversation-open") || search).focus();
+    empty.hidden = list.children.length > 0;
+    return conversation.title || UNTITLED;
+  }
+
+  // The other tabs of this browser drop a conversation deleted here at once: one listed on a page
+  // below the first, which only the first is read again after an answer, would stay there.
+  const otherTabs = typeof BroadcastChannel === "function" ? new BroadcastChannel("chatapp.conversations") : null;
+  otherTabs?.addEventListener("message", ({ data }) => {
+    if (!Number.isInteger(data?.deleted)) return;
+    const name = drop(data.deleted);
+    deleted(data.deleted, { elsewhere: true, name });
+  });
+
+  /**
    * The list's first `pages` pages read again (a new search: the first), or with `append` the
    * page after those shown. Read again, every page shown is: the older ones a user asked for
-   * stay, and a page the deletes above it shifted gives what moved onto it.
+   * stay, and a page the deletes above it shifted gives what moved onto it. With `isFirstOnly`
+   * the first page alone is read, and those shown below it stay (conversation_pages.js).
    */
-  async function load({ append = false, pages = 1 } = {}) {
+  async function load({ append = false, pages = 1, isFirstOnly = false } = {}) {
     const mine = ++generation;
     try {
-      const numbers = append ? [page + 1] : Array.from({ length: pages }, (_, i) => i + 1);
+      const numbers = append ? [page + 1] : Array.from({ length: isFirstOnly ? 1 : pages }, (_, i) => i + 1);
       const answers = await Promise.all(numbers.map((number) => api.conversations(query, number)));
       if (mine !== generation) return;
       const result = answers.at(-1);
       // Pages read together may both hold one the order moved across their boundary: once.
       result.results = [...new Map(answers.flatMap((a) => a.results).map((c) => [c.id, c])).values()];
-      page = result.page;
+      const shownIds = [...list.children].map((li) => Number(li.dataset.conversationId));
+      const below = isFirstOnly ? shownBelow(shownIds, result) : [];
+      if (below === null) return load({ pages: page }); // the first page cannot tell: every page shown
+      if (!isFirstOnly) page = result.page;
       // The open conversation may have been named by its first message: let the page know.
       document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
       // Items already shown are kept, not rebuilt: a click or a rename begun on one before the
@@ -180,12 +222,13 @@ export function createSidebar({ open, deleted, failed, announce }) {
           listed.get(unseen[0].id).link.focus();
         }
       } else {
-        const ids = new Set(result.results.map((c) => c.id));
+        const ids = new Set([...result.results.map((c) => c.id), ...below]);
+        const items = [...result.results.map(itemFor), ...below.map((id) => listed.get(id).li)];
         for (const id of [...listed.keys()]) if (!ids.has(id)) listed.delete(id);
-        arrangeChildren(list, result.results.map(itemFor));
+        arrangeChildren(list, items);
       }
       if (focused && !list.contains(document.activeElement)) search.focus(); // its item is gone
-      more.hidden = result.page >= result.num_pages;
+      more.hidden = page >= result.num_pages;
       empty.hidden = list.children.length > 0;
       empty.textContent = query ? "No conversation matches." : "No conversations yet.";
     } catch (error) {
@@ -230,12 +273,21 @@ export function createSidebar({ open, deleted, failed, announce }) {
     if (open) search.focus();
   });
   document.getElementById("close-sidebar").addEventListener("click", () => closeDrawer({ focusToggle: true }));
+  // What shows of the chat beside the drawer is inert, so a tap there did nothing: it closes the
+  // drawer instead, as a tap beside a drawer does elsewhere.
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest("#sidebar, #toggle-sidebar")) closeDrawer({ focusToggle: true });
+  });
   // Wide enough, the list stands beside the chat: no drawer, nothing inert.
-  matchMedia("(min-width: 721px)").addEventListener("change", (event) => { if (event.matches) closeDrawer(); });
+  matchMedia("not all and (max-width: 45em)").addEventListener("change", (event) => { if (event.matches) closeDrawer(); });
 
   return {
     closeDrawer,
-    refresh: () => load({ pages: page }),
+    /** The server's limits (GET /api/auth/session): a title's length, in code points. */
+    setLimits(limits) {
+      maxTitleChars = Number(limits?.max_title_chars) || 0;
+    },
+    refresh: () => load({ isFirstOnly: true }),
     setCurrent(id) {
       current = id;
       for (const li of list.children) markCurrent(li);
@@ -245,6 +297,8 @@ export function createSidebar({ open, deleted, failed, announce }) {
       writing = ids;
       for (const li of list.children) markWriting(li);
     },
+    /** Takes a conversation found deleted out of the list: its name as listed, null if it was not. */
+    drop: (id) => drop(id),
     /** The title shown for a conversation; undefined when it is not in the list. */
     titleOf: (id) => listed.get(id)?.conversation.title,
     /** The name the list shows for a conversation; null when it is not in the list. */
@@ -254,7 +308,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
       const shown = listed.get(updated.id);
       if (!shown) return;
       shown.conversation.title = updated.title;
-      shown.link.textContent = updated.title || UNTITLED;
+      showTitle(shown.li, updated.title);
     },
     clear() {
       listed.clear();

@@ -16,6 +16,8 @@ const KEY = "chatapp.unsentWords";
  * of the conversation on screen go back at once and the others once it is shown again: a rewrite
  * into its message's editor, a new message (or a rewrite of a message no longer shown) into the
  * composer when that is empty (never into another conversation's, where Send would post them).
+ * A rewrite of a message not shown waits while older messages are still to be drawn (its
+ * message may be among them): given back, Send would post it as a new message.
  * @param {object} parts
  * @param {() => number|null} parts.shownId  the conversation on screen
  * @param {(messageId: string) => Element|null} parts.findMessage  that user message, if shown
@@ -26,9 +28,11 @@ const KEY = "chatapp.unsentWords";
  * @param {EventTarget} [parts.page]  the window: as it goes (`pagehide`), what is being written is kept
  * @param {() => string} [parts.composerText]
  * @param {() => {text: string, editOf: string}[]} [parts.rewrites]  the editors open, changed
+ * @param {() => boolean} [parts.hasOlder]  older messages of the conversation on screen are still
+ *   to be drawn (call giveBack once they are)
  */
 export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
-  storage = tabStorage(), page = null, composerText = () => "", rewrites = () => [] }) {
+  storage = tabStorage(), page = null, composerText = () => "", rewrites = () => [], hasOlder = () => false }) {
   const kept = read();
   let unsent = kept.entries; // [conversation id, words]
   let owner = kept.owner; // the name of the user who wrote them (null: not known yet)
@@ -103,7 +107,8 @@ export function createUnsentWords({ shownId, findMessage, edit, fillComposer,
       if (entryId !== id) left.push(entry);
       else if (edited) {
         if (!edit(edited, words.text)) left.push(entry);
-      } else if (!composerText()) fillComposer(words.text);
+      } else if (words.editOf !== null && hasOlder()) left.push(entry); // its message may be older
+      else if (!composerText()) fillComposer(words.text);
       else left.push(entry);
     }
     if (left.length === unsent.length) return;

@@ -5,7 +5,7 @@ export const MESSAGE_STATUSES = Object.freeze(["streaming", "completed", "stoppe
 export const GENERATION_STATUSES = Object.freeze(["streaming", "stop_requested", "completed", "stopped", "truncated", "failed"]);
 export const FINISH_REASONS = Object.freeze(["stop", "length", "content_filter", "cancelled", "error"]);
 // Who or what cancelled an answer (a message's generation.cancelled_by; empty when nobody did).
-export const CANCELLERS = Object.freeze(["user", "client_gone", "shutdown", "timeout", "admin"]);
+export const CANCELLERS = Object.freeze(["user", "client_gone", "shutdown", "timeout", "admin", "signed_out"]);
 
 // Named access (STATUS.STOPPED) without a second copy of the strings.
 export const STATUS = Object.freeze(Object.fromEntries(MESSAGE_STATUSES.map((s) => [s.toUpperCase(), s])));

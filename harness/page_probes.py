@@ -45,6 +45,31 @@ def wait_for_handled(page, condition, what: str, timeout_s: float = 10) -> None:
     wait_until(lambda: page.evaluate("true") and condition(), timeout_s, what)
 
 
+# What the page shows of its state, for a report on a failed test.
+PAGE_STATE = """
+({
+  address: location.hash,
+  alert: document.querySelector("#alert:not([hidden]) #alert-text")?.textContent ?? null,
+  streaming: document.body.dataset.streaming ?? null,
+  messages: [...document.querySelectorAll("#messages .message")].map((m) => ({
+    role: m.dataset.role, status: m.dataset.status, error: m.dataset.error ?? null,
+    state: m.querySelector(".message-state")?.textContent || null,
+    text: (m.querySelector(".message-content")?.textContent ?? "").slice(0, 120),
+  })),
+})
+"""
+
+
+def page_state(page) -> str:
+    """The page as a failing test left it: its address, alert, messages and console errors."""
+    try:
+        state = page.evaluate(PAGE_STATE)
+    except Exception as error:  # a page closed or crashed says so instead
+        state = f"not readable: {error}"
+    errors = getattr(page, "console_errors", [])
+    return json.dumps({"page": state, "console_errors": errors}, indent=1, ensure_ascii=False)
+
+
 def alert_text(page) -> str:
     """The alert's words, once it shows."""
     page.wait_for_selector("#alert:not([hidden])")

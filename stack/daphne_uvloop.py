@@ -20,7 +20,10 @@ body reaches Django, whose API answers it in JSON (a 400: it cannot be read; a f
 a 415: the API reads JSON only). Twisted also answers a bare 400, no body, to a request line
 whose address holds bytes past ASCII, which browsers escape but curl and scripts send as typed
 (`?q=café`) and nginx passes on: each such byte is percent-escaped first, as a browser would
-have, so that Django answers the address as it answers the escaped one.
+have, so that Django answers the address as it answers the escaped one. And Twisted answers
+the same bare 400 to a request head past 16 KB or 500 lines, which nginx reads (up to 32 KB, in
+as many lines as fit) and passes on: daphne's bounds are set above nginx's, so that nginx's own
+refusal, JSON under /api/, is the only one a client behind it meets.
 
     python -m stack.daphne_uvloop <daphne's own arguments>
 """
@@ -33,6 +36,10 @@ import sys
 import uvloop
 
 LISTEN_BACKLOG = 1024
+# Above nginx's default large_client_header_buffers (4 x 8 KB; a line takes at least 4 bytes),
+# with room for the headers nginx adds: still a bound where daphne serves alone.
+HEAD_BYTES = 64 * 1024
+HEAD_LINES = 10_000
 
 
 def daphne_arguments(argv: list[str]) -> list[str]:
@@ -55,7 +62,8 @@ def escaped(request_line: bytes) -> bytes:
 def requests_left_to_the_app() -> None:
     """daphne's requests made with Twisted's form parsing off (its HTTPFactory reads the name at
     each connection), their request lines escaped before Twisted parses them (a name its
-    HTTPChannel reads at each request; tests/test_api_errors_are_json.py fails should it go)."""
+    HTTPChannel reads at each request), and their heads bounded above nginx's (class attributes
+    HTTPChannel reads at each line; tests/test_api_errors_are_json.py fails should any go)."""
     from daphne import http_protocol
     from twisted.web import http
 
@@ -64,6 +72,7 @@ def requests_left_to_the_app() -> None:
             super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
 
     http_protocol.WebRequest = UnparsedWebRequest
+    http.HTTPChannel.totalHeadersSize, http.HTTPChannel.maxHeaders = HEAD_BYTES, HEAD_LINES
     parse = http._parseRequestLine
     http._parseRequestLine = lambda line: parse(escaped(line))
 

@@ -20,7 +20,7 @@ MARK = "process"
 LEFT_OUT_OF_CHECK = (MARK, "slow", "llama_cpp", "fuzz")
 
 # Fixtures that start a child process.
-PROCESS_FIXTURES = frozenset({"probe_app_port", "nginx_binary", "chromium"})
+PROCESS_FIXTURES = frozenset({"probe_app_port", "nginx_binary", "chromium", "restartable_redis"})
 
 # The audit events of starting a child (sys.addaudithook; Python's own table of events).
 _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.spawn", "os.fork",

@@ -72,6 +72,17 @@ def a_form_nobody_can_parse(base_url):
                                       headers={"Content-Type": "multipart/form-data"})
 
 
+def a_head_past_16_kb(base_url):
+    # Within nginx's reading of a request head (lines of up to 8 KB, 32 KB in all), past
+    # Twisted's 16 KB under daphne, which answered a bare 400 with no body.
+    return httpx2.get(f"{base_url}/api/no-such-thing", headers={f"X-Filler-{i}": "x" * 900 for i in range(20)})
+
+
+def over_500_header_lines(base_url):
+    # As many lines as nginx reads, past Twisted's 500, which answered the same bare 400.
+    return httpx2.get(f"{base_url}/api/no-such-thing", headers=[(f"X-Filler-{i}", "x") for i in range(600)])
+
+
 CASES = {
     unmatched_path: (404, "not_found"),
     unknown_endpoint: (404, "not_found"),
@@ -84,6 +95,8 @@ CASES = {
     server_error: (500, "server_error"),
     a_form_with_files: (415, "unsupported_media_type"),
     a_form_nobody_can_parse: (400, "bad_request"),
+    a_head_past_16_kb: (404, "not_found"),
+    over_500_header_lines: (404, "not_found"),
 }
 
 

@@ -20,7 +20,7 @@ def test_the_vocabulary_is_the_one_the_product_promises():
     assert {r.value for r in FinishReason} == {
         "stop", "length", "content_filter", "cancelled", "error"
     }
-    assert {c.value for c in CancelledBy} == {"user", "client_gone", "shutdown", "timeout", "admin"}
+    assert {c.value for c in CancelledBy} == {"user", "client_gone", "shutdown", "timeout", "admin", "signed_out"}
 
 
 def test_each_finish_reason_ends_an_answer_in_its_status():

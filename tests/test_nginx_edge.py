@@ -42,3 +42,16 @@ def test_the_api_keeps_djangos_headers_without_duplicates(nginx_in_front):
 
     assert response.headers.get_list("x-frame-options") == ["DENY"]
     assert response.headers.get_list("x-content-type-options") == ["nosniff"]
+
+
+def test_a_clients_own_claim_of_https_is_not_believed_behind_nginx(nginx_in_front, probe_app_port):
+    """The app takes X-Forwarded-Proto from its proxy (its cookies are Secure over HTTPS);
+    nginx sets the header to the scheme it served, whatever the client sent."""
+    claims_https = {"X-Forwarded-Proto": "https"}
+
+    direct = httpx2.get(f"http://127.0.0.1:{probe_app_port}/api/auth/session", headers=claims_https)
+    behind_nginx = httpx2.get(f"http://127.0.0.1:{nginx_in_front()}/api/auth/session", headers=claims_https)
+
+    assert "; secure" in direct.headers["set-cookie"].lower()
+    assert "csrftoken=" in behind_nginx.headers["set-cookie"]
+    assert "secure" not in behind_nginx.headers["set-cookie"].lower()

@@ -4,11 +4,13 @@ import json
 import os
 import re
 import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from common import env
 
@@ -38,11 +40,13 @@ SETTINGS_AS_JSON = (
 )
 
 
-def settings_under(variables: dict[str, str], script: str = SETTINGS_AS_JSON) -> subprocess.CompletedProcess:
+def settings_under(variables: dict[str, str], script: str = SETTINGS_AS_JSON,
+                   timeout: float = 120) -> subprocess.CompletedProcess:
     """Runs `script` after the real settings in a fresh process with exactly these variables set."""
     environment = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "chatapp.settings", **variables}
     return subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO_DIR, env=environment, capture_output=True, text=True
+        [sys.executable, "-c", script], cwd=REPO_DIR, env=environment, capture_output=True, text=True,
+        timeout=timeout,
     )
 
 
@@ -188,6 +192,38 @@ def test_database_url_selects_postgresql():
     )
 
     assert json.loads(result.stdout)["ENGINE"] == "django.db.backends.postgresql"
+
+
+@pytest.mark.process
+def test_a_postgresql_server_that_never_answers_is_given_up_on_after_the_connect_timeout():
+    """A host down or cut off answers nothing; libpq alone waits for it forever, and a database
+    thread waiting there holds every call queued behind it, a relay's final write included."""
+    connecting = ("import django; django.setup(); from django.db import OperationalError, connection\n"
+                  "try: connection.ensure_connection()\n"
+                  "except OperationalError as error: print(error)")
+    # The kernel takes the connection into the listen queue; nobody ever reads it.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        result = settings_under({"DJANGO_SECRET_KEY": "x" * 50, "CHAT_DATABASE_CONNECT_TIMEOUT_SECONDS": "2",
+                                 "DATABASE_URL": f"postgres://postgres@127.0.0.1:{silent.getsockname()[1]}/test"},
+                                connecting, timeout=30)  # bounds a failure only
+
+    assert "timeout expired" in result.stdout, result.stderr
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's connections")
+def test_a_postgresql_connection_finds_its_server_gone_silent_within_half_a_minute():
+    """Keepalives are on by default, but first probe after two hours, and a statement sent and
+    never acknowledged (a final write to a server that vanished) is sent again for some
+    fifteen minutes."""
+    connection.ensure_connection()
+    with socket.socket(fileno=os.dup(connection.connection.fileno())) as sock:
+        probing = [sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)] + [
+            sock.getsockopt(socket.IPPROTO_TCP, option)
+            for option in (socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT, socket.TCP_USER_TIMEOUT)]
+
+    on, idle_s, interval_s, count, unacknowledged_ms = probing
+    assert on and idle_s + interval_s * count <= 30 and 0 < unacknowledged_ms <= 30_000
 
 
 @pytest.mark.process

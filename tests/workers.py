@@ -23,6 +23,7 @@ LONGEST_FIRST = (
     "tests/test_stack.py",  # 80 s
     "tests/reliability/test_soak.py",  # 53 s
     "tests/chat/test_real_model.py",  # 50 s
+    "tests/chat/test_sign_out_across_web_processes.py",  # 36 s alone (2026-12-07)
     "tests/chat/test_stop_across_web_processes.py",  # 32 s
 )
 

@@ -17,6 +17,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 from django.middleware.security import SecurityMiddleware
+from django.utils.deprecation import MiddlewareMixin
 
 
 class _OnTheLoop:
@@ -39,7 +40,16 @@ class _OnTheLoop:
 
 
 class Security(_OnTheLoop, SecurityMiddleware):
-    pass
+    def process_response(self, request, response):
+        """Over HTTPS (nginx's X-Forwarded-Proto, which it sets whatever the client sent) every
+        cookie is Secure, CHAT_SECURE_COOKIES or not: the session cookie of a site behind TLS
+        would otherwise go out again to any http:// address of it, readable on the way. Last
+        of the responses' hooks, after every cookie is set (sign-in's device cookie too)."""
+        response = super().process_response(request, response)
+        if request.is_secure():
+            for cookie in response.cookies.values():
+                cookie["secure"] = True
+        return response
 
 
 class Session(_OnTheLoop, SessionMiddleware):
@@ -76,3 +86,12 @@ class Messages(_OnTheLoop, MessageMiddleware):
 
 class XFrameOptions(_OnTheLoop, XFrameOptionsMiddleware):
     pass
+
+
+class ContentSecurityPolicy(_OnTheLoop, MiddlewareMixin):
+    """settings.CHAT_PAGES_POLICY on every answer that names no policy of its own (Django 5.2
+    has no middleware of its own for it)."""
+
+    def process_response(self, request, response):
+        response.headers.setdefault("Content-Security-Policy", settings.CHAT_PAGES_POLICY)
+        return response

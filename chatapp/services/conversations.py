@@ -1,8 +1,10 @@
 """Writes of conversations and messages, and the start of an answer (its plan, then its rows)."""
 
+import copy
 import uuid
 from dataclasses import dataclass, field
 
+import regex
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
@@ -11,12 +13,16 @@ from django.utils import timezone
 
 from common.vocabulary import CancelledBy, GenerationStatus, MessageStatus
 
-from .. import conversation_settings, selectors
-from ..title_text import shown_line
-from ..errors import STREAMS_RETRY_AFTER_SECONDS, ApiError, not_found
+from .. import conversation_settings
+from ..title_text import cut_between_glyphs, shown_line
+from ..errors import ApiError, not_found
 from ..models import Conversation, Generation, Message
 from .generations import IllegalTransition, Outcome, generation_finish, generation_stop
+from .stream_claims import refuse_when_full, stream_claim_release
 
+FIRST_LINE_CHARS = 80  # of a title taken from the first message
+# A title's length in code points, as the database counts it; the rename box is told it (the session).
+MAX_TITLE_CHARS = Conversation._meta.get_field("title").max_length
 
 # --- conversations ---
 def conversation_create(*, owner, title: str = "", choices: dict | None = None) -> Conversation:
@@ -80,8 +86,8 @@ def conversation_title_by_model(*, conversation_id: int, title: str, replacing: 
 
 def _title(title: str) -> str:
     """The user's name for a conversation, as it is shown (title_text.shown_line)."""
-    if len(title) > 200:
-        raise ApiError(400, "title_too_long", "a title holds at most 200 characters")
+    if len(title) > MAX_TITLE_CHARS:
+        raise ApiError(400, "title_too_long", f"a title holds at most {MAX_TITLE_CHARS} characters")
     return shown_line(title)
 
 
@@ -93,8 +99,8 @@ def _first_question_title(conversation: Conversation) -> str:
 
 def title_from(content: str) -> str:
     """The title a conversation takes from its first message: that message's first line with
-    something to show (one of only invisible characters is none)."""
-    return next(filter(None, map(shown_line, content.splitlines())), "")[:80]
+    something to show (one of only invisible characters is none), at most 80 characters."""
+    return cut_between_glyphs(next(filter(None, map(shown_line, content.splitlines())), ""), FIRST_LINE_CHARS)
 
 
 # --- starting an answer ---
@@ -106,7 +112,7 @@ class AnswerPlan:
 
     user: object
     conversation: Conversation
-    seen: list[tuple[int, str]]  # (pk, status) of the messages read: the write finds them so or refuses
+    seen: list[tuple]  # each message read (_as_read): the write finds them so or refuses
     said: list[Message]  # what the model may see, oldest first: prompt_fit keeps what fits of it
     prompt: list[dict]  # the whole of it until prompt_fit leaves out what does not fit
     sampling: dict
@@ -140,8 +146,13 @@ class AnswerStart:
     continue_final_message: bool = False  # writing on at the end of a truncated answer
 
 
+# Spaces, control and invisible format characters alone say nothing (frontend/message_text.js
+# draws the same line, so the page does not send what would be refused).
+NOTHING_BUT_BLANKS = regex.compile(r"[\s\p{Cc}\p{Cf}]*")
+
+
 def validate_content(content: str) -> str:
-    if not content.strip():
+    if NOTHING_BUT_BLANKS.fullmatch(content):
         raise ApiError(400, "empty_message", "a message needs some text")
     if len(content) > settings.CHAT_MAX_MESSAGE_CHARS:
         raise ApiError(400, "message_too_long",
@@ -151,14 +162,43 @@ def validate_content(content: str) -> str:
 
 def _check_limits(user, conversation: Conversation) -> list[Message]:
     """Raises 429 or 409 when no answer may start; else the conversation's messages."""
-    if selectors.streams_open(user=user) >= settings.CHAT_MAX_STREAMS_PER_USER:
-        raise ApiError(429, "too_many_streams",
-                       f"at most {settings.CHAT_MAX_STREAMS_PER_USER} answers may stream at once",
-                       retry_after_s=STREAMS_RETRY_AFTER_SECONDS)
+    refuse_when_full(user=user)
     history = list(conversation.messages.all())
     if any(message.status == MessageStatus.STREAMING for message in history):
         raise ApiError(409, "conversation_busy", "an answer is still streaming in this conversation")
     return history
+
+
+@dataclass(frozen=True)
+class ShownLast:
+    """The last message a page shows, as it read it: its id, and the number of characters (code
+    points) of its text, when the page says. A message that keeps its id changes only by growing
+    (an answer continued, or given back what its page was sent): a length the page did not read
+    is a text it never showed, and an id alone would not tell."""
+
+    message_id: int
+    chars: int | None = None
+
+    def is_stale_for(self, history: list[Message]) -> bool:
+        if not history or history[-1].pk != self.message_id:
+            return True
+        return self.chars is not None and len(history[-1].content) != self.chars
+
+
+def _check_shown_last(history: list[Message], shown_last: ShownLast | None) -> None:
+    """A page that drops messages (regenerate, edit) names the last one it shows: a page that has
+    not seen a later one, or later text of it, written from another tab or device, would drop
+    what it never showed."""
+    if shown_last is not None and shown_last.is_stale_for(history):
+        raise ApiError(409, "conversation_changed",
+                       "the conversation changed since this page read it (in another tab or "
+                       "device): read it again")
+
+
+def _as_read(message: Message) -> tuple[int, str, int]:
+    """What a plan's write must find of a message: a continuation ended meanwhile may leave its
+    status as it was and its id too, but not its length (ShownLast)."""
+    return message.pk, message.status, len(message.content)
 
 
 def _plan(user, conversation: Conversation, history: list[Message], said: list[Message],
@@ -167,7 +207,7 @@ def _plan(user, conversation: Conversation, history: list[Message], said: list[M
     answer that failed or is still streaming is not part of what was said."""
     said = [m for m in said if m.status not in (MessageStatus.FAILED, MessageStatus.STREAMING)]
     system = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-    return AnswerPlan(user, conversation, [(m.pk, m.status) for m in history], said,
+    return AnswerPlan(user, conversation, [_as_read(m) for m in history], said,
                       system + [{"role": m.role, "content": m.content} for m in said],
                       conversation_settings.sampling(conversation), **rows)
 
@@ -179,26 +219,33 @@ def message_send(*, user, conversation: Conversation, content: str) -> AnswerPla
     return _plan(user, conversation, history, [*history, question], question=question, title=title)
 
 
-def message_edit_and_resend(*, user, message: Message, content: str) -> AnswerPlan:
-    """The edited message takes its new text; every later message of the conversation goes."""
+def message_edit_and_resend(*, user, message: Message, content: str,
+                            shown_last: ShownLast | None = None) -> AnswerPlan:
+    """The edited message takes its new text; every later message of the conversation goes.
+    `shown_last`: the last message the page shows, when it says (_check_shown_last)."""
     conversation = message.conversation
     history = _check_limits(user, conversation)
+    _check_shown_last(history, shown_last)
     if message.role != Message.Role.USER:
         raise ApiError(409, "not_a_user_message", "only your own messages can be edited")
     position = next((i for i, m in enumerate(history) if m.pk == message.pk), None)
     if position is None:
         raise not_found("message")  # deleted since it was looked up
-    edited = history[position]
+    # A copy takes the new text: the plan's write must find the message as it was read (_as_read).
+    edited = copy.copy(history[position])
     edited.content = content
     first_question = next(m for m in history if m.role == Message.Role.USER)
-    title = title_from(content) if edited is first_question and not conversation.title_set_by_user else None
-    return _plan(user, conversation, history, history[: position + 1], edited=edited,
+    title = title_from(content) if edited.pk == first_question.pk and not conversation.title_set_by_user else None
+    return _plan(user, conversation, history, [*history[:position], edited], edited=edited,
                  dropped=history[position + 1:], title=title)
 
 
-def answer_regenerate(*, user, conversation: Conversation, model: str | None = None) -> AnswerPlan:
-    """The last answer again, from the conversation's model or `model`, which it then keeps."""
+def answer_regenerate(*, user, conversation: Conversation, model: str | None = None,
+                      shown_last: ShownLast | None = None) -> AnswerPlan:
+    """The last answer again, from the conversation's model or `model`, which it then keeps.
+    `shown_last`: the answer the page shows last, when it says (_check_shown_last)."""
     history = _check_limits(user, conversation)
+    _check_shown_last(history, shown_last)
     if not history or history[-1].role != Message.Role.ASSISTANT:
         raise ApiError(409, "nothing_to_regenerate", "the conversation does not end with an answer")
     # The old answer's audit rows stay, with the text the user saw.
@@ -224,8 +271,9 @@ def answer_write(*, plan: AnswerPlan) -> AnswerStart:
     sent upstream would no longer match it, and one deleted meanwhile answers 404.
     """
     _lock_user(plan.user.pk)
+    stream_claim_release(user=plan.user, request_id=plan.request_id)  # its generation holds it now
     history = _check_limits(plan.user, plan.conversation)
-    if [(m.pk, m.status) for m in history] != plan.seen:
+    if [_as_read(m) for m in history] != plan.seen:
         raise ApiError(409, "conversation_changed",
                        "the conversation changed while the answer was starting; try again")
     Message.objects.filter(pk__in=[m.pk for m in plan.dropped]).delete()

@@ -7,12 +7,13 @@ from django.contrib.auth.decorators import permission_required
 
 # The audit page and the live view: every user's answers, as the admin's Generation list.
 REVIEW_ANSWERS = "chatapp.view_generation"
-# The live view's Stop of anyone's answer.
+# The live view's Stop of anyone's answer; asked together with REVIEW_ANSWERS, as a Stop is of
+# an answer one sees there (alone, a Stop by id would tell of answers one may not review).
 STOP_ANSWERS = "chatapp.stop_generation"
 
 
-def may(user, permission: str) -> bool:
-    return user.is_active and user.is_staff and user.has_perm(permission)
+def may(user, *permissions: str) -> bool:
+    return user.is_active and user.is_staff and user.has_perms(permissions)
 
 
 def staff_page(permission: str):

@@ -6,6 +6,7 @@ from datetime import date, datetime
 from types import SimpleNamespace
 
 from django.contrib import auth
+from django.db import connection
 from django.db.models import Min
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -41,6 +42,21 @@ def may_still_review(*, user_id: int, session) -> bool:
     fresh = SimpleNamespace(session=type(session)(session_key=session.session_key))
     user = auth.get_user(fresh)
     return user.pk == user_id and permissions.may(user, permissions.REVIEW_ANSWERS)
+
+
+def models_in_the_log() -> list[str]:
+    """Every model the audit log names, in order: a walk down the model index, one look-up per
+    model, where DISTINCT reads every row of a log that only grows (0.2 s at 300,000 rows)."""
+    table = connection.ops.quote_name(Generation._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            WITH RECURSIVE walk (model) AS (
+                SELECT MIN(model) FROM {table}
+                UNION ALL
+                SELECT (SELECT MIN(model) FROM {table} WHERE model > walk.model) FROM walk
+                WHERE walk.model IS NOT NULL)
+            SELECT model FROM walk WHERE model IS NOT NULL""")
+        return [model for (model,) in cursor.fetchall()]
 
 
 def generation_of_anyone(*, generation_id: int) -> Generation:

@@ -1,6 +1,7 @@
 """The start of an answer: the upstream request, then the rows' write.
 
-Every refusal of ours is decided before (services' plan, one read). The upstream is asked first,
+Every refusal of ours is decided before (services' plan, one read, and the user's place claimed
+among the answers streaming at once: services/stream_claims.py). The upstream is asked first,
 and the rows are written once it took the request: its answer's head comes before the model has
 read the prompt, so the write still runs while the model does, and the first byte waits for both,
 so the rows are committed before any text is shown. An upstream refusal therefore changes
@@ -14,17 +15,67 @@ audit row of no message saying so where none was written.
 
 import asyncio
 import contextlib
+import logging
+from collections.abc import Callable
 
 from common.vocabulary import CancelledBy
 
 from .. import services
+from ..runtime.database_outage import log_failure
 from ..runtime.database_threads import on_database_thread
 from ..runtime import web_process
 from ..runtime.to_the_end import to_the_end
 from ..upstream import token_counts
 from ..upstream.inference_client import UpstreamRefused, UpstreamStream
 
+logger = logging.getLogger(__name__)
 _CLIENT_GONE = services.Outcome(cancelled_by=CancelledBy.CLIENT_GONE)
+
+
+async def planned_with_a_place(plan_answer: Callable[[], services.AnswerPlan]) -> services.AnswerPlan:
+    """The plan, and one of the user's places among the answers streaming at once, claimed in the
+    same hand-off to a database thread (each costs time in front of the first token), before
+    anything goes upstream (services.stream_claim)."""
+    planning = asyncio.ensure_future(on_database_thread(_plan_and_claim)(plan_answer))
+    try:
+        await asyncio.wait({planning})  # a database call cannot be called back: it is waited for
+    except asyncio.CancelledError:  # the browser left: a place claimed meanwhile is given back
+        await to_the_end(_place_given_back_once_planned(planning))
+        raise
+    return planning.result()
+
+
+def _plan_and_claim(plan_answer: Callable[[], services.AnswerPlan]) -> services.AnswerPlan:
+    plan = plan_answer()
+    services.stream_claim(user=plan.user, request_id=plan.request_id)
+    return plan
+
+
+async def _place_given_back_once_planned(planning: asyncio.Future) -> None:
+    try:
+        plan = await planning
+    except Exception:
+        return  # refused: nothing was claimed
+    await _place_given_back(plan)
+
+
+@contextlib.asynccontextmanager
+async def place_held(plan: services.AnswerPlan):
+    """The user's place the plan claimed (services.stream_claim), while its start goes on: the
+    write takes it over; a start refused or abandoned before that gives it back at once (one the
+    database refuses to give back stops counting after its lifetime)."""
+    try:
+        yield
+    except BaseException:
+        await to_the_end(_place_given_back(plan))
+        raise
+
+
+async def _place_given_back(plan: services.AnswerPlan) -> None:
+    try:
+        await on_database_thread(services.stream_claim_release)(user=plan.user, request_id=plan.request_id)
+    except Exception:
+        log_failure(logger, "giving back the stream place of request %s failed", plan.request_id)
 
 
 async def begin(plan: services.AnswerPlan) -> tuple[services.AnswerStart, UpstreamStream]:

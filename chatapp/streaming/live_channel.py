@@ -18,10 +18,11 @@ elsewhere nothing is sent, so an answer nobody watches costs the layer nothing p
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..runtime.held_tasks import held_until_done
 
@@ -36,6 +37,9 @@ _PRESENCE_INTERVALS = 3
 # is not sent is no loss: the rows hold it (a relay's heartbeat reads a Stop there, a reader
 # reads a gap there), and a member left behind expires with its group (the layer's group expiry).
 LAYER_WITHIN_SECONDS = 5.0
+# How often a member of a group (a relay's stop listener, a hub) joins it again, since a restarted
+# Redis forgot it, and a listener whose layer failed listens again.
+REJOIN_SECONDS = 2.0
 
 
 def relay_group(generation_id: int) -> str:
@@ -131,6 +135,51 @@ async def leave(layer, group: str, channel: str) -> None:
 
 
 async def tell_relay(generation_id: int, message: dict) -> None:
-    """A message to the relay of this answer, in whichever process it runs."""
+    """A message to the relay of this answer, in whichever process it runs (a Stop's tells:
+    relay_inbox.tell_relay_to_stop)."""
     async with asyncio.timeout(LAYER_WITHIN_SECONDS):
-        await get_channel_layer().group_send(relay_group(generation_id), message)
+        await once_more_if_lost(lambda: get_channel_layer().group_send(relay_group(generation_id), message))
+
+
+async def once_more_if_lost(command: Callable[[], Awaitable]) -> None:
+    """`command()` on the layer, and once more if its connection was lost: one pooled from before
+    Redis restarted fails as it is next used, and redis-py connects it afresh."""
+    try:
+        await command()
+    except RedisConnectionError:
+        await command()
+
+
+async def join(layer, group: str, channel: str, failed: str) -> None:
+    """`channel` joins `group` once, within LAYER_WITHIN_SECONDS; a failure is logged as
+    `failed` and no more (the caller's fallback reads the rows, and stay_member joins again)."""
+    try:
+        async with asyncio.timeout(LAYER_WITHIN_SECONDS):
+            await once_more_if_lost(lambda: layer.group_add(group, channel))
+    except Exception:
+        logger.exception(failed)
+
+
+async def stay_member(layer, group: str, channel: str, failed: str) -> None:
+    """Joins `group`, and again every REJOIN_SECONDS, for as long as it runs: a Redis restarted
+    empty forgets its members, and only one receive of a process waits on Redis for all of its
+    channels (channels_redis), so the other listeners never fail to tell of it."""
+    async def joined_then_waited():
+        await layer.group_add(group, channel)
+        await asyncio.sleep(REJOIN_SECONDS)
+    while True:
+        await until_it_works(joined_then_waited, failed)
+
+
+async def until_it_works(work: Callable[[], Awaitable], failed: str) -> None:
+    """`work()` once it returns; after each failure again, REJOIN_SECONDS later. `failed` is
+    logged once an outage: a Redis down fails every time."""
+    failing = False
+    while True:
+        try:
+            return await work()
+        except Exception:
+            if not failing:
+                logger.exception(failed)
+            failing = True
+        await asyncio.sleep(REJOIN_SECONDS)

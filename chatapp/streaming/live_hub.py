@@ -13,7 +13,9 @@ it grows. A delta costs the layer one message per web process, and the database 
 
 A gap (a delta the layer dropped) is asked of the relay at once, by announcing the hub again,
 and read from the rows if still open a watch interval later. The hub is made when the first
-watcher of an answer joins and closed when the last one leaves.
+watcher of an answer joins and closed when the last one leaves; while it lives it joins its group
+again every live_channel.REJOIN_SECONDS and listens again after its layer failed, as a relay's
+stop listener does, so that a Redis restart leaves its watchers on the rows for seconds only.
 """
 
 import asyncio
@@ -95,7 +97,8 @@ class LiveHub:
         self._take(0, progress.text_after[self._earlier:])
         self.stored = max(self.stored, progress.own_length)
         if not self._tasks:
-            self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._keep())]
+            self._tasks = [asyncio.create_task(work)
+                           for work in (self._receive(), self._keep(), self._stay_member())]
 
     def close(self) -> None:
         for task in self._tasks:
@@ -103,8 +106,12 @@ class LiveHub:
         held_until_done(self._unsubscribe())  # leaving the group, awaited by nobody
 
     async def _subscribe(self) -> None:
+        """Joins the answer's live group. A join that fails (Redis down or silent) fails no
+        watcher: the keeper reads the rows, as it does while the channel is quiet."""
         self._channel = await self._layer.new_channel()
-        await self._layer.group_add(live_channel.live_group(self.generation_id), self._channel)
+        await live_channel.join(self._layer, live_channel.live_group(self.generation_id), self._channel,
+                                f"joining the live channel of generation {self.generation_id} failed; "
+                                "its watchers read the rows")
 
     async def _unsubscribe(self) -> None:
         """Also after a join that failed or was cancelled: a member left behind lingers for a day."""
@@ -126,21 +133,27 @@ class LiveHub:
             self._announce_now = True
             self._due.set()
         if grew:
-            self._wake()
+            self.wake()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Wakes every watcher waiting for the text to grow (or for a watch of it to end)."""
         self.changed.set()
         self.changed = asyncio.Event()
 
     async def _receive(self) -> None:
+        """Hears the relay's deltas for as long as the hub lives. A layer that fails (Redis down,
+        or its connections from before a restart failing once each) is listened to again every
+        live_channel.REJOIN_SECONDS, as the hub joins its group again (_stay_member); the keeper
+        reads the rows meanwhile, as it does while the channel is quiet."""
+        await live_channel.until_it_works(self._heard, f"the live channel of generation "
+                                                       f"{self.generation_id} failed; its watchers read the rows")
+
+    async def _heard(self) -> None:
         while True:
             try:
                 message = await self._layer.receive(self._channel)
             except (TimeoutError, RedisTimeoutError):  # the layer's own wait may end (BRIEF §12)
                 continue
-            except Exception:  # the keeper reads the rows while the channel is quiet
-                logger.exception("the live channel of generation %s failed", self.generation_id)
-                return
             self._last_heard = time.monotonic()
             offset, text, saved = message.get("offset"), message.get("text"), message.get("saved")
             if message.get("type") == live_channel.DELTA and isinstance(offset, int) and isinstance(text, str):
@@ -150,6 +163,14 @@ class LiveHub:
             elif message.get("type") == live_channel.END:
                 self._final_heard = True
                 self._due.set()
+
+    async def _stay_member(self) -> None:
+        """A Redis restarted empty forgot the hub's member of the live group: joined again every
+        live_channel.REJOIN_SECONDS, so that deltas come live again (a gap the outage left is
+        then asked of the relay, as any gap is)."""
+        await self.subscribed
+        await live_channel.stay_member(self._layer, live_channel.live_group(self.generation_id), self._channel,
+                                       f"joining the live channel of generation {self.generation_id} again failed")
 
     async def _keep(self) -> None:
         """Announces the hub (at once, every presence interval, and for a gap), and reads the rows
@@ -207,4 +228,4 @@ class LiveHub:
         self.text.settle(progress.text_after[progress.text_length - progress.own_length:])
         self.final = Final(progress, title_requested)
         self._tasks[0].cancel()  # the channel has no more to say
-        self._wake()
+        self.wake()

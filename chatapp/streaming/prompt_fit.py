@@ -43,20 +43,22 @@ async def fit(plan: AnswerPlan) -> None:
     budget = context - plan.sampling["max_tokens"]
     prompt = plan.conversation.system_prompt
     system = [Piece.of("system", prompt)] if prompt else []
-    reachable = _reachable(plan.said, context)
+    kept = _kept(plan.said, plan.continue_final_message)
+    reachable = _reachable(plan.said, context, kept)
     messages = [Piece.of(m.role, m.content, m) for m in reachable]
+    newest = len(messages) - kept  # the first of the messages that always stay
     memory = Memory(url, model, plan.conversation.pk)
-    start = memory.start_that_fits(system, messages, budget)
+    start = min(memory.start_that_fits(system, messages, budget), newest)
     counted = await _count(url, model, memory, system + messages[start:], plan.continue_final_message)
     if counted is None:
         tokens = memory.estimate(system + messages[start:])
     else:
         tokens = counted
-        while start < len(messages) - 1 and (tokens > budget or not messages[start].is_question):
+        while start < newest and (tokens > budget or not messages[start].is_question):
             tokens -= messages[start].floor
             start += 1
     if tokens >= context:
-        raise await _too_long(url, model, memory, system, tokens, context)
+        raise await _too_long(url, model, memory, system, tokens, context, plan.continue_final_message)
     plan.prompt = [p.entry for p in system + messages[start:]]
     plan.sampling = {**plan.sampling, "max_tokens": min(plan.sampling["max_tokens"], context - tokens)}
     left_out = start > 0 or len(reachable) < len(plan.said)
@@ -86,7 +88,7 @@ async def _count(url: str, model: str, memory: Memory, pieces: list[Piece], cont
 
 
 async def _too_long(url: str, model: str, memory: Memory, system: list[Piece], tokens: int,
-                    context: int) -> ApiError:
+                    context: int, continuing: bool) -> ApiError:
     """The refusal of a prompt that leaves the model no room to answer: the system prompt's
     where it is the greater part (every message of the conversation would be refused until its
     settings change; its characters were within bounds, its tokens are not), else the message's."""
@@ -97,6 +99,9 @@ async def _too_long(url: str, model: str, memory: Memory, system: list[Piece], t
             return ApiError(400, "system_prompt_too_long",
                             f"the conversation's system prompt takes about {alone} of the model's "
                             f"{context} tokens of context; shorten it in the conversation's settings")
+    if continuing:
+        return ApiError(400, "no_room_to_continue",
+                        "the answer and its question fill the model's context: there is no room to continue it")
     return ApiError(400, "context_too_long", "the message is too long for the model's context")
 
 
@@ -123,11 +128,22 @@ async def _context(url: str, model: str) -> int:
     return min(said, cap) if cap else said
 
 
-def _reachable(said: list[Message], context: int) -> list[Message]:
-    """The newest messages that could fit at all: older ones are not even weighed."""
+def _kept(said: list[Message], continuing: bool) -> int:
+    """How many of the newest messages the prompt always holds: the newest, and for a
+    continuation its question too, whole exchanges as ever (an answer read alone, its question
+    left out, is written on blind, and templates such as Gemma's refuse a prompt that starts
+    with an answer); one that does not fit then is refused."""
+    if continuing and len(said) >= 2 and said[-2].role == Message.Role.USER:
+        return 2
+    return 1
+
+
+def _reachable(said: list[Message], context: int, kept: int = 1) -> list[Message]:
+    """The newest messages that could fit at all: older ones are not even weighed; the `kept`
+    newest are always there (the fit refuses them when they are too long)."""
     room = context * MAX_BYTES_PER_TOKEN
     for index in range(len(said) - 1, -1, -1):
         room -= len(said[index].content)  # at least a byte a character
         if room < 0:
-            return said[index + 1:] or said[-1:]
+            return said[min(index + 1, len(said) - kept):]
     return said

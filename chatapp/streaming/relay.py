@@ -7,7 +7,9 @@ ones. The first delta always goes alone. Nothing waits for the database either (
 text is handed in at most once per interval to chatapp/streaming/partial_saves.py, which saves every
 relay's together, in the background). The relay ends in exactly one
 final write, whatever ends it: the upstream finishing or failing, a Stop from any process (the
-channel layer), the time limit, or the browser leaving for good. That write is shielded from
+channel layer), the time limit, the browser leaving for good, or the session that asked it
+ending (a sign-out, a password change elsewhere: session_ends.py), whose stream then ends with
+an `error` event `signed_out` in place of `done`. That write is shielded from
 cancellation.
 
 An answer outlives its page's connection: when the browser leaves (Django cancels us) without a
@@ -40,7 +42,7 @@ from ..runtime.held_tasks import held_until_done
 from ..runtime.to_the_end import to_the_end
 from ..upstream import titles
 from ..upstream.inference_client import UpstreamBroken, UpstreamStream
-from . import live_channel, prompt_fit, sse
+from . import live_channel, prompt_fit, session_ends, sse
 from .live_channel import LivePublisher
 from .partial_saves import partial_saves
 from .relay_inbox import RelayInbox
@@ -56,13 +58,15 @@ class _Cut:
 
 
 _HEARTBEAT = object()
-_STOP, _TIMEOUT, _NOBODY_BACK, _SHUTDOWN = (_Cut(who) for who in (
-    CancelledBy.USER, CancelledBy.TIMEOUT, CancelledBy.CLIENT_GONE, CancelledBy.SHUTDOWN))
+_STOP, _TIMEOUT, _NOBODY_BACK, _SHUTDOWN, _SIGNED_OUT = (_Cut(who) for who in (
+    CancelledBy.USER, CancelledBy.TIMEOUT, CancelledBy.CLIENT_GONE, CancelledBy.SHUTDOWN, CancelledBy.SIGNED_OUT))
 
 
 class Relay:
-    def __init__(self, start: services.AnswerStart, upstream: UpstreamStream, started: float):
+    def __init__(self, start: services.AnswerStart, upstream: UpstreamStream, started: float,
+                 session_key: str | None = None):
         self.start = start
+        self.session_key = session_key  # the session that asked: its end stops the answer
         self.generation = start.generation
         self.upstream = upstream
         self.started = started  # monotonic time the request arrived
@@ -79,6 +83,7 @@ class Relay:
         self._longest_gap = 0.0
         self._stop_asked = False
         self._shutdown_asked = False  # the web process is stopping: the answer ends now
+        self._signed_out = False  # the session that asked ended (session_ends.py)
         self._wake = asyncio.Event()  # set by the backlog when something is ready, and by a Stop
         self._backlog: UpstreamBacklog | None = None
         self._last_save = started
@@ -145,6 +150,9 @@ class Relay:
             if not finishing.done():  # the final write waits for the database: the page must
                 yield sse.HEARTBEAT  # not take the quiet for a stalled connection
         generation = finishing.result()
+        if self.outcome.cancelled_by == CancelledBy.SIGNED_OUT:
+            yield sse.SIGNED_OUT  # not even how it ended: the session is no longer the user's
+            return
         if not self.start.continue_final_message and generation.status in (
                 GenerationStatus.COMPLETED, GenerationStatus.TRUNCATED):
             prompt_fit.answered(conversation_id=generation.conversation_id, model=generation.model,
@@ -217,6 +225,7 @@ class Relay:
         upstream that ended waits for a reader (or the grace) before the loop ends.
         """
         helpers = self._inbox.listen(at_once=unattended)
+        session = session_ends.watch(self.generation.user_id, self.session_key, self._ask_signed_out)
         if self._backlog is None:
             self._backlog = UpstreamBacklog(self.upstream.chunks(), self._wake.set)
         backlog = self._backlog
@@ -229,6 +238,9 @@ class Relay:
                     return
                 if self._stop_asked:
                     yield _STOP
+                    return
+                if self._signed_out:
+                    yield _SIGNED_OUT
                     return
                 if time.monotonic() >= deadline:
                     yield _TIMEOUT
@@ -255,6 +267,7 @@ class Relay:
                     elif time.monotonic() < deadline:
                         yield _HEARTBEAT
         finally:
+            session.close()
             for task in helpers:
                 task.cancel()
 
@@ -269,6 +282,10 @@ class Relay:
 
     def _ask_stop(self) -> None:
         self._stop_asked = True
+        self._wake.set()
+
+    def _ask_signed_out(self) -> None:
+        self._signed_out = True
         self._wake.set()
 
     def _ask_shutdown(self) -> None:

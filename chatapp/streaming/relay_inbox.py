@@ -6,6 +6,7 @@ relay's own heartbeat. The relay is told through two callbacks; nothing here tou
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from channels.layers import get_channel_layer
@@ -21,20 +22,38 @@ from . import live_channel
 
 logger = logging.getLogger(__name__)
 
+# A listener joins its group again every REJOIN_SECONDS, after a join that may itself take this
+# long on a Redis just back: the second tell of a Stop waits for both.
+_REJOIN_MARGIN_SECONDS = 0.5
+
 
 def tell_relay_to_stop(generation_id: int) -> None:
     """After a Stop is recorded: the stream may be held by another daphne process, so tell
     them all at once, in a task of its own. The Stop's answer waits on nothing: a Redis that
-    answers nothing held it for the layer's bound (5 s). A failure is logged and no more: the
-    row holds the Stop, and the relay's next heartbeat reads it."""
+    answers nothing held it for the layer's bound (5 s). The row holds the Stop, and the relay's
+    next heartbeat reads it; the tells only bring it sooner (_tell_relay_to_stop)."""
     held_until_done(_tell_relay_to_stop(generation_id))
 
 
 async def _tell_relay_to_stop(generation_id: int) -> None:
-    try:
-        await live_channel.tell_relay(generation_id, {"type": live_channel.STOP})
-    except Exception:
-        logger.exception("telling the relay of generation %s to stop failed", generation_id)
+    """Told at once, and once more a rejoin interval after the first tell that went out: a Redis
+    restarted just before forgot the relay's member of its group, which joins again within that
+    interval (a tell meanwhile reached nobody), and a relay told already has left it, so the
+    second reaches nobody. A tell that fails (Redis down) is tried again every rejoin interval,
+    for a heartbeat at most: by then the relay has read the row."""
+    give_up_at = time.monotonic() + settings.CHAT_RELAY_HEARTBEAT_SECONDS
+    told, failing = 0, False
+    while told < 2 and time.monotonic() < give_up_at:
+        try:
+            await live_channel.tell_relay(generation_id, {"type": live_channel.STOP})
+            told += 1
+        except Exception:
+            if not failing:
+                logger.exception("telling the relay of generation %s to stop failed; it is told again, "
+                                 "and its heartbeat reads the row", generation_id)
+            failing = True
+        if told < 2:
+            await asyncio.sleep(live_channel.REJOIN_SECONDS + _REJOIN_MARGIN_SECONDS)
 
 
 class RelayInbox:
@@ -54,15 +73,13 @@ class RelayInbox:
         """A Stop may come from any process: it arrives over the channel layer.
 
         Only a stop message asks the relay to stop. A quiet channel is no Stop: the layer's
-        receive may time out and is simply asked again. If the layer fails, the failure is logged
-        and is no Stop either: the row is the record, and the heartbeat reads it (see _keep_alive).
+        receive may time out and is simply asked again. A failing layer is no Stop either, and
+        ends neither the listening nor the membership: both go on every
+        live_channel.REJOIN_SECONDS (a Redis restarted forgets its groups, and its connections
+        from before fail once each as they are next used); meanwhile the row is the record, and
+        the heartbeat reads it (_keep_alive).
         """
-        try:
-            await self._channel_says_stop()
-        except Exception:
-            logger.exception("the stop listener of generation %s failed; its heartbeat reads the row",
-                             self.generation_id)
-            return
+        await self._channel_says_stop()
         self._on_stop()
 
     async def _channel_says_stop(self) -> None:
@@ -70,28 +87,39 @@ class RelayInbox:
         layer = get_channel_layer()
         channel = await layer.new_channel()
         group = live_channel.relay_group(self.generation_id)
+        membership = asyncio.create_task(
+            live_channel.stay_member(layer, group, channel, self._failed("membership")))
         try:
-            await layer.group_add(group, channel)
-            while True:
-                try:
-                    message = await layer.receive(channel)
-                except (TimeoutError, RedisTimeoutError):
-                    # Nothing came within the layer's wait: not a Stop. Unless this task was
-                    # cancelled meanwhile, and a timeout inside the layer took the cancellation
-                    # for its own: a test loop's close once found a cancelled listener back here.
-                    if asyncio.current_task().cancelling():
-                        raise asyncio.CancelledError from None
-                    continue
-                if message.get("type") == live_channel.STOP:
-                    return
-                if message.get("type") == live_channel.READER:
-                    self._on_reader(message)
+            await live_channel.until_it_works(lambda: self._heard_until_stop(layer, channel),
+                                              self._failed("listener"))
         finally:  # also when cancelled while joining: a member left behind lingers for a day
+            membership.cancel()
             # In a task of its own, not awaited: the listener's end, a cancellation most often,
             # never waits on the layer. A closing event loop (a server's at shutdown, a test's)
             # cancels the listener once more and waits for it; a leaving awaited there once held
             # such a close for 300 s, stuck in redis-py's connect past its bound.
             held_until_done(self._leave(layer, group, channel))
+
+    def _failed(self, what: str) -> str:
+        return (f"the stop {what} of generation {self.generation_id} failed; it tries again, and "
+                "the heartbeat reads the row meanwhile")
+
+    async def _heard_until_stop(self, layer, channel: str) -> None:
+        """Returns at a Stop."""
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except (TimeoutError, RedisTimeoutError):
+                # Nothing came within the layer's wait: not a Stop. Unless this task was
+                # cancelled meanwhile, and a timeout inside the layer took the cancellation
+                # for its own: a test loop's close once found a cancelled listener back here.
+                if asyncio.current_task().cancelling():
+                    raise asyncio.CancelledError from None
+                continue
+            if message.get("type") == live_channel.STOP:
+                return
+            if message.get("type") == live_channel.READER:
+                self._on_reader(message)
 
     async def _leave(self, layer, group: str, channel: str) -> None:
         """Leaves the group, or gives up after live_channel.LAYER_WITHIN_SECONDS (logged)."""

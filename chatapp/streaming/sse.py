@@ -46,6 +46,11 @@ def done(generation, message_status: str | None, title_requested: bool = False) 
 
 HEARTBEAT = b": ping\n\n"
 
+# The last event of a stream whose session ended (streaming/session_ends.py): nothing more of
+# the answer goes to it.
+SIGNED_OUT = event("error", {"code": "signed_out",
+                             "message": "this session has ended (signed out, or the password was changed)"})
+
 
 async def failures_as_events(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """`events`, and a failure of ours after them as a last `error` event: once the first byte

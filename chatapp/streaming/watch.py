@@ -15,7 +15,9 @@ relay's), then the relay's own `done` once the row is final (saying `title_reque
 relay's does when this watch saw the answer end). A resume (`from`, the characters of this
 generation the page holds) starts with `resume` instead, and its deltas go on from that offset.
 A Stop cuts the answer to what the stopping page saw, which may be less than this one was sent:
-then a `prefix` carries the whole final text, to replace what is shown.
+then a `prefix` carries the whole final text, to replace what is shown. Once the watching
+session ends (a sign-out, a password change elsewhere: session_ends.py) the stream ends with
+sse.SIGNED_OUT in place of `done`, and the answer goes on for the user's other sessions.
 """
 
 import asyncio
@@ -27,16 +29,23 @@ from django.conf import settings
 from .. import selectors
 from ..models import Generation
 from ..runtime.database_threads import on_database_thread
-from . import live_hub, sse
+from . import live_hub, session_ends, sse
 from .text_proof import TextProof
 from .live_hub import LiveHub
 
 
-async def events(generation: Generation, offset: int | None = None) -> AsyncIterator[bytes]:
-    """Ends after `done`, or when the browser leaves (Django cancels us, mostly mid-wait)."""
+async def events(generation: Generation, offset: int | None = None,
+                 session_key: str | None = None) -> AsyncIterator[bytes]:
+    """Ends after `done`, when the browser leaves (Django cancels us, mostly mid-wait), or once
+    the watching session `session_key` ended (session_ends.py), with sse.SIGNED_OUT."""
     async with live_hub.joined(generation.pk) as hub:  # before the rows are read: nothing falls between
-        async for event in Watch(generation.pk, hub).events(offset):
-            yield event
+        following = Watch(generation.pk, hub)
+        session = session_ends.watch(generation.user_id, session_key, following.session_ended)
+        try:
+            async for event in following.events(offset):
+                yield event
+        finally:
+            session.close()
 
 
 class Watch:
@@ -48,6 +57,7 @@ class Watch:
         self.sent = 0  # characters of this generation's own text the page holds
         self.told_stored = 0  # of those, how many the page was told the rows hold
         self.proof = TextProof(generation_id)
+        self.signed_out = False  # its session ended: nothing more goes to it
 
     async def events(self, offset: int | None) -> AsyncIterator[bytes]:
         progress = await self.read(generation_id=self.generation_id)
@@ -66,6 +76,9 @@ class Watch:
         self.hub.heard_rows(progress)
         async for event in self._live():
             yield event
+        if self.signed_out:
+            yield sse.SIGNED_OUT
+            return
         final = self.hub.final
         # Cut by a Stop to less than we sent, or stored short of it (its relay died between two
         # saves, and the page may hand back what it holds: text_proof.py): the whole text.
@@ -75,6 +88,10 @@ class Watch:
             yield self._delta(new)
         yield sse.done(final.progress.generation, final.progress.message_status,
                        title_requested=final.title_requested)
+
+    def session_ended(self) -> None:
+        self.signed_out = True
+        self.hub.wake()  # its other watchers look, find nothing new, and wait again
 
     def _delta(self, new: str) -> bytes:
         """The characters after those the page holds, proven at their offset; now it holds them.
@@ -91,7 +108,7 @@ class Watch:
         """What the hub's text gained since the last event, until the answer's final rows are in
         (or a heartbeat while nothing came)."""
         last_sent = time.monotonic()
-        while self.hub.final is None:
+        while self.hub.final is None and not self.signed_out:
             changed = self.hub.changed
             if new := self.hub.text.after(self.sent):
                 yield self._delta(new)

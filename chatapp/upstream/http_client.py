@@ -38,3 +38,21 @@ def _new_client() -> httpx2.AsyncClient:
 
 
 client = per_loop(_new_client)  # its connections belong to the loop they were opened on
+
+# What a kept-alive connection that its peer closed before answering raises: the close, or a reset.
+_DROPPED_UNANSWERED = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
+
+
+async def send(request: httpx2.Request, **options) -> httpx2.Response:
+    """`client().send`, and again once when the connection was closed before any answer came.
+
+    The pool keeps a connection for 5 s, and a peer closes one idle that long (uvicorn's
+    default, which vLLM's server and our stand-ins keep, and llama.cpp's server): a request sent
+    just then meets the close, and was refused as if the upstream were unreachable. Nothing was
+    answered, so nothing was started: the request goes again, on a fresh connection (the pool
+    drops the closed one), and a peer really unreachable fails that one too.
+    """
+    try:
+        return await client().send(request, **options)
+    except _DROPPED_UNANSWERED:
+        return await client().send(request, **options)

@@ -20,7 +20,7 @@ from common.vocabulary import FinishReason
 
 from .. import request_input
 from . import inference_replicas
-from .http_client import client
+from .http_client import client, send
 from .inference_replicas import Replica
 from common.sse import SSEParser
 
@@ -61,7 +61,11 @@ class UpstreamChunk:
 # How long the end of a finished answer's HTTP body may take to arrive after [DONE]: it is
 # normally in the same read; a peer that lingers longer costs us the connection, not the wait.
 _REUSE_WAIT_SECONDS = 0.25
-BUSY_RETRY_AFTER_SECONDS = 1
+BUSY_RETRY_AFTER_SECONDS = 1  # a waiting place comes free as soon as a running answer ends
+# Unreachable: a service restarting or loading its model (our own says 5 s while it loads).
+UNREACHABLE_RETRY_AFTER_SECONDS = 5
+# A peer's own Retry-After is passed on within these: a page told to wait a day would look dead.
+RETRY_AFTER_BOUNDS_SECONDS = (1, 60)
 
 
 class UpstreamStream:
@@ -138,13 +142,13 @@ async def _response(replica: Replica, payload: dict, request_id: str) -> httpx2.
         headers={"X-Request-Id": request_id, "Accept": "text/event-stream"},
     )
     try:
-        response = await client().send(request, stream=True)
+        response = await send(request, stream=True)
     except httpx2.TransportError as error:
         raise unreachable(error) from error
     if response.status_code != 200:
         body = await response.aread()
         await response.aclose()
-        raise refusal(response.status_code, body)
+        raise refusal(response.status_code, body, response.headers.get("retry-after"))
     return response
 
 
@@ -188,11 +192,18 @@ def unreachable(error: httpx2.HTTPError) -> UpstreamRefused:
         return UpstreamRefused(504, "upstream_timeout",
                                f"the inference service did not answer in time ({error!r})", elsewhere=True)
     return UpstreamRefused(502, "upstream_unreachable", f"the inference service is unreachable ({error!r})",
-                           elsewhere=True)
+                           elsewhere=True, retry_after_s=UNREACHABLE_RETRY_AFTER_SECONDS)
 
 
-def refusal(status: int, body: bytes) -> UpstreamRefused:
-    """The replica's answer other than 200, as a refusal."""
+def _retry_after(header: str | None) -> int:
+    """The seconds a busy peer asked for (its Retry-After's delay form), within bounds."""
+    told = request_input.count((header or "").strip())
+    low, high = RETRY_AFTER_BOUNDS_SECONDS
+    return BUSY_RETRY_AFTER_SECONDS if told is None else max(low, min(high, told))
+
+
+def refusal(status: int, body: bytes, retry_after: str | None = None) -> UpstreamRefused:
+    """The replica's answer other than 200, as a refusal; `retry_after`: its Retry-After header."""
     try:
         error = json.loads(body)["error"]
         detail, code = error["message"], error.get("code")
@@ -203,10 +214,15 @@ def refusal(status: int, body: bytes) -> UpstreamRefused:
         # quotes it): the user can change it (a system prompt the model takes none of), not retry.
         return UpstreamRefused(400, "model_refuses_messages",
                                f"the model does not take these messages: {detail}")
+    if status == 400 and code == "context_length_exceeded":
+        # Our count of the prompt was low (an estimate where the upstream could not count) or
+        # this replica's context is smaller than the one the prompt was fitted to: another
+        # replica may take it; if none does, the message is too long, and retrying cannot help.
+        return UpstreamRefused(400, "context_too_long",
+                               f"the message is too long for the model's context: {detail}", elsewhere=True)
     if status in (429, 503):
-        # A waiting place comes free as soon as one of its running answers ends.
         return UpstreamRefused(503, "upstream_busy", f"the inference service is busy: {detail}", elsewhere=True,
-                               retry_after_s=BUSY_RETRY_AFTER_SECONDS)
+                               retry_after_s=_retry_after(retry_after))
     # A 4xx is about the request, which another replica would refuse the same way.
     return UpstreamRefused(502, "upstream_error",
                            f"the inference service refused the request (HTTP {status}): {detail}",

@@ -123,7 +123,7 @@ def ask(question: str, answer: str, model: str) -> str:
             else:
                 if response.status_code == 200:
                     return _title_in(response)
-                refused = inference_client.refusal(response.status_code, response.content)
+                refused = inference_client.refusal(response.status_code, response.content, response.headers.get("retry-after"))
             if not refused.elsewhere:
                 raise NoTitle(refused.message)
             inference_replicas.avoid(url)  # the next title asks the others first

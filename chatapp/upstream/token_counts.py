@@ -20,7 +20,7 @@ import httpx2
 from django.conf import settings
 
 from . import inference_replicas
-from .inference_client import client
+from .http_client import client, send
 
 
 class Counter(enum.Enum):
@@ -62,7 +62,8 @@ async def _post(url: str, body: dict) -> httpx2.Response:
 
 async def _send(method: str, url: str, **kwargs) -> httpx2.Response:
     try:
-        return await client().request(method, url, timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS, **kwargs)
+        request = client().build_request(method, url, timeout=settings.INFERENCE_CONNECT_TIMEOUT_SECONDS, **kwargs)
+        return await send(request)
     except httpx2.TransportError as error:
         raise _Unreachable(repr(error)) from error
     except httpx2.HTTPError as error:

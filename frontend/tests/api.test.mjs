@@ -87,6 +87,18 @@ test("Stop sends seen_chars once: the page's Stop delivery (reconnect.js) is wha
   assert.deepEqual(await api.stop(7, 13), { stopping: true });
 });
 
+test("a regenerate and an edit name the last message the page shows and its length, for the server to refuse a stale page", async () => {
+  const stream = () => new Response("", { status: 200, headers: { "Content-Type": "text/event-stream" } });
+  answers.push(stream(), stream());
+  const signal = new AbortController().signal;
+  await api.regenerate(5, { id: 41, chars: 12 })(signal);
+  await api.edit(6, "rewritten", { id: 41, chars: null })(signal);
+  assert.deepEqual(calls.map((call) => [call.url, JSON.parse(call.body)]), [
+    ["/api/conversations/5/regenerate", { last_message_id: 41, last_message_chars: 12 }],
+    ["/api/messages/6/edit", { content: "rewritten", last_message_id: 41, last_message_chars: null }],
+  ]);
+});
+
 test("what the user wrote goes without a NUL, which the server cannot store and nobody sees", async () => {
   const stream = () => new Response("", { status: 200, headers: { "Content-Type": "text/event-stream" } });
   answers.push(stream(), stream(), jsonResponse(200, {}), jsonResponse(200, {}), jsonResponse(201, {}), jsonResponse(200, { results: [] }));
@@ -98,8 +110,40 @@ test("what the user wrote goes without a NUL, which the server cannot store and 
   await api.createConversation({ model: "m", system_prompt: "Terse\u0000" });
   await api.conversations("log\u0000");
   assert.deepEqual(calls.slice(0, 5).map((call) => JSON.parse(call.body)), [
-    { content: "copied from a log line" }, { content: "rewritten" }, { title: "Log notes" },
+    { content: "copied from a log line" }, { content: "rewritten", last_message_id: null, last_message_chars: null }, { title: "Log notes" },
     { system_prompt: "Be brief", temperature: 0.5 }, { model: "m", system_prompt: "Terse" },
   ]);
   assert.equal(calls[5].url, "/api/conversations?q=log&page=1");
+});
+
+test("half an emoji the user pasted goes as the replacement character it shows as, which the server stores", async () => {
+  // A page that cut an emoji in two UTF-16 units leaves a lone surrogate in what is copied from
+  // it: the composer draws it as U+FFFD, and the server refuses it (400 invalid_value) for good.
+  const stream = () => new Response("", { status: 200, headers: { "Content-Type": "text/event-stream" } });
+  answers.push(stream(), stream(), jsonResponse(200, {}), jsonResponse(200, {}), jsonResponse(201, {}), jsonResponse(200, { results: [] }));
+  const signal = new AbortController().signal;
+  await api.send(5, "cut \uD83D here")(signal);
+  await api.edit(6, "\uDE00cut 😀")(signal);
+  await api.renameConversation(5, "Notes \uD83D");
+  await api.updateConversation(5, { system_prompt: "Be\uDC00 brief" });
+  await api.createConversation({ system_prompt: "Terse\uD83D" });
+  await api.conversations("cut \uD83D");
+  assert.deepEqual(calls.slice(0, 5).map((call) => JSON.parse(call.body)), [
+    { content: "cut \uFFFD here" }, { content: "\uFFFDcut 😀", last_message_id: null, last_message_chars: null }, { title: "Notes \uFFFD" },
+    { system_prompt: "Be\uFFFD brief" }, { system_prompt: "Terse\uFFFD" },
+  ]);
+  assert.equal(calls[5].url, `/api/conversations?${new URLSearchParams({ q: "cut \uFFFD", page: 1 })}`);
+});
+
+test("a password change sends both passwords, and a refusal's reasons come as its details", async () => {
+  const reasons = ["This password is too short. It must contain at least 8 characters."];
+  answers.push(jsonResponse(400, { error: { code: "invalid_password", message: reasons[0], details: reasons } }),
+    jsonResponse(400, { error: { code: "wrong_password", message: "old_password is not this account's password" } }));
+  await assert.rejects(api.changePassword("old one", "short"),
+    (error) => error.code === "invalid_password" && error.details.length === 1 && error.details[0] === reasons[0]);
+  await assert.rejects(api.changePassword("old one", "short"), (error) => error.code === "wrong_password"
+    && Array.isArray(error.details) && error.details.length === 0);
+  assert.equal(calls[0].url, "/api/auth/password");
+  assert.equal(calls[0].headers["X-CSRFToken"], "tok=1");
+  assert.deepEqual(JSON.parse(calls[0].body), { old_password: "old one", new_password: "short" });
 });

@@ -46,3 +46,9 @@ test("the errors Django and nginx give under /api/ say what to do, not that some
   assert.match(sentenceFor(new ApiError(502, "server_unreachable", "x")), /can't be reached/);
   assert.match(sentenceFor(new ApiError(504, "server_timeout", "x")), /took too long/);
 });
+
+test("a message too long for the model is asked to be shorter, not moved: older messages are already left out", () => {
+  const sentence = sentenceFor(new ApiError(400, "context_too_long", "x"));
+  assert.match(sentence, /shorten it/);
+  assert.doesNotMatch(sentence, /new conversation/);
+});

@@ -192,10 +192,11 @@ test("Continue: the old text stays in front, and only this generation's deltas a
   assert.equal((await t.outcome).text, "Once upon a tíme, 世界");
 });
 
-test("Stop before start waits for the generation's id, then sends a Stop of zero before the stream ends", async () => {
+test("Stop before start ends the answer at once, waits for the generation's id, then sends a Stop of zero", async () => {
   const t = setUp();
   await settle();
   assert.equal(t.generation.stop(t.sendStop), 0);
+  assert.equal((await t.outcome).status, "stopped", "ended on screen before the server named it");
   await settle();
   assert.deepEqual(t.stops, [], "no id yet: nothing to name in a Stop");
   assert.equal(t.generation.controller.signal.aborted, false, "an abort now would read as a departed client");
@@ -211,18 +212,22 @@ test("Stop before start waits for the generation's id, then sends a Stop of zero
   assert.equal(outcome.text, "");
 });
 
-test("Stop before a request that is refused sends no Stop, and the refusal is the outcome", async () => {
+test("Stop before the server answers ends the answer at once; a refusal that comes later is what `ended` says", async () => {
   const stops = [];
   const generation = new Generation({ paint() {}, createPainter: () => ({ schedule() {}, cancel() {} }) });
   let refuse;
-  const outcome = generation.run(() => new Promise((resolve, reject) => { refuse = reject; }));
-  generation.stop((id, seen) => stops.push([id, seen]));
+  const outcome = await (async () => {
+    const run = generation.run(() => new Promise((resolve, reject) => { refuse = reject; }));
+    generation.stop((id, seen) => stops.push([id, seen]));
+    return run; // a network that holds the request must not keep the answer "Writing…"
+  })();
+  assert.equal(outcome.status, "stopped");
+  assert.equal(outcome.text, "");
   const refusal = Object.assign(new Error("too long"), { status: 400, code: "context_too_long" });
   refuse(refusal);
-  const result = await outcome;
-  assert.equal(result.ending, ENDING.REFUSED, "nothing was stored: the page must say so and give the text back");
-  assert.equal(result.error, refusal);
-  assert.equal(result.text, "");
+  const late = await generation.ended;
+  assert.equal(late.ending, ENDING.REFUSED, "nothing was stored: the page must say so and give the text back");
+  assert.equal(late.error, refusal);
   assert.deepEqual(stops, []);
 });
 

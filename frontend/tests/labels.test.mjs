@@ -12,6 +12,7 @@ test("each way an answer ends has its own words", () => {
   assert.equal(answerLabel({ status: "stopped", cancelledBy: "shutdown" }), INTERRUPTED);
   assert.equal(answerLabel({ status: "stopped", cancelledBy: "timeout" }), "Stopped at the time limit");
   assert.equal(answerLabel({ status: "stopped", cancelledBy: "admin" }), "Stopped by an administrator");
+  assert.equal(answerLabel({ status: "stopped", cancelledBy: "signed_out" }), "Stopped when its session signed out");
   assert.equal(answerLabel({ status: "truncated" }), "Cut short at the length limit");
   assert.equal(answerLabel({ status: "failed" }), "Failed");
 });

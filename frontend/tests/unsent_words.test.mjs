@@ -15,18 +15,20 @@ function tab() {
     items,
   };
   /** A page loaded on the tab, `user` signed in (null: nobody yet), conversation `shown` open. */
-  t.load = ({ shown = 7, typed = "", user = "ann", messages = [], rewrites = [], editable = true } = {}) => {
+  t.load = ({ shown = 7, typed = "", user = "ann", messages = [], rewrites = [], editable = true,
+    older = false } = {}) => {
     const page = new EventTarget();
-    const loaded = { page, composer: typed, edited: [], shown, rewrites, editable };
+    const loaded = { page, composer: typed, edited: [], shown, rewrites, editable, messages, older };
     loaded.words = createUnsentWords({
       shownId: () => loaded.shown,
-      findMessage: (id) => (messages.includes(id) ? id : null),
+      findMessage: (id) => (loaded.messages.includes(id) ? id : null),
       rewrites: () => loaded.rewrites,
       edit: (el, text) => loaded.editable && loaded.edited.push([el, text]) > 0,
       fillComposer: (text) => { loaded.composer = text; },
       storage: t.storage,
       page,
       composerText: () => loaded.composer,
+      hasOlder: () => loaded.older,
     });
     if (user !== null) loaded.words.signedIn(user);
     /** Opens conversation `id`, as app.js's showConversation does. */
@@ -142,6 +144,20 @@ test("a rewrite under way comes back into its message's editor, the composer's w
   again.words.giveBack();
   assert.deepEqual(again.edited, [["31", "put better"]]);
   assert.equal(again.composer, "a new question");
+});
+
+test("a rewrite of a message in a page not drawn yet waits for it, not in the composer", () => {
+  const t = tab();
+  going(t.load({ shown: 7, rewrites: [{ text: "put better", editOf: "31" }] }).page);
+
+  const again = t.load({ shown: 7, messages: ["40"], older: true });
+  again.words.giveBack();
+  assert.equal(again.composer, "", "Send would post it as a new message");
+  again.messages.push("31"); // its older page drawn
+  again.older = false;
+  again.words.giveBack();
+  assert.deepEqual(again.edited, [["31", "put better"]]);
+  assert.equal(again.composer, "");
 });
 
 test("a later rewrite of the same message replaces the earlier one", () => {

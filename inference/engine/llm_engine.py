@@ -143,20 +143,25 @@ class LLMEngine:
         if not chunks:
             return []
         self.num_steps += 1
-        if len(chunks) == 1:
-            return self._run_alone(chunks[0])
         mix = StepMix.PROMPT if any(chunk.sequence.is_prefilling for chunk in chunks) else StepMix.DECODE
         started = time.perf_counter()
-        try:
-            scores = self.runner.run(chunks, greedy_only=_greedy_only(chunks))
-        except Exception:
-            # Said every time: a failure only a full batch meets would otherwise turn every step
-            # into one pass per sequence, silently.
-            logger.exception("a step of %d sequences failed; retrying them one at a time", len(chunks))
-            return [output for chunk in chunks for output in self._run_alone(chunk)]
-        self.num_failures_in_a_row = 0
-        outputs = self._sample(chunks, scores)  # waits for the device: the step is done
-        self.step_cost.observe(mix, sum(len(chunk.token_ids) for chunk in chunks), time.perf_counter() - started)
+        if len(chunks) == 1:
+            outputs = self._run_alone(chunks[0])
+        else:
+            try:
+                scores = self.runner.run(chunks, greedy_only=_greedy_only(chunks))
+            except Exception:
+                # Said every time: a failure only a full batch meets would otherwise turn every
+                # step into one pass per sequence, silently. Not timed: a pass per sequence.
+                logger.exception("a step of %d sequences failed; retrying them one at a time", len(chunks))
+                return [output for chunk in chunks for output in self._run_alone(chunk)]
+            self.num_failures_in_a_row = 0
+            outputs = self._sample(chunks, scores)  # waits for the device: the step is done
+        # A lone stream's steps too: most of a chat server's life, and all the spread of prompt
+        # sizes there is before streams meet (fed whole while nothing decodes).
+        if not any(output.error for output in outputs):
+            self.step_cost.observe(mix, sum(len(chunk.token_ids) for chunk in chunks),
+                                   time.perf_counter() - started)
         return outputs
 
     def _run_alone(self, chunk: ScheduledChunk) -> list[RequestOutput]:

@@ -56,6 +56,8 @@ class Scheduler:
         self.prefill_chunk_idle = prefill_chunk_idle
         self.prefill_chunk_min = min(prefill_chunk_min, prefill_chunk)
         self.waiting: deque[Sequence] = deque()
+        # The prompt fed first in the last step (see _prompts_by_response_ratio).
+        self._feeding: Sequence | None = None
         self.running: list[Sequence] = []
         # Since start: requests that found a prefix, prompt tokens they did not feed, prompt
         # tokens fed.
@@ -84,16 +86,32 @@ class Scheduler:
         decoding = sorted((s for s in self.running if not s.is_prefilling),
                           key=lambda s: (s.slot.group, s.slot.row))
         chunks = [ScheduledChunk(s, s.num_tokens - 1, [s.last_token_id]) for s in decoding]
-        budget = self._prompt_budget(len(decoding)) if decoding else self.prefill_chunk_idle
-        for sequence in self._prompts_by_response_ratio():
+        limit = self.prefill_chunk if decoding else self.prefill_chunk_idle
+        budget = self._prompt_budget(len(decoding)) if decoding else limit
+        prompts, self._feeding = self._prompts_by_response_ratio(), None
+        for sequence in prompts:
             if budget == 0:
                 break
+            self._feeding = self._feeding or sequence
             start = sequence.num_cached_tokens
-            tokens = sequence.prompt_token_ids[start:start + budget]
+            tokens = sequence.prompt_token_ids[start:start + self._share(sequence, budget, limit)]
             chunks.append(ScheduledChunk(sequence, start, tokens))
-            budget -= len(tokens)
+            budget = max(0, budget - len(tokens))
+            limit -= len(tokens)
             self.num_prefilled_tokens += len(tokens)
         return chunks
+
+    def _share(self, sequence: Sequence, budget: int, limit: int) -> int:
+        """The prompt tokens `sequence` is fed this step: the budget, or the whole rest where it
+        is fewer than the least a step feeds past the budget (and the step's limit allows).
+
+        Such a rest costs the same in this step or the next, for the streams beside it (a token
+        each step either way); fed in a step of its own, it would cost the newcomer a whole step
+        more for its first token, and everyone that step's fixed part."""
+        rest = sequence.num_prompt_tokens_left
+        if rest - budget < self.prefill_chunk_min and rest <= limit:
+            return rest
+        return budget
 
     def _prompts_by_response_ratio(self) -> list[Sequence]:
         """The sequences still being fed their prompt, highest response ratio first, where a
@@ -113,16 +131,28 @@ class Scheduler:
         arrival, the tokens fed before it came plus its own, let the question go first too, but
         in a crowd it fed prompts nearly in order of arrival: TTFT p50 at 64 streams 35 s against
         5 s, BENCHMARKS.md.)
+
+        The prompt fed first last step stays first unless the one of highest claim has fewer
+        tokens to go: a longer prompt that came after it, passed over once, would take every
+        other step, and the two taking turns would both wait for both (the first's first token
+        twice as late, the second's no sooner). It still waits for shorter ones, and its
+        claim grows meanwhile as any other's.
         """
         fed = self.num_prefilled_tokens
 
         def claim(sequence: Sequence) -> tuple[float, int]:
-            rest = sequence.num_prompt_tokens - sequence.num_cached_tokens
+            rest = sequence.num_prompt_tokens_left
             own = sequence.num_cached_tokens - sequence.num_reused_tokens
             passed_over = fed - sequence.prompt_tokens_fed_before - own
             return -passed_over / rest, rest
 
-        return sorted((s for s in self.running if s.is_prefilling), key=claim)
+        ordered = sorted((s for s in self.running if s.is_prefilling), key=claim)
+        feeding = self._feeding
+        if (feeding in ordered and ordered[0] is not feeding
+                and ordered[0].num_prompt_tokens_left >= feeding.num_prompt_tokens_left):
+            ordered.remove(feeding)
+            ordered.insert(0, feeding)
+        return ordered
 
     def _prompt_budget(self, num_decoding: int) -> int:
         """Prompt tokens to feed beside `num_decoding` decode tokens this step.

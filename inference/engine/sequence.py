@@ -84,6 +84,11 @@ class Sequence:
         return self.num_prompt_tokens + self.params.max_tokens
 
     @property
+    def num_prompt_tokens_left(self) -> int:
+        """Prompt tokens not fed yet."""
+        return self.num_prompt_tokens - self.num_cached_tokens
+
+    @property
     def is_prefilling(self) -> bool:
         return self.num_cached_tokens < self.num_prompt_tokens
 

@@ -9,11 +9,34 @@ from pathlib import Path
 import pytest
 
 from harness import web_stack
-from harness.page_probes import CHROMIUM, CHROMIUM_ARGS, wait_for_true
+from harness.page_probes import CHROMIUM, CHROMIUM_ARGS, page_state, wait_for_true
 from tests import factories, servers
 from tests.fakes.upstream import FakeUpstream
 
 PASSWORD = "a-long-test-password"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that fails reports what the page showed and the answers' rows: a failure
+    seen once in CI (a wait timed out) can then be told apart from a slow machine."""
+    report = yield
+    page = item.funcargs.get("page") if hasattr(item, "funcargs") else None
+    if report.failed and call.when == "call" and page is not None:
+        report.sections.append(("the page when the test failed", page_state(page)))
+        report.sections.append(("the answers' rows", _generation_rows()))
+    return report
+
+
+def _generation_rows() -> str:
+    from chatapp.models import Generation
+
+    try:
+        rows = Generation.objects.order_by("-pk").values_list(
+            "pk", "status", "finish_reason", "cancelled_by", "error_code")[:5]
+        return "\n".join(str(row) for row in rows) or "none"
+    except Exception as error:  # no database in this test, or it is gone
+        return f"not readable: {error}"
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +90,15 @@ def fake_upstream():
 @pytest.fixture(scope="session")
 def stack_with_fake_upstream(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
     with running_stack(fake_upstream.url, tmp_path_factory.mktemp("stack")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def stack_with_grace(django_db_setup, django_db_blocker, fake_upstream, tmp_path_factory):
+    """An answer outlives its page's connection here, as with the default settings (the other
+    stacks end it at once): a module's own, on the shared stand-in."""
+    with running_stack(fake_upstream.url, tmp_path_factory.mktemp("grace"),
+                       TEST_CHAT_RESUME_GRACE_SECONDS=20) as url:
         yield url
 
 

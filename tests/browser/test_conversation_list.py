@@ -5,8 +5,10 @@ A refresh updates the items in place: a click or a rename begun before it is nev
 import re
 
 import pytest
+from django.utils import timezone
 
-from harness.page_probes import send, wait_for_end, wait_for_handled, wait_for_true
+from chatapp.models import Conversation
+from harness.page_probes import alert_text, send, wait_for_end, wait_for_handled, wait_for_true
 from tests import factories
 from tests.browser.conftest import held, open_conversation, sign_in
 
@@ -118,3 +120,79 @@ def test_show_older_after_deleting_some_lists_every_conversation_once(chat, user
 
     wait_for_true(chat, "document.getElementById('more-conversations').hidden")
     assert sorted(listed_titles(chat)) == [f"conv {n:02d}" for n in range(22)]
+
+
+def test_an_answer_in_a_conversation_pages_down_reads_only_the_first_page_and_lists_each_once_in_order(
+        chat, user, upstream):
+    made = many_conversations(chat, user, 45)  # three pages
+    for shown in (40, 45):
+        chat.click("#more-conversations")
+        wait_for_true(chat, f"document.querySelectorAll('#conversation-list li').length === {shown}")
+    open_conversation(chat, made[-1])  # the oldest, on the third page
+    reads = []
+    chat.on("request", lambda r: LIST.search(r.url) and reads.append(r.url))
+
+    send(chat, "hello")
+    wait_for_end(chat)
+    wait_for_true(chat, "document.querySelector('#conversation-list li .conversation-open').textContent === 'conv 00'")
+
+    newest_first = [c.title for c in Conversation.objects.filter(owner=user).order_by("-updated_at", "-id")]
+    assert listed_titles(chat) == newest_first and len(newest_first) == 45
+    assert reads and all("page=1" in url for url in reads)
+    assert chat.locator("#more-conversations").is_hidden()
+
+
+def older_page_shown(chat, user) -> list:
+    made = many_conversations(chat, user, 25)
+    chat.click("#more-conversations")
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 25")
+    return made
+
+
+def test_a_conversation_deleted_elsewhere_is_dropped_from_the_list_with_a_word_when_it_is_clicked(chat, user):
+    gone = older_page_shown(chat, user)[22]  # on the second page, which no answer reads again
+    Conversation.objects.filter(pk=gone.pk).update(deleted_at=timezone.now())  # another device
+
+    chat.click(f'#conversation-list li[data-conversation-id="{gone.pk}"] .conversation-open')
+
+    assert "“conv 02” was deleted" in alert_text(chat)
+    wait_for_true(chat, f"!document.querySelector('#conversation-list li[data-conversation-id=\"{gone.pk}\"]')")
+    assert chat.locator("#conversation-list li").count() == 24
+
+
+def test_a_conversation_deleted_in_another_tab_leaves_this_tabs_list_at_once(chat, user):
+    gone = older_page_shown(chat, user)[22]
+    other = chat.context.new_page()
+    other.goto(chat.url)
+    other.wait_for_selector("#conversation-list li")
+    other.click("#more-conversations")
+    other.on("dialog", lambda dialog: dialog.accept())
+
+    other.click(f'#conversation-list li[data-conversation-id="{gone.pk}"] .conversation-delete')
+
+    wait_for_true(chat, f"!document.querySelector('#conversation-list li[data-conversation-id=\"{gone.pk}\"]')")
+    assert chat.locator("#conversation-list li").count() == 24
+
+
+# --- the rename box counts as the server does: code points, a glyph kept whole ---
+FAMILY = "\U0001F468\u200D\U0001F469\u200D\U0001F467"  # one glyph of five code points (eight UTF-16 units)
+
+
+@pytest.mark.parametrize("pasted, stored", [
+    ("😀" * 150, "😀" * 150),  # 300 UTF-16 units, 150 code points: the server takes them all
+    ("a" * 197 + FAMILY, "a" * 197),  # 202 code points: the family goes whole, not a father alone
+], ids=["emoji-within-the-limit", "a-glyph-across-the-limit"])
+def test_the_rename_box_holds_what_the_server_takes_counted_in_code_points(chat, user, pasted, stored):
+    """The box counted 200 UTF-16 units where the server counts 200 code points: a name of
+    emoji was cut at half its length, and a family across the limit cut between its people."""
+    trip = factories.conversation(owner=user, title="Trip plans")
+    chat.reload()
+    item = f'#conversation-list li[data-conversation-id="{trip.pk}"]'
+    chat.click(f"{item} .conversation-rename")
+
+    chat.keyboard.insert_text(pasted)  # what a paste puts in
+    chat.keyboard.press("Enter")
+
+    wait_for_true(chat, f"document.querySelector('{item} .conversation-open').textContent.length === {len(stored.encode('utf-16-le')) // 2}")
+    trip.refresh_from_db()
+    assert trip.title == stored

@@ -3,6 +3,7 @@ request is held or answered by the test (Playwright's routing), the rest is the 
 What the user pressed takes effect on screen at once, and what the user wrote is never lost."""
 
 import json
+import threading
 
 import pytest
 from django.contrib.sessions.models import Session
@@ -57,6 +58,41 @@ def test_stop_ends_the_answer_at_once_while_the_stop_request_is_still_on_its_way
     waiting.wait_until(lambda: Message.objects.filter(role="assistant", status="stopped").exists(),
                        30, "the Stop recorded")
     assert Message.objects.get(role="assistant").content == "Hello, "
+
+
+def test_stop_before_the_server_answers_ends_the_answer_at_once_and_the_model_once_the_request_arrives(
+        chat, upstream):
+    """The answer stayed "Writing…", Stop and Escape doing nothing, for as long as the request was
+    held; the Stop waited for the answer's id."""
+    upstream.script.head_held = threading.Event()  # the service slow to take the request
+    upstream.script.stall_after = 1  # then writing on until stopped
+    send(chat, "Say hello")
+    waiting.wait_until(upstream.requested.is_set, 30, "the request at the inference service")
+
+    chat.click("#stop")
+
+    wait_for_true(chat, "document.body.dataset.streaming === 'false'", timeout_ms=10_000)
+    assert last_answer(chat).get_attribute("data-status") == "stopped"
+    upstream.script.head_held.set()  # taken at last: the answer starts, and the Stop reaches it
+    assert upstream.hung_up.wait(30)
+    waiting.wait_until(lambda: Generation.objects.filter(status="stopped").exists(), 30, "the Stop recorded")
+    assert Generation.objects.get().cancelled_by == CancelledBy.USER
+    assert Message.objects.get(role="assistant").content == ""  # the user saw nothing of it
+    assert shown(chat, "user") == "Say hello"
+
+
+def test_stop_before_a_request_that_is_then_refused_gives_the_words_back(chat):
+    sends = held(chat, "**/api/conversations/*/messages")
+    send(chat, "Say hello")
+    wait_for_handled(chat, lambda: len(sends) == 1, "the message sent")
+
+    chat.click("#stop")
+    wait_for_true(chat, "document.body.dataset.streaming === 'false'", timeout_ms=10_000)
+    refuse(sends[0], 429, "too_many_streams")
+
+    wait_for_true(chat, "document.querySelector('#composer').value === 'Say hello'")
+    assert chat.locator('#messages .message[data-role="user"]').count() == 0
+    assert Message.objects.count() == 0
 
 
 def test_signing_out_mid_answer_stops_it_before_the_session_ends(chat, upstream):
@@ -273,12 +309,13 @@ def deleted_in_another_tab(chat, conversation) -> None:
     tab.close()
 
 
-def test_a_message_sent_into_a_conversation_deleted_in_another_tab_goes_to_a_new_one_with_its_words(
+def test_a_message_sent_into_a_conversation_deleted_on_another_device_goes_to_a_new_one_with_its_words(
         chat, user):
     """The refusal was named, but the deleted conversation stayed on screen, its address too: each
-    Send was refused again until the user found New conversation."""
+    Send was refused again until the user found New conversation. (Deleted in another tab of this
+    browser, the page is told at once: test_conversation_list.py.)"""
     notes, _ = writing_in_notes(chat, user, "")
-    deleted_in_another_tab(chat, notes)
+    services.conversation_delete(conversation=notes)  # nothing tells this page
 
     send(chat, "are you there?")
 

@@ -68,7 +68,10 @@ def stored_answer() -> Message:
 
 
 def wait_for_stored_end() -> Generation:
-    waiting.wait_until(lambda: stored_answer().status != "streaming", 30, "the answer's final write")
+    """An answer not stored yet has not ended either: a Stop pressed before the server named the
+    answer ends it on screen at once, while its request may still be on its way."""
+    waiting.wait_until(lambda: getattr(stored_answer(), "status", "streaming") != "streaming", 30,
+                       "the answer's final write")
     return Generation.objects.get(message=stored_answer())
 
 

@@ -260,6 +260,20 @@ def test_links_with_unsafe_addresses_are_plain_text_and_safe_ones_stay_links(cha
     assert content.inner_text().split() == ["run", "vb", "page", "pic", "docs"]
 
 
+def test_a_link_whose_words_name_another_address_says_where_it_really_goes(chat, upstream):
+    """[https://mybank.com](https://evil.example/login) showed only the bank's address."""
+    upstream.script.chunks = ["[https://mybank.com](https://evil.example/login) ",
+                              "[www.docs.example/a](https://docs.example/b) ", "[docs](https://docs.example/c)"]
+
+    send(chat, "links please")
+    wait_for_end(chat)
+
+    content = last_answer(chat).locator(".message-content")
+    assert content.locator("a").count() == 3
+    assert content.inner_text().split() == ["https://mybank.com", "(evil.example)", "www.docs.example/a", "docs"]
+    assert content.locator("a").first.get_attribute("title") == "https://evil.example/login"
+
+
 # --- errors in sentences ---
 def test_a_busy_model_is_reported_in_a_sentence_and_its_code_stays_in_the_audit_row(chat, upstream):
     upstream.script.status = 429

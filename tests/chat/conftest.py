@@ -1,6 +1,7 @@
 import httpx2
 import pytest
 from asgiref.sync import sync_to_async
+from django.core.cache import cache
 from django.db import connections
 from django.test import AsyncClient
 
@@ -8,6 +9,7 @@ from chatapp.streaming import prompt_fit
 from chatapp.upstream import inference_replicas
 from chatapp.upstream import models as upstream_models
 from tests import factories, servers
+from tests.chat.redis_restart import restartable_redis  # noqa: F401 (a fixture, for the tests here)
 from tests.fakes.upstream import FakeUpstream
 
 
@@ -48,6 +50,18 @@ async def api(user):
     # Views ran their queries in asgiref's worker thread: close its connection, or the test
     # database cannot be dropped at the end.
     await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def small_login_limits(settings):
+    """The sign-in limit (chatapp/login_limit.py) small enough to reach in a few requests, its
+    counts in the cache (Redis) cleared before and after."""
+    settings.CHAT_LOGIN_ATTEMPTS = 3
+    settings.CHAT_LOGIN_SPREAD_ATTEMPTS = 6
+    settings.CHAT_LOGIN_WINDOW_SECONDS = 300
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture

@@ -2,61 +2,23 @@
 request and the rows' write at the same time, and the first byte only once both are done."""
 
 import asyncio
-import contextlib
-import json
 import threading
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError
 
 from chatapp import services
 from chatapp.models import Conversation, Generation, Message
 from tests import factories
+from tests.chat.start_races import ROW_LOCKS, another_answer_said, post, upstream_requested, user_row_locked
 from tests.chat.streams import Browser, read_events, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def post(client, url, body=None):
-    return await client.post(url, json.dumps(body or {}), content_type="application/json")
-
-
 def rows() -> tuple[int, int, int]:
     return Conversation.objects.count(), Message.objects.count(), Generation.objects.count()
-
-
-@contextlib.contextmanager
-def user_row_locked(user, before_commit=lambda: None):
-    """Holds the user's row lock from another connection, as a rival start's write does.
-
-    Yields an event: once set, `before_commit` runs in that transaction and the lock goes.
-    """
-    locked, release = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with transaction.atomic():
-                get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
-                locked.set()
-                release.wait(30)
-                before_commit()
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    locked.wait(10)
-    try:
-        yield release
-    finally:
-        release.set()
-        holder.join(10)
-
-
-async def upstream_requested(upstream) -> bool:
-    return await asyncio.to_thread(upstream.requested.wait, 10)
 
 
 # --- refusals: decided from one read, before anything goes upstream ---
@@ -117,6 +79,7 @@ async def test_a_refused_start_sends_nothing_upstream_and_stores_nothing(
 
 
 # --- the upstream first, then the rows ---
+@ROW_LOCKS
 async def test_the_upstream_is_asked_before_the_rows_are_written_and_the_stream_waits_for_both(
         api, user, conversation, upstream):
     with user_row_locked(user) as release:
@@ -209,14 +172,11 @@ async def test_a_truncated_answer_whose_continuation_was_refused_can_still_be_co
 
 
 # --- races and departures during the start ---
-def another_answer_said(conversation):
-    factories.message(conversation, role="assistant", content="meanwhile")
-
-
 def deleted(conversation):
     services.conversation_delete(conversation=conversation)
 
 
+@ROW_LOCKS
 @pytest.mark.parametrize("rival, status, code", [(busy, 409, "conversation_busy"),
                                                  (another_answer_said, 409, "conversation_changed"),
                                                  (deleted, 404, "not_found")])
@@ -236,6 +196,7 @@ async def test_a_start_that_loses_the_race_for_its_conversation_closes_its_upstr
     assert await sync_to_async(rows)() == (1, 0 if rival is deleted else 1, 0)  # the rival's rows alone
 
 
+@ROW_LOCKS
 async def test_a_start_whose_write_fails_closes_its_upstream_and_raises(api, user, conversation, upstream):
     upstream.script.stall_after = 0
     taken = []  # the request id, taken by a rival row before our write makes its own
@@ -275,6 +236,7 @@ async def test_of_two_sends_at_once_to_one_conversation_one_streams_and_the_othe
     assert await sync_to_async(Generation.objects.count)() == 1
 
 
+@ROW_LOCKS
 async def test_a_browser_that_leaves_during_the_start_closes_the_upstream_and_ends_the_row(
         api, user, conversation, upstream):
     upstream.script.stall_after = 0

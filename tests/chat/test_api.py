@@ -45,15 +45,15 @@ def test_sign_in_and_out_with_csrf_enforced(user):
     assert client.get("/api/auth/session").json()["user"] is None
 
 
-def test_the_session_tells_the_page_how_long_a_message_may_be_signed_in_or_not(user, settings):
+def test_the_session_tells_the_page_how_long_a_message_and_a_title_may_be_signed_in_or_not(user, settings):
     settings.CHAT_MAX_MESSAGE_CHARS = 1234
     client = Client()
     anonymous = client.get("/api/auth/session").json()
     client.force_login(user)
     signed_in = client.get("/api/auth/session").json()
 
-    assert anonymous["limits"] == {"max_message_chars": 1234}
-    assert signed_in["limits"] == {"max_message_chars": 1234}
+    assert anonymous["limits"] == {"max_message_chars": 1234, "max_title_chars": 200}
+    assert signed_in["limits"] == {"max_message_chars": 1234, "max_title_chars": 200}
 
 
 async def test_anonymous_requests_get_401():
@@ -183,6 +183,8 @@ async def test_a_deleted_conversations_answers_answer_404_as_the_rest_of_it(api,
 @pytest.mark.parametrize("body, status, code", [
     ({"content": ""}, 400, "empty_message"),
     ({"content": "   "}, 400, "empty_message"),
+    ({"content": "\u200b"}, 400, "empty_message"),  # a zero-width space: nothing to read
+    ({"content": "\ufeff\x1c\n"}, 400, "empty_message"),
     ({}, 400, "empty_message"),
     ({"content": 42}, 400, "invalid_value"),
     ({"content": None}, 400, "invalid_value"),

@@ -131,3 +131,63 @@ async def test_a_stop_with_seen_chars_beyond_any_answer_answers_400(api, convers
     kept = await sync_to_async(Generation.objects.get)(pk=generation.pk)
     assert_refused(response)
     assert kept.stop_seen_chars is None
+
+
+@pytest.mark.parametrize("last_message_id", ['"7"', "true", "0", "-1", "1.5", str(2**63), "[7]"])
+async def test_a_regenerate_or_edit_naming_no_possible_message_as_the_last_shown_answers_400(
+        api, conversation, last_message_id):
+    question = await sync_to_async(factories.message)(conversation, role=Message.Role.USER)
+    await sync_to_async(factories.message)(conversation, role=Message.Role.ASSISTANT)
+    before = await sync_to_async(rows)()
+
+    regenerated = await post_raw(api, f"/api/conversations/{conversation.pk}/regenerate",
+                                 f'{{"last_message_id": {last_message_id}}}')
+    edited = await post_raw(api, f"/api/messages/{question.pk}/edit",
+                            f'{{"content": "again", "last_message_id": {last_message_id}}}')
+
+    assert_refused(regenerated)
+    assert_refused(edited)
+    assert await sync_to_async(rows)() == before
+
+
+@pytest.mark.parametrize("chars", ['"7"', "true", "-1", "1.5", str(2**31), "[7]"])
+async def test_a_regenerate_or_edit_naming_no_possible_length_of_the_last_shown_answers_400(
+        api, conversation, chars):
+    question = await sync_to_async(factories.message)(conversation, role=Message.Role.USER)
+    answer = await sync_to_async(factories.message)(conversation, role=Message.Role.ASSISTANT)
+    before = await sync_to_async(rows)()
+    shown = f'"last_message_id": {answer.pk}, "last_message_chars": {chars}'
+
+    regenerated = await post_raw(api, f"/api/conversations/{conversation.pk}/regenerate", f"{{{shown}}}")
+    edited = await post_raw(api, f"/api/messages/{question.pk}/edit", f'{{"content": "again", {shown}}}')
+
+    assert_refused(regenerated)
+    assert_refused(edited)
+    assert await sync_to_async(rows)() == before
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"])
+async def test_a_json_body_sent_as_another_media_type_answers_415_and_stores_nothing(api, content_type):
+    """A body said to be text or a form was read as JSON all the same (`curl -d` sends a form)."""
+    before = await sync_to_async(rows)()
+
+    response = await api.post("/api/conversations", '{"title": "x"}', content_type=content_type)
+
+    assert response.status_code == 415, response.content
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert "application/json" in response.json()["error"]["message"]
+    assert await sync_to_async(rows)() == before
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
+                                          "application/merge-patch+json"])
+async def test_a_json_body_is_read_under_any_json_media_type(api, content_type):
+    response = await api.post("/api/conversations", '{"title": "x"}', content_type=content_type)
+
+    assert response.status_code == 201, response.content
+
+
+async def test_a_post_without_a_body_needs_no_media_type(api):
+    response = await api.post("/api/conversations", b"", content_type="")
+
+    assert response.status_code == 201, response.content

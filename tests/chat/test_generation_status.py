@@ -10,15 +10,13 @@ from django.db import OperationalError, connection
 
 from chatapp import services
 from chatapp.models import Generation
-from common.sse import SSEParser
 from chatapp.runtime.database_outage import outlasting_an_outage
 from chatapp.runtime.database_threads import on_database_thread
-from chatapp.streaming import sse
 from chatapp.tasks import fail_interrupted_streams
 from common.vocabulary import GenerationStatus
 from tests import factories
 from tests.chat.database_outage import database_refusing_new_sessions, terminate_the_database_threads_backends
-from tests.chat.streams import names, read_events, stop_after_deltas
+from tests.chat.streams import EventReader, names, read_events, stop_after_deltas, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -167,15 +165,14 @@ async def test_a_stop_listener_whose_reads_time_out_as_redis_py_does_keeps_liste
     assert (generation.status, generation.cancelled_by, generation.final_text) == ("stopped", "user", " w0 w1")
 
 
-async def read_to_its_second_delta(api, conversation):
+async def read_to_its_second_delta(api, conversation) -> EventReader:
     """An answer asked for and read until its second delta (the relay's read after the first is
-    done): its stream, parser and events so far."""
+    done): its reader."""
     response = await api.post(f"/api/conversations/{conversation.pk}/messages",
                               json.dumps({"content": "go"}), content_type="application/json")
-    stream, parser, events = response.streaming_content, SSEParser(), []
-    while [e.event for e in events].count("delta") < 2:
-        events += parser.feed(await anext(stream))
-    return stream, parser, events
+    answer = EventReader(response)
+    await answer.until(lambda events: names(events).count("delta") >= 2)
+    return answer
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that drops connections")
@@ -185,10 +182,10 @@ async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_s
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
     upstream.script.chunks = ["Kept", " despite", " a", " restart"]
     upstream.script.interval_s = 0.2
-    stream, parser, _ = await read_to_its_second_delta(api, conversation)
+    answer = await read_to_its_second_delta(api, conversation)
 
     dropped = await sync_to_async(terminate_the_database_threads_backends)()
-    after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+    after = await answer.to_the_end()
 
     generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
     assert dropped >= 1
@@ -197,21 +194,24 @@ async def test_an_answer_whose_database_connections_were_dropped_mid_stream_is_s
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses sessions")
+@pytest.mark.parametrize("interval_s", [0.05, 0], ids=["chunks apart", "chunks together"])
 async def test_an_answer_that_ends_while_the_database_is_down_is_stored_once_it_is_back(
-        api, conversation, upstream, settings):
+        interval_s, api, conversation, upstream, settings):
     settings.CHAT_SAVE_INTERVAL_SECONDS = 3600  # the final write is the first to need the database
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
     settings.CHAT_HEARTBEAT_SECONDS = 0.5  # far longer than between two deltas
     upstream.script.chunks = ["Kept", " through", " an", " outage"]
-    upstream.script.interval_s = 0.05
-    stream, parser, before = await read_to_its_second_delta(api, conversation)
+    upstream.script.interval_s = interval_s
+    answer = await read_to_its_second_delta(api, conversation)
 
     with database_refusing_new_sessions():
         await sync_to_async(terminate_the_database_threads_backends)()
         # The answer ends during the outage; the page hears the stream is alive while it waits.
-        while (chunk := await anext(stream)) != sse.HEARTBEAT or [e.event for e in before].count("delta") < 4:
-            before += parser.feed(chunk)
-    after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+        # Its whole text, in however many deltas: chunks that reach the relay together go out as
+        # one, and a count of four deltas then never came while the outage waited for it.
+        await answer.until(lambda events: text_of(events) == "Kept through an outage"
+                           and events[-1] == ("ping", None))
+    after = await answer.to_the_end()
 
     generation = await sync_to_async(Generation.objects.select_related("message").get)(conversation=conversation)
     assert after[-1][0] == "done" and after[-1][1]["status"] == "completed"
@@ -227,11 +227,11 @@ async def test_an_answer_whose_final_write_outlasts_the_patience_ends_with_an_er
     settings.CHAT_RELAY_HEARTBEAT_SECONDS = 3600
     upstream.script.chunks = ["Held", " by", " the", " page"]
     upstream.script.interval_s = 0.05
-    stream, parser, _ = await read_to_its_second_delta(api, conversation)
+    answer = await read_to_its_second_delta(api, conversation)
 
     with database_refusing_new_sessions():
         await sync_to_async(terminate_the_database_threads_backends)()
-        after = [(e.event, json.loads(e.data)) async for chunk in stream for e in parser.feed(chunk)]
+        after = await answer.to_the_end()
 
     assert names(after)[-1] == "error" and "done" not in names(after)
     assert after[-1][1]["code"] == "database_unavailable"

@@ -93,6 +93,21 @@ def test_staff_who_may_review_but_not_stop_get_no_stop_and_their_stop_is_refused
     assert 'data-may-stop="true"' in client.get(reverse("staff-live")).content.decode()
 
 
+def test_staff_who_may_stop_but_not_review_can_neither_stop_an_answer_nor_learn_of_it(client, conversation):
+    """Stopping is done from the live view, which they may not see: by id alone their Stop was
+    taken, and its answer (202 and the status; 409 naming how it ended) told them of answers
+    they may not review."""
+    streaming, ended = answer_in(conversation), answer_in(conversation, status=GenerationStatus.COMPLETED)
+    client.force_login(factories.staff_member("chatapp.stop_generation"))
+
+    answers = [client.post(reverse("api:staff-stop", args=[pk])) for pk in (streaming.pk, ended.pk, 987654)]
+
+    assert [(a.status_code, a.json()) for a in answers][:2] == [(403, answers[2].json())] * 2
+    assert answers[2].status_code == 403 and answers[2].json()["error"]["code"] == "staff_only"
+    assert "chatapp.view_generation" in answers[0].json()["error"]["message"]
+    assert Generation.objects.get(pk=streaming.pk).status == GenerationStatus.STREAMING
+
+
 def test_anonymous_visitors_are_told_to_sign_in_first(client):
     assert client.get(reverse("api:live-events")).status_code == 401
 

@@ -7,25 +7,14 @@ import json
 
 import httpx2
 import pytest
-from django.core.cache import cache
 from django.test import AsyncClient, override_settings
 
 from chatapp import login_limit
 from tests import factories, servers
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("small_login_limits")]
 
 PASSWORD = "a-long-test-password"
-
-
-@pytest.fixture(autouse=True)
-def small_limits(settings):
-    settings.CHAT_LOGIN_ATTEMPTS = 3
-    settings.CHAT_LOGIN_SPREAD_ATTEMPTS = 6
-    settings.CHAT_LOGIN_WINDOW_SECONDS = 300
-    cache.clear()
-    yield
-    cache.clear()
 
 
 async def sign_in(username: str, password: str, address: str = "203.0.113.7"):
@@ -103,6 +92,78 @@ async def test_a_guesser_spread_over_addresses_slows_new_devices_but_not_the_bro
     assert new_device.status_code == 429  # slowed: the guesser's tries cost them time
     assert known_device.status_code == 200
     assert forged_attempt.status_code == 429
+
+
+async def signed_in_before(user, address: str) -> AsyncClient:
+    """A browser that signed in to `user`'s account from `address` and out again: it holds the
+    account's device cookie."""
+    browser = AsyncClient()
+    browser.address = address
+    signed_in = await sign_in_with(browser, user.username, PASSWORD)
+    assert signed_in.status_code == 200 and login_limit.DEVICE_COOKIE in signed_in.cookies
+    await browser.post("/api/auth/logout")
+    return browser
+
+
+async def sign_in_with(browser: AsyncClient, username: str, password: str):
+    return await browser.post("/api/auth/login", json.dumps({"username": username, "password": password}),
+                              content_type="application/json", headers={"X-Real-IP": browser.address})
+
+
+async def test_a_guesser_at_the_owners_own_address_does_not_hold_back_the_browser_its_owner_signed_in_from(user):
+    """Behind a NAT, a proxy or a load balancer in front of nginx, many people share one address:
+    anyone there could keep an account's owner out, their own browser too, with three wrong
+    passwords (the pair's limit) every window, or a spray of other accounts (the address's
+    delay). A known browser is held to a pair of its own, the account and itself."""
+    shared = "203.0.113.9"
+    owners_browser = await signed_in_before(user, shared)
+    for _ in range(3):
+        await sign_in(user.username, "wrong", shared)
+    for n in range(6):
+        await sign_in(f"someone{n}", "wrong", shared)
+
+    new_device = await sign_in(user.username, PASSWORD, shared)
+    known_device = await sign_in_with(owners_browser, user.username, PASSWORD)
+
+    assert new_device.status_code == 429
+    assert known_device.status_code == 200
+
+
+async def changed_password(browser: AsyncClient, new_password: str) -> None:
+    changed = await browser.post("/api/auth/password", json.dumps({"old_password": PASSWORD, "new_password": new_password}),
+                                 content_type="application/json", headers={"X-Real-IP": browser.address})
+    assert changed.status_code == 200
+
+
+async def test_after_a_password_change_another_browsers_device_cookie_no_longer_exempts_it_from_the_address_limit(user):
+    """A device cookie vouches for a browser that signed in with the account's password of then:
+    one that signed in with a password its owner has changed since (a thief's) is a new device."""
+    shared, new_password = "203.0.113.9", "another-long-passphrase"
+    other_browser = await signed_in_before(user, shared)
+    owners_browser = await signed_in_before(user, "192.0.2.60")
+    await sign_in_with(owners_browser, user.username, PASSWORD)
+    await changed_password(owners_browser, new_password)
+    for n in range(7):
+        await sign_in(f"someone{n}", "wrong", shared)
+
+    from_the_other_browser = await sign_in_with(other_browser, user.username, new_password)
+    owners_browser.address = shared
+    await owners_browser.post("/api/auth/logout")
+    from_the_owners_browser = await sign_in_with(owners_browser, user.username, new_password)
+
+    assert from_the_other_browser.status_code == 429
+    assert from_the_owners_browser.status_code == 200  # the change gave it a cookie of the new password
+
+
+async def test_a_known_browser_past_its_failed_attempts_is_refused_as_a_pair_is_and_nobody_else(user):
+    owners_browser = await signed_in_before(user, "192.0.2.50")
+
+    failures = [(await sign_in_with(owners_browser, user.username, "wrong")).status_code for _ in range(3)]
+    refused = await sign_in_with(owners_browser, user.username, PASSWORD)
+
+    assert failures == [400, 400, 400]
+    assert refused.status_code == 429 and 0 < int(refused["Retry-After"]) <= 300
+    assert (await sign_in(user.username, PASSWORD, "192.0.2.51")).status_code == 200
 
 
 async def test_refused_attempts_are_not_counted_so_the_delay_does_not_grow(user):

@@ -123,6 +123,42 @@ async def test_a_question_the_model_cannot_read_is_refused_before_anything_is_st
     assert upstream.requests == [] and await sync_to_async(Generation.objects.count)() == 0
 
 
+async def test_a_continued_answer_is_read_with_its_question_never_alone(api, conversation, upstream, settings):
+    # Found on the real stack (context 1024): a question of 1,000 tokens got 24 tokens of answer,
+    # cut by the room left; Continue then sent the answer alone, its question left out, and the
+    # model wrote 512 tokens on without knowing what it answered.
+    upstream.script.context_tokens, upstream.script.counts_every_byte = 1000, True
+    settings.CHAT_CONTEXT_TOKENS, settings.CHAT_MAX_TOKENS = 0, 500
+    upstream.script.finish_reason = "length"
+    await ask(api, conversation, "x" * 600)  # 608 tokens: room for 392, asked 500
+    answer = (await api.get(f"/api/conversations/{conversation.pk}/messages")).json()["results"][-1]
+    assert answer["status"] == "truncated"
+
+    events = await read_events(await api.post(f"/api/messages/{answer['id']}/continue"))
+
+    sent = upstream.requests[-1][0]
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant"]
+    assert start_of(events)["context_from_message_id"] is None
+    assert sent["max_tokens"] == 1000 - dense_count(sent["messages"])
+
+
+async def test_a_continuation_whose_question_and_answer_fill_the_context_is_refused_as_such_before_anything_is_stored(
+        api, conversation, upstream, settings):
+    upstream.script.context_tokens, upstream.script.counts_every_byte = 1000, True
+    settings.CHAT_CONTEXT_TOKENS, settings.CHAT_MAX_TOKENS = 0, 500
+    upstream.script.finish_reason, upstream.script.chunks = "length", ["y" * 392]
+    await ask(api, conversation, "x" * 600)  # 605 + 397 + 3: the exchange alone is past 1000
+    answer = (await api.get(f"/api/conversations/{conversation.pk}/messages")).json()["results"][-1]
+    asked = len(upstream.requests)
+
+    response = await api.post(f"/api/messages/{answer['id']}/continue")
+
+    assert response.status_code == 400 and response.json()["error"]["code"] == "no_room_to_continue"
+    assert len(upstream.requests) == asked
+    after = (await api.get(f"/api/conversations/{conversation.pk}/messages")).json()["results"][-1]
+    assert (after["content"], after["status"]) == (answer["content"], "truncated")
+
+
 async def test_the_first_message_the_model_reads_is_named_in_the_start_the_audit_and_the_history(
         api, conversation, upstream, settings):
     upstream.script.context_tokens, upstream.script.counts_every_byte = 700, True

@@ -194,18 +194,35 @@ async def test_an_upstream_refusal_before_the_first_byte_is_a_json_error_and_a_f
     assert generation.status == "failed" and generation.error_code == code
 
 
-async def test_messages_the_models_chat_template_refuses_are_a_400_that_says_so(api, conversation, upstream):
-    # Our inference service's answer to a template's raise_exception (a system message where
-    # the model takes none): the user can change the conversation; trying again cannot help.
-    upstream.script.status, upstream.script.error_code = 400, "invalid_messages"
+@pytest.mark.parametrize("told, passed_on", [("12", "12"), ("0", "1"), ("86400", "60"), ("soon", "1")])
+async def test_a_busy_upstreams_own_retry_after_is_passed_on_within_bounds(
+        api, conversation, upstream, told, passed_on):
+    """Our inference service says 5 s while its model loads; the browser was told 1 s."""
+    upstream.script.status, upstream.script.retry_after = 503, told
+
+    response = await send(api, conversation)
+
+    assert response.json()["error"]["code"] == "upstream_busy"
+    assert response["Retry-After"] == passed_on
+
+
+# What the user can change and trying again cannot help with, from our inference service: a
+# template's raise_exception (a system message where the model takes none); a prompt the
+# upstream counted past its context (our count was an estimate where it could not count, or a
+# replica's context is smaller than the one the prompt was fitted to).
+@pytest.mark.parametrize("upstream_code, code", [("invalid_messages", "model_refuses_messages"),
+                                                 ("context_length_exceeded", "context_too_long")])
+async def test_an_upstream_400_the_user_can_act_on_is_a_400_that_says_so(
+        api, conversation, upstream, upstream_code, code):
+    upstream.script.status, upstream.script.error_code = 400, upstream_code
 
     response = await send(api, conversation)
 
     answer, generation = await rows_async(conversation)
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "model_refuses_messages"
+    assert response.json()["error"]["code"] == code
     assert "upstream says no" in response.json()["error"]["message"]
-    assert answer is None and generation.error_code == "model_refuses_messages"
+    assert answer is None and generation.error_code == code
 
 
 async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conversation, settings):
@@ -216,6 +233,7 @@ async def test_an_unreachable_upstream_is_a_502_with_a_clear_message(api, conver
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_unreachable"
     assert "unreachable" in response.json()["error"]["message"]
+    assert response["Retry-After"] == "5"  # a service restarting: back in seconds, not at once
     answer, generation = await rows_async(conversation)
     assert answer is None and generation.finish_reason == "error"
 

@@ -147,3 +147,22 @@ def test_the_first_message_titles_by_its_first_line_that_shows_something(content
     from chatapp.services.conversations import title_from
 
     assert title_from(content) == title
+
+
+@pytest.mark.parametrize("line, title", [
+    # A family is one picture: not its father alone.
+    ("a" * 79 + "👨\u200d👩\u200d👧\u200d👦 family", "a" * 79),
+    # A flag is two letters: one alone shows as a boxed letter.
+    ("a" * 79 + "🇫🇷 France", "a" * 79),
+    ("a" * 78 + "🇫🇷 France", "a" * 78 + "🇫🇷"),
+    # An accent stays on its letter, a skin tone on its hand.
+    ("a" * 79 + "e\u0301t\u00e9", "a" * 79),
+    ("a" * 78 + "e\u0301t\u00e9", "a" * 78 + "e\u0301"),
+    ("a" * 79 + "👍🏽 fine", "a" * 79),
+    # A cut before a space leaves none at the end.
+    ("a" * 79 + " and more", "a" * 79),
+])
+def test_a_first_line_over_80_characters_is_cut_between_characters_as_they_show(line, title):
+    from chatapp.services.conversations import title_from
+
+    assert title_from(line) == title

@@ -23,6 +23,7 @@ class Script:
     finish_reason: str = "stop"
     status: int = 200  # anything else: refuse with this status and a JSON error
     error_code: str = "nope"  # that error's code
+    retry_after: str | None = None  # that refusal's Retry-After header
     models_status: int = 200  # what GET /v1/models answers with (503: ours while its model loads)
     crash_after: int | None = None  # drop the connection after this many content chunks
     stall_after: int | None = None  # go quiet after this many content chunks, until hung up
@@ -101,8 +102,10 @@ class FakeUpstream:
         if script.status != 200:
             payload = json.dumps({"error": {"message": "upstream says no", "type": "server_error",
                                             "code": script.error_code}}).encode()
-            await send({"type": "http.response.start", "status": script.status,
-                        "headers": [(b"content-type", b"application/json")]})
+            headers = [(b"content-type", b"application/json")]
+            if script.retry_after is not None:
+                headers.append((b"retry-after", script.retry_after.encode()))
+            await send({"type": "http.response.start", "status": script.status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
             return
         if script.echo:

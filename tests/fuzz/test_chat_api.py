@@ -30,6 +30,8 @@ SETTINGS = ("title", "system_prompt", "model", "temperature", "top_p")
 BODY_TEMPLATES = {
     "POST /api/auth/login": {"username": {"username": hostile.SLOT, "password": "x"},
                              "password": {"username": "x", "password": hostile.SLOT}},
+    "POST /api/auth/password": {"old_password": {"old_password": hostile.SLOT, "new_password": "x"},
+                                "new_password": {"old_password": "x", "new_password": hostile.SLOT}},
     "POST /api/conversations": {name: {name: hostile.SLOT} for name in SETTINGS},
     "PATCH /api/conversations/{conversation_id}": {name: {name: hostile.SLOT} for name in SETTINGS},
     "POST /api/conversations/{conversation_id}/regenerate": {"model": {"model": hostile.SLOT}},
@@ -45,6 +47,9 @@ BODY_TEMPLATES = {
 HOSTILE_QUERIES = ["q=a%00b", "q=%ED%A0%80", "page=18446744073709551616", "page=-1", "page=NaN",
                    "page=" + "9" * 5000]
 HOSTILE_IDS = [2**31, 2**63, 2**64]
+# A message page's cursor and size, beyond what an id or a page may be.
+HOSTILE_PAGE_QUERIES = ["before=18446744073709551616", "before=9223372036854775808", "before=-1", "before=%00",
+                        "limit=NaN", "limit=0", "limit=" + "9" * 5000]
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +147,8 @@ def test_hostile_bodies_get_no_server_error_and_refused_ones_store_nothing(endpo
 
 def test_hostile_queries_and_ids_get_no_server_error(signed_in):
     requests_sent = [("GET /api/conversations", f"/api/conversations?{query}") for query in HOSTILE_QUERIES]
+    messages = "GET /api/conversations/{conversation_id}/messages"
+    requests_sent += [(messages, signed_in.path(messages.split(" ")[1]) + f"?{query}") for query in HOSTILE_PAGE_QUERIES]
     requests_sent += [(endpoint, endpoint.split(" ")[1].format(conversation_id=big, message_id=big,
                                                               generation_id=big))
                       for endpoint in OPERATIONS if "{" in endpoint for big in HOSTILE_IDS]

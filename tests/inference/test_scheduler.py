@@ -135,3 +135,14 @@ def test_a_long_prompt_passed_over_for_a_short_one_goes_before_the_next_fresh_on
     # The long prompt waited for short's 20 tokens: a claim the fresh one, which waited for none,
     # does not have.
     assert order == [["short", "long"], ["long"]]
+
+
+def test_a_prompt_being_fed_is_not_overtaken_by_a_longer_one_that_came_after_it():
+    engine = burst_engine()  # 32 prompt tokens a step
+    arrive(engine, "first", 200, waited=0.0)
+    arrive(engine, "second", 300, waited=0.0, first_token=1000)
+    order = [step_feeding(engine) for _ in range(4)]
+
+    # Taking turns, both would wait for both: first's token after 14 steps instead of 7, and
+    # second's no sooner. The one passed over still goes before any fresh one (the test above).
+    assert order == [["first"]] * 4

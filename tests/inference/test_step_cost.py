@@ -71,9 +71,23 @@ def test_the_engine_tells_steps_of_decode_tokens_only_from_steps_with_prompt_tok
     assert engine.step_cost.seen == {StepMix.PROMPT: 1, StepMix.DECODE: 5}
 
 
+def test_a_lone_streams_steps_teach_the_costs_too():
+    # One stream at a time, as most of a chat server's life goes: its prompt steps (fed whole,
+    # nothing decoding) and its decode steps. Untimed, they taught nothing, and the first prompt
+    # that met running streams was cut into the least allowance a step whatever the machine.
+    engine = models.engine(models.tiny_model())
+    for number, length in enumerate((8, 40)):
+        engine.add_request(f"alone-{number}", [5] * length, SamplingParams(max_tokens=3))
+        while engine.has_work():
+            engine.step()
+
+    # Each prompt fed whole in one step that samples the first token, then two decode steps.
+    assert engine.step_cost.seen == {StepMix.PROMPT: 2, StepMix.DECODE: 4}
+
+
 def newcomer_tokens_fed_beside(num_decoding: int, num_newcomers: int = 1,
                                fixed: dict[StepMix, float] | None = None, per_token: float = 0.001,
-                               **limits) -> int:
+                               prompt_tokens: int = 400, **limits) -> int:
     """Prompt tokens `num_newcomers` newcomers get, all told, in their first step beside
     `num_decoding` decoding streams, on a machine where a step costs its kind's fixed part (50 ms
     unless told) plus `per_token` a token."""
@@ -87,7 +101,8 @@ def newcomer_tokens_fed_beside(num_decoding: int, num_newcomers: int = 1,
         for tokens in [1, 30] * 20:
             engine.step_cost.observe(mix, tokens, seconds + per_token * tokens)
     for number in range(num_newcomers):
-        engine.add_request(f"newcomer-{number}", list(range(3, 403)), SamplingParams(max_tokens=2))
+        engine.add_request(f"newcomer-{number}", list(range(3, 3 + prompt_tokens)),
+                           SamplingParams(max_tokens=2))
 
     chunks = engine.scheduler.schedule()
 
@@ -98,6 +113,17 @@ def test_the_scheduler_feeds_as_many_prompt_tokens_as_the_learned_costs_allow():
     fed = newcomer_tokens_fed_beside(1, prefill_stretch=2.0, prefill_stretch_streams=1)
 
     assert fed == 51  # (0.050 + 0.001 * 1) / 0.001: twice a one-token step
+
+
+def test_a_prompt_is_not_left_a_rest_smaller_than_the_least_a_step_feeds():
+    # The costs allow 51 tokens (twice a one-token step); a step feeds at least 8 tokens. A rest
+    # of 4 would cost the newcomer a whole step more for its first token, and the stream beside
+    # it nothing: the 4 tokens cost the same in either step, the second step's fixed part more.
+    whole = newcomer_tokens_fed_beside(1, prompt_tokens=55, prefill_stretch=2.0, prefill_stretch_streams=1)
+    cut = newcomer_tokens_fed_beside(1, prompt_tokens=60, prefill_stretch=2.0, prefill_stretch_streams=1)
+
+    assert whole == 55
+    assert cut == 51  # a rest of 9 is worth a step of its own
 
 
 def test_with_fewer_streams_decoding_a_step_may_stretch_further_for_a_prompt():

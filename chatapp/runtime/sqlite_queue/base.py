@@ -6,6 +6,8 @@ burst of answer starts, each holding the lock for a few milliseconds, leaves the
 between a commit and the next waiter's retry and drags on until some time out with "database is
 locked". Threads of one process wait on a Python lock instead and go the moment it is free; other
 processes on the same file (a Celery worker) still meet SQLite's own busy timeout.
+
+Its LIKE matches as PostgreSQL's ILIKE does, case folded in every script (unicode_like.py).
 """
 
 import contextlib
@@ -13,6 +15,8 @@ import threading
 
 from django.db import OperationalError
 from django.db.backends.sqlite3 import base
+
+from . import unicode_like
 
 _writers: dict[str, threading.Lock] = {}
 _writers_guard = threading.Lock()
@@ -25,6 +29,12 @@ def _writer_lock(name: str) -> threading.Lock:
 
 class DatabaseWrapper(base.DatabaseWrapper):
     _held_writer_lock = None  # this file's writer lock, while a transaction of ours holds it
+
+    def get_new_connection(self, conn_params):
+        connection = super().get_new_connection(conn_params)
+        for arguments in (2, 3):  # LIKE, and LIKE ... ESCAPE
+            connection.create_function("like", arguments, unicode_like.matches, deterministic=True)
+        return connection
 
     def _start_transaction_under_autocommit(self):
         lock = _writer_lock(self.settings_dict["NAME"])
