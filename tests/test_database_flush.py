@@ -66,3 +66,37 @@ def test_a_flush_that_deadlocks_with_another_session_is_made_again_once_that_one
         helper.join(30)
 
     assert Generation.objects.count() == Message.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_that_another_session_adds_a_linked_row_to_midway_is_made_again():
+    """The flush (as pytest-django makes it: rows deleted, sequences kept) has emptied the
+    referencing table and waits on a row of the referenced one that another session (a relay
+    starting an answer as its test ends) holds; that session adds a row pointing at it and
+    commits. The flush's deferred foreign-key check at its commit then finds the new row: the
+    flush is made again, and takes that row too."""
+    generation = factories.generation(finish_reason="stop")
+    copied = [field.column for field in Generation._meta.concrete_fields if field.column != "id"]
+    tables = sorted(connection.introspection.django_table_names(only_existing=True),
+                    key=lambda table: table != "chatapp_generation")  # the referencing one first
+    connection.ensure_connection()
+    flushing_pid = connection.connection.info.backend_pid
+    database_url = servers.shared_database_url()
+    with psycopg.connect(database_url) as other, psycopg.connect(database_url, autocommit=True) as watcher:
+        other.execute("SELECT 1 FROM chatapp_message WHERE id = %s FOR KEY SHARE", (generation.message_id,))
+
+        def add_a_generation_to_the_message_then_commit():
+            waiting.wait_until(lambda: waiting_for_a_lock(watcher, flushing_pid), 10, "the flush waiting")
+            try:
+                other.execute(f"INSERT INTO chatapp_generation ({', '.join(copied)}) SELECT "
+                              f"{', '.join(copied).replace('request_id', 'gen_random_uuid()')}"
+                              " FROM chatapp_generation WHERE id = %s", (generation.pk,))
+            finally:
+                other.commit()
+
+        helper = threading.Thread(target=add_a_generation_to_the_message_then_commit)
+        helper.start()
+        connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), tables))
+        helper.join(30)
+
+    assert Generation.objects.count() == Message.objects.count() == 0

@@ -10,24 +10,29 @@ this falls back to TRUNCATE if one does). Django's foreign keys are DEFERRABLE I
 DEFERRED, and the flush runs in one transaction, so the order of the tables does not matter.
 """
 
-from django.db import OperationalError
+from django.db import DatabaseError
 from django.db.backends.postgresql import base, operations
 
-DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
+# PostgreSQL's SQLSTATEs of a flush that met another session writing.
+DEADLOCK_DETECTED = "40P01"
+FOREIGN_KEY_VIOLATION = "23503"
 FLUSH_TRIES = 3
 
 
 class DatabaseOperations(operations.DatabaseOperations):
     def execute_sql_flush(self, sql_list):
-        """DELETE locks rows one after another where TRUNCATE waited for whole tables: a
-        stack's relay still writing its answer's rows as its test ends may lock two of them in
-        the other order, and PostgreSQL then ends one of the two transactions. The flush, when
-        it is the one ended, is made again (the other one has ended by then)."""
+        """A stack's relay may still be writing its answer's rows as its test ends. DELETE locks
+        rows one after another where TRUNCATE waited for whole tables: the relay may lock two of
+        them in the other order, and PostgreSQL then ends one of the two transactions; or the
+        relay adds a row pointing at one the flush deletes later, after the flush emptied the
+        new row's table, and the flush's deferred foreign-key check refuses its commit. The
+        flush, when it is the one refused, is made again (the other one has ended by then)."""
         for attempt in range(1, FLUSH_TRIES + 1):
             try:
                 return super().execute_sql_flush(sql_list)
-            except OperationalError as error:
-                if attempt == FLUSH_TRIES or getattr(error.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
+            except DatabaseError as error:
+                met_a_writer = getattr(error.__cause__, "sqlstate", None) in (DEADLOCK_DETECTED, FOREIGN_KEY_VIOLATION)
+                if attempt == FLUSH_TRIES or not met_a_writer:
                     raise
 
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
