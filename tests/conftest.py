@@ -13,13 +13,20 @@ def pytest_configure(config):
     child_processes.refuse_in_unmarked_tests()
 
 
-# First: xdist's own hook names each test's group from the marks this one adds, and a test with
-# no group goes out alone (its file's module fixtures then set up on both workers).
+# Before xdist's own hook, which names each test's group from the marks this one adds: a test
+# with no group goes out alone (its file's module fixtures then set up on both workers).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     child_processes.mark(items)
+    workers.group(items)
+
+
+# Last: pytest-django sorts the tests by how they use the database, which sent the longest
+# groups (they use none) out at the end, one worker running them alone.
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_last(items):
     # The longest groups first, those of llama.cpp's server last: it may still be building.
-    items[:] = workers.group(items)
+    items[:] = workers.longest_first(items)
 
 
 @pytest.hookimpl(wrapper=True)

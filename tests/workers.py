@@ -28,15 +28,19 @@ LONGEST_FIRST = (
 )
 
 
-def group(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The items, each marked with its group, the longest groups first."""
+def group(items: list[pytest.Item]) -> None:
+    """Marks each item with its group."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+
+
+def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items, the longest groups first."""
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     return sorted(items, key=lambda item: (item.get_closest_marker(llama_server.MARK) is not None,
-                                           rank.get(_group_of(item), len(rank))))
+                                           rank.get(group_of(item), len(rank))))
 
 
-def _group_of(item: pytest.Item) -> str:
+def group_of(item: pytest.Item) -> str:
     path = item.nodeid.split("::", 1)[0]
     return next((folder for folder in SHARED_SESSION_FOLDERS if path.startswith(folder)), path)
