@@ -28,10 +28,12 @@ def web_process(upstream, grace_s: str):
         "CHAT_SAVE_INTERVAL_SECONDS": "60"})  # no partial save: the text is the final write's
 
 
-def read_until(response, text: str) -> tuple[int, str]:
-    """Reads the stream until its deltas hold `text`; its generation's id and their text."""
+def read_until(chunks, text: str) -> tuple[int, str]:
+    """Reads the stream's `chunks` until its deltas hold `text`; its generation's id and their
+    text. The iterator stays the caller's, open: one dropped here would be closed, and httpx2
+    closes the connection with it, the page gone a moment before the signal (`client_gone`)."""
     parser, events = SSEParser(), []
-    for chunk in response.iter_raw():
+    for chunk in chunks:
         events += parser.feed(chunk)
         seen = "".join(json.loads(event.data)["text"] for event in events if event.event == "delta")
         if seen == text:
@@ -50,7 +52,8 @@ def an_answer_read_to_its_pause(user, conversation, upstream, grace_s: str):
         servers.sign_in(page, user)
         with page.stream("POST", f"/api/conversations/{conversation.pk}/messages", json={"content": "go"},
                          headers={"X-CSRFToken": page.cookies["csrftoken"]}) as response:
-            yield process.process, response, *read_until(response, "One two three")
+            chunks = response.iter_raw()  # held to the block's end: the page stays connected
+            yield process.process, response, *read_until(chunks, "One two three")
 
 
 @pytest.mark.parametrize("grace_s", ["0", "30"])
