@@ -131,3 +131,21 @@ def test_on_a_phone_a_conversation_picked_in_the_drawer_is_shown_to_read_without
     phone.tap("#toggle-sidebar")
     phone.tap("#new-conversation")  # to write, where the keyboard is wanted
     wait_for_true(phone, "document.activeElement.id === 'composer'")
+
+
+def test_in_forced_colours_the_users_message_keeps_an_edge_that_sets_it_apart(page, stack_with_fake_upstream, user):
+    """Forced colours (Windows' high contrast) paint every background in the page's own colour: the
+    user's message, set apart by its background alone, ran on into the answer under it."""
+    conversation = factories.conversation(owner=user, title="Notes")
+    factories.message(conversation, role="user", content="What was the plan?")
+    factories.message(conversation, role="assistant", content="To meet at noon.")
+    page.emulate_media(forced_colors="active")
+    sign_in(page, stack_with_fake_upstream, user)
+    open_conversation(page, conversation)
+
+    edge = page.evaluate("(() => { const s = getComputedStyle(document.querySelector("
+                         "'.message[data-role=user] .message-content'));"
+                         " return [s.borderTopStyle, parseFloat(s.borderTopWidth), s.borderTopColor, s.backgroundColor]; })()")
+
+    style, width, colour, background = edge
+    assert (style, width >= 1, colour != background) == ("solid", True, True), edge
