@@ -17,7 +17,7 @@ import { historyOf, NO_HISTORY } from "./message_pages.js";
 import { hasText } from "./message_text.js";
 import * as msg from "./messages.js";
 import { createNotices } from "./notices.js";
-import { view } from "./page_view.js";
+import { readingPlace, view } from "./page_view.js";
 import { createPasswordChange } from "./password_change.js";
 import { createFramePainter } from "./render.js";
 import { createSendStop } from "./send_stop.js";
@@ -162,9 +162,7 @@ async function openConversation(id) {
     if (mine !== loading) return;
     const { conversation } = page;
     showConversation(conversation.id, conversation.title, historyOf(page), conversation);
-    // On a touch screen the message box's focus raises the keyboard over the conversation just
-    // picked to be read: there its messages take the focus, the message box a tap away.
-    (matchMedia("(pointer: coarse)").matches ? view.messages : view.composer).focus();
+    readingPlace().focus();
   } catch (error) {
     if (mine !== loading) return;
     if (!isGone(error)) {
@@ -248,7 +246,7 @@ view.newConversation.addEventListener("click", async () => {
 const syncStreaming = () => setStreaming(liveHere() !== null);
 
 const setStreaming = createSendStop({
-  send: view.send, stop: view.stop, composer: view.composer, isOverLimit: () => characterLimit.isOver(),
+  send: view.send, stop: view.stop, readingPlace, isOverLimit: () => characterLimit.isOver(),
   refreshActions: (on) => msg.refreshActions(view.messages, on),
 });
 

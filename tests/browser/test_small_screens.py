@@ -133,6 +133,21 @@ def test_on_a_phone_a_conversation_picked_in_the_drawer_is_shown_to_read_without
     wait_for_true(phone, "document.activeElement.id === 'composer'")
 
 
+def test_on_a_phone_a_stopped_answer_is_left_to_read_without_the_keyboard_over_it(
+        phone, stack_with_fake_upstream, user, upstream):
+    """Stop, gone with the answer's end, gave the focus to the message box: on a touch screen that
+    raises the keyboard over the answer just stopped to be read. The messages take it instead."""
+    upstream.script = Script(chunks=["The first line.", " The rest."], stall_after=1)
+    sign_in(phone, stack_with_fake_upstream, user)
+    send(phone, "a long answer please")
+    wait_for_true(phone, f"document.querySelector(\"{STREAMED}\")?.textContent.length > 0")
+
+    phone.tap("#stop")
+
+    wait_for_end(phone)
+    assert phone.evaluate("document.activeElement.id") == "messages"
+
+
 def test_in_forced_colours_the_users_message_keeps_an_edge_that_sets_it_apart(page, stack_with_fake_upstream, user):
     """Forced colours (Windows' high contrast) paint every background in the page's own colour: the
     user's message, set apart by its background alone, ran on into the answer under it."""
