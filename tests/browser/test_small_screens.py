@@ -12,9 +12,21 @@ from tests.fakes.upstream import Script
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
+NARROW_PHONE = {"width": 320, "height": 640}
 SIDEWAYS = {"width": 844, "height": 390}
 ZOOMED = {"width": 640, "height": 400}  # 1280x800 at 200%
 STREAMED = "#messages .message[data-status='streaming'] .message-content"
+# The picker's width, and the width its chosen option's name needs (a copy of it, sized to its content).
+PICKER_WIDTHS = """(() => {
+  const picker = document.querySelector('#model-picker');
+  const copy = picker.cloneNode(true);
+  copy.removeAttribute('id');
+  copy.style.cssText = 'position: absolute; width: max-content; max-width: none; flex: none';
+  picker.after(copy);
+  const widths = [picker.offsetWidth, copy.offsetWidth];
+  copy.remove();
+  return widths;
+})()"""
 FROM_BOTTOM = "(() => { const l = document.querySelector('#messages'); return l.scrollHeight - l.scrollTop - l.clientHeight; })()"
 
 
@@ -164,3 +176,26 @@ def test_in_forced_colours_the_users_message_keeps_an_edge_that_sets_it_apart(pa
 
     style, width, colour, background = edge
     assert (style, width >= 1, colour != background) == ("solid", True, True), edge
+
+
+def test_on_a_narrow_phone_the_model_picker_shows_the_models_name_whole_or_cut_with_an_ellipsis(
+        chromium, stack_with_fake_upstream, user):
+    """At 320px the picker, beside a Settings button in words, was 187px wide: "SmolLM2-135M-Ins"
+    showed, cut mid-word with nothing to say so. A name too long for any phone ends in an ellipsis,
+    and the picker's tooltip and its list of options name it whole."""
+    retired = "a-retired-model-whose-name-is-longer-than-any-phone-is-wide"
+    conversation = factories.conversation(owner=user, title="Old notes", model=retired)
+    context = chromium.new_context(viewport=NARROW_PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    sign_in(page, stack_with_fake_upstream, user)
+    wait_for_true(page, "document.querySelector('#model-picker').value !== ''")
+
+    shown, needed = page.evaluate(PICKER_WIDTHS)
+    assert shown >= needed, f"the default model's name needs {needed}px, the picker is {shown}px"
+    page.tap("#toggle-sidebar")
+    open_conversation(page, conversation)
+    shown, needed = page.evaluate(PICKER_WIDTHS)
+    assert shown < needed
+    assert page.evaluate("getComputedStyle(document.querySelector('#model-picker')).textOverflow") == "ellipsis"
+    assert retired in page.get_attribute("#model-picker", "title")
+    context.close()
