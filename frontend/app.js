@@ -1,6 +1,7 @@
 // Wiring: signing in, the open conversation, the composer, and the answers being read: at most
 // one per conversation, followed in the background when the user opens another.
 import { api, ApiError } from "./api.js";
+import { createAccountMenu } from "./account_menu.js";
 import { createAnswerEnd } from "./answer_end.js";
 import { createAuth } from "./auth.js";
 import { createComposer } from "./composer.js";
@@ -81,6 +82,7 @@ const heading = createHeading({
 });
 
 const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
+const accountMenu = createAccountMenu();
 const passwordChange = createPasswordChange({ api, failed: (error) => handleError(error), announce });
 
 const { limit: characterLimit, setText: setComposerText } = createComposer({
@@ -123,6 +125,7 @@ const auth = createAuth({
   leaving({ signingOut = false } = {}) {
     unsentWords.leaving(); // kept for the same user's next sign-in
     passwordChange.leaving();
+    accountMenu.close();
     isSignedIn = false;
     session += 1;
     const left = live.leaveAll(api.stop);

@@ -27,6 +27,9 @@ PICKER_WIDTHS = """(() => {
   copy.remove();
   return widths;
 })()"""
+# The vertical middles of what the top bar shows: one row, they are all but equal.
+TOP_BAR_MIDDLES = """[...document.querySelectorAll('.topbar > *')].filter((el) => el.getClientRects().length)
+  .map((el) => { const r = el.getBoundingClientRect(); return r.top + r.height / 2; })"""
 FROM_BOTTOM = "(() => { const l = document.querySelector('#messages'); return l.scrollHeight - l.scrollTop - l.clientHeight; })()"
 
 
@@ -198,4 +201,27 @@ def test_on_a_narrow_phone_the_model_picker_shows_the_models_name_whole_or_cut_w
     assert shown < needed
     assert page.evaluate("getComputedStyle(document.querySelector('#model-picker')).textOverflow") == "ellipsis"
     assert retired in page.get_attribute("#model-picker", "title")
+    context.close()
+
+
+def test_on_a_phone_the_top_bar_is_one_row_with_the_account_controls_in_a_menu(chromium, stack_with_fake_upstream, user):
+    """At 390px and at 320px Sign out fell to a second row of the top bar, under Change password:
+    the bar took two rows from the conversation. They are in the account's menu now."""
+    context = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    sign_in(page, stack_with_fake_upstream, user)
+
+    for window in [PHONE, NARROW_PHONE]:
+        page.set_viewport_size(window)
+        middles = page.evaluate(TOP_BAR_MIDDLES)
+        assert max(middles) - min(middles) < 2, f"at {window['width']}px: rows at {middles}"
+    assert not page.locator("#logout").is_visible()
+    page.tap("#account-toggle")
+    assert page.locator("#user-name").inner_text() == user.username
+    page.keyboard.press("Escape")
+    assert not page.locator("#logout").is_visible()
+    assert page.evaluate("document.activeElement.id") == "account-toggle"
+    page.tap("#account-toggle")
+    page.tap("#logout")
+    page.wait_for_selector("#login-form")
     context.close()
