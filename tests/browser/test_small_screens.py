@@ -1,6 +1,7 @@
 """The chat on a phone, a phone turned sideways and a small or zoomed window (640x400 CSS px is
 1280x800 at 200%), in a real browser through nginx: the reader's own scrolling wins over an
-answer being written, and an open panel leaves the message box in view."""
+answer being written, an open panel leaves the message box in view, the top bar and the model's
+name fit a 320px phone; and the user's message stands apart in forced colours."""
 
 import pytest
 
