@@ -1,6 +1,7 @@
 // Wiring: signing in, the open conversation, the composer, and the answers being read: at most
 // one per conversation, followed in the background when the user opens another.
 import { api, ApiError } from "./api.js";
+import { createAccountMenu } from "./account_menu.js";
 import { createAnswerEnd } from "./answer_end.js";
 import { createAuth } from "./auth.js";
 import { createComposer } from "./composer.js";
@@ -17,7 +18,7 @@ import { historyOf, NO_HISTORY } from "./message_pages.js";
 import { hasText } from "./message_text.js";
 import * as msg from "./messages.js";
 import { createNotices } from "./notices.js";
-import { view } from "./page_view.js";
+import { readingPlace, view } from "./page_view.js";
 import { createPasswordChange } from "./password_change.js";
 import { createFramePainter } from "./render.js";
 import { createSendStop } from "./send_stop.js";
@@ -81,6 +82,7 @@ const heading = createHeading({
 });
 
 const conversationSettings = createConversationSettings({ api, failed: (error) => handleError(error), announce });
+const accountMenu = createAccountMenu();
 const passwordChange = createPasswordChange({ api, failed: (error) => handleError(error), announce });
 
 const { limit: characterLimit, setText: setComposerText } = createComposer({
@@ -123,6 +125,7 @@ const auth = createAuth({
   leaving({ signingOut = false } = {}) {
     unsentWords.leaving(); // kept for the same user's next sign-in
     passwordChange.leaving();
+    accountMenu.close();
     isSignedIn = false;
     session += 1;
     const left = live.leaveAll(api.stop);
@@ -162,9 +165,7 @@ async function openConversation(id) {
     if (mine !== loading) return;
     const { conversation } = page;
     showConversation(conversation.id, conversation.title, historyOf(page), conversation);
-    // On a touch screen the message box's focus raises the keyboard over the conversation just
-    // picked to be read: there its messages take the focus, the message box a tap away.
-    (matchMedia("(pointer: coarse)").matches ? view.messages : view.composer).focus();
+    readingPlace().focus();
   } catch (error) {
     if (mine !== loading) return;
     if (!isGone(error)) {
@@ -248,7 +249,7 @@ view.newConversation.addEventListener("click", async () => {
 const syncStreaming = () => setStreaming(liveHere() !== null);
 
 const setStreaming = createSendStop({
-  send: view.send, stop: view.stop, composer: view.composer, isOverLimit: () => characterLimit.isOver(),
+  send: view.send, stop: view.stop, readingPlace, isOverLimit: () => characterLimit.isOver(),
   refreshActions: (on) => msg.refreshActions(view.messages, on),
 });
 

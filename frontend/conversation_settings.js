@@ -5,6 +5,7 @@
 import { sentenceFor } from "./errors.js";
 
 const GONE = " (not available now)";
+const PICKER_HINT = "The model that writes this conversation's answers";
 // Decimal notation only: Number() would also read "0x1" and "0b1".
 const DECIMAL = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$/i;
 
@@ -85,6 +86,14 @@ export function createConversationSettings({ api, failed, announce }) {
       return option;
     }));
     picker.value = current;
+    nameInTooltip();
+  }
+
+  // A name wider than the picker (a phone's, or a long one) is cut with an ellipsis: the tooltip
+  // and the list of options still name it whole.
+  function nameInTooltip() {
+    const chosen = picker.selectedOptions[0]?.textContent;
+    picker.title = chosen ? `${chosen}. ${PICKER_HINT}` : PICKER_HINT;
   }
 
   function fillFields() {
@@ -130,6 +139,7 @@ export function createConversationSettings({ api, failed, announce }) {
   }
 
   picker.addEventListener("change", async () => {
+    nameInTooltip();
     if (await apply({ model: picker.value })) announce(`Answers now come from ${picker.value}.`);
   });
 

@@ -5,12 +5,12 @@
  * @param {object} parts
  * @param {HTMLButtonElement} parts.send
  * @param {HTMLButtonElement} parts.stop
- * @param {HTMLTextAreaElement} parts.composer
+ * @param {() => HTMLElement} parts.readingPlace  where the focus goes once the answer has ended
  * @param {() => boolean} parts.isOverLimit  the composer holds more than may be sent
  * @param {(on: boolean) => void} parts.refreshActions  the messages' own buttons
  * @returns {(on: boolean) => void}
  */
-export function createSendStop({ send, stop, composer, isOverLimit, refreshActions }) {
+export function createSendStop({ send, stop, readingPlace, isOverLimit, refreshActions }) {
   return function setStreaming(on) {
     const focused = document.activeElement;
     document.body.dataset.streaming = on ? "true" : "false";
@@ -22,6 +22,6 @@ export function createSendStop({ send, stop, composer, isOverLimit, refreshActio
       || focused.closest("[hidden]") !== null;
     // Do not strand keyboard focus on a control that just went away; never steal it otherwise.
     if (on && (lost || focused === send)) stop.focus();
-    if (!on && (lost || focused === stop || focused.disabled)) composer.focus();
+    if (!on && (lost || focused === stop || focused.disabled)) readingPlace().focus();
   };
 }

@@ -1,6 +1,7 @@
 """The chat on a phone, a phone turned sideways and a small or zoomed window (640x400 CSS px is
 1280x800 at 200%), in a real browser through nginx: the reader's own scrolling wins over an
-answer being written, and an open panel leaves the message box in view."""
+answer being written, an open panel leaves the message box in view, the top bar and the model's
+name fit a 320px phone; and the user's message stands apart in forced colours."""
 
 import pytest
 
@@ -12,9 +13,24 @@ from tests.fakes.upstream import Script
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
+NARROW_PHONE = {"width": 320, "height": 640}
 SIDEWAYS = {"width": 844, "height": 390}
 ZOOMED = {"width": 640, "height": 400}  # 1280x800 at 200%
 STREAMED = "#messages .message[data-status='streaming'] .message-content"
+# The picker's width, and the width its chosen option's name needs (a copy of it, sized to its content).
+PICKER_WIDTHS = """(() => {
+  const picker = document.querySelector('#model-picker');
+  const copy = picker.cloneNode(true);
+  copy.removeAttribute('id');
+  copy.style.cssText = 'position: absolute; width: max-content; max-width: none; flex: none';
+  picker.after(copy);
+  const widths = [picker.offsetWidth, copy.offsetWidth];
+  copy.remove();
+  return widths;
+})()"""
+# The vertical middles of what the top bar shows: one row, they are all but equal.
+TOP_BAR_MIDDLES = """[...document.querySelectorAll('.topbar > *')].filter((el) => el.getClientRects().length)
+  .map((el) => { const r = el.getBoundingClientRect(); return r.top + r.height / 2; })"""
 FROM_BOTTOM = "(() => { const l = document.querySelector('#messages'); return l.scrollHeight - l.scrollTop - l.clientHeight; })()"
 
 
@@ -131,3 +147,82 @@ def test_on_a_phone_a_conversation_picked_in_the_drawer_is_shown_to_read_without
     phone.tap("#toggle-sidebar")
     phone.tap("#new-conversation")  # to write, where the keyboard is wanted
     wait_for_true(phone, "document.activeElement.id === 'composer'")
+
+
+def test_on_a_phone_a_stopped_answer_is_left_to_read_without_the_keyboard_over_it(
+        phone, stack_with_fake_upstream, user, upstream):
+    """Stop, gone with the answer's end, gave the focus to the message box: on a touch screen that
+    raises the keyboard over the answer just stopped to be read. The messages take it instead."""
+    upstream.script = Script(chunks=["The first line.", " The rest."], stall_after=1)
+    sign_in(phone, stack_with_fake_upstream, user)
+    send(phone, "a long answer please")
+    wait_for_true(phone, f"document.querySelector(\"{STREAMED}\")?.textContent.length > 0")
+
+    phone.tap("#stop")
+
+    wait_for_end(phone)
+    assert phone.evaluate("document.activeElement.id") == "messages"
+
+
+def test_in_forced_colours_the_users_message_keeps_an_edge_that_sets_it_apart(page, stack_with_fake_upstream, user):
+    """Forced colours (Windows' high contrast) paint every background in the page's own colour: the
+    user's message, set apart by its background alone, ran on into the answer under it."""
+    conversation = factories.conversation(owner=user, title="Notes")
+    factories.message(conversation, role="user", content="What was the plan?")
+    factories.message(conversation, role="assistant", content="To meet at noon.")
+    page.emulate_media(forced_colors="active")
+    sign_in(page, stack_with_fake_upstream, user)
+    open_conversation(page, conversation)
+
+    edge = page.evaluate("(() => { const s = getComputedStyle(document.querySelector("
+                         "'.message[data-role=user] .message-content'));"
+                         " return [s.borderTopStyle, parseFloat(s.borderTopWidth), s.borderTopColor, s.backgroundColor]; })()")
+
+    style, width, colour, background = edge
+    assert (style, width >= 1, colour != background) == ("solid", True, True), edge
+
+
+def test_on_a_narrow_phone_the_model_picker_shows_the_models_name_whole_or_cut_with_an_ellipsis(
+        chromium, stack_with_fake_upstream, user):
+    """At 320px the picker, beside a Settings button in words, was 187px wide: "SmolLM2-135M-Ins"
+    showed, cut mid-word with nothing to say so. A name too long for any phone ends in an ellipsis,
+    and the picker's tooltip and its list of options name it whole."""
+    retired = "a-retired-model-whose-name-is-longer-than-any-phone-is-wide"
+    conversation = factories.conversation(owner=user, title="Old notes", model=retired)
+    context = chromium.new_context(viewport=NARROW_PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    sign_in(page, stack_with_fake_upstream, user)
+    wait_for_true(page, "document.querySelector('#model-picker').value !== ''")
+
+    shown, needed = page.evaluate(PICKER_WIDTHS)
+    assert shown >= needed, f"the default model's name needs {needed}px, the picker is {shown}px"
+    page.tap("#toggle-sidebar")
+    open_conversation(page, conversation)
+    shown, needed = page.evaluate(PICKER_WIDTHS)
+    assert shown < needed
+    assert page.evaluate("getComputedStyle(document.querySelector('#model-picker')).textOverflow") == "ellipsis"
+    assert retired in page.get_attribute("#model-picker", "title")
+    context.close()
+
+
+def test_on_a_phone_the_top_bar_is_one_row_with_the_account_controls_in_a_menu(chromium, stack_with_fake_upstream, user):
+    """At 390px and at 320px Sign out fell to a second row of the top bar, under Change password:
+    the bar took two rows from the conversation. They are in the account's menu now."""
+    context = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    sign_in(page, stack_with_fake_upstream, user)
+
+    for window in [PHONE, NARROW_PHONE]:
+        page.set_viewport_size(window)
+        middles = page.evaluate(TOP_BAR_MIDDLES)
+        assert max(middles) - min(middles) < 2, f"at {window['width']}px: rows at {middles}"
+    assert not page.locator("#logout").is_visible()
+    page.tap("#account-toggle")
+    assert page.locator("#user-name").inner_text() == user.username
+    page.keyboard.press("Escape")
+    assert not page.locator("#logout").is_visible()
+    assert page.evaluate("document.activeElement.id") == "account-toggle"
+    page.tap("#account-toggle")
+    page.tap("#logout")
+    page.wait_for_selector("#login-form")
+    context.close()
