@@ -158,6 +158,8 @@ INSTALLED_APPS = [
 # instead of a hop to a worker thread apiece (chatapp/runtime/middleware.py).
 MIDDLEWARE = [
     "chatapp.runtime.middleware.Security",
+    # Outside the session's: it tells of a password change once the session is stored.
+    "chatapp.streaming.password_changes.tells_password_changes",
     "chatapp.runtime.middleware.Session",
     "chatapp.runtime.middleware.Common",
     "chatapp.runtime.middleware.Csrf",
