@@ -283,6 +283,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "chatapp.tasks.fail_interrupted_streams",
         "schedule": CHAT_REAP_INTERVAL_SECONDS,
     },
+    # As often as a claim lives (StreamClaim.LIFETIME): expired ones of users who never return.
+    "purge-expired-stream-claims": {
+        "task": "chatapp.tasks.purge_expired_stream_claims",
+        "schedule": 60.0,
+    },
     # Hourly: yesterday is rolled up soon after midnight (once its last answer ended).
     "roll-up-audit-days": {
         "task": "chatapp.tasks.roll_up_audit_days",
