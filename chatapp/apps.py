@@ -6,6 +6,8 @@ class ChatappConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self):
-        # Connects the sign-in limit's receiver of user_login_failed; the module imports auth's
-        # backends, which need the app registry, so it cannot be imported before now.
+        # Connects the sign-in limit's receiver of user_login_failed, and the receivers that tell
+        # a user's streams of a password change; the modules import auth's backends and the
+        # user model, which need the app registry, so they cannot be imported before now.
         from . import login_limit  # noqa: F401
+        from .streaming import password_changes  # noqa: F401

@@ -52,13 +52,11 @@ async def logout(request, user):
 
 @endpoint("POST")
 async def password(request, user):
-    """The user's own password, changed: this session stays signed in, every other one ends."""
+    """The user's own password, changed: this session stays signed in, every other one ends, and
+    so do their streams (told at the request's end: streaming/password_changes.py)."""
     body = body_of(request)
     old, new = request_input.text(body, "old_password"), request_input.text(body, "new_password")
-    renamed_from = request.session.session_key
     await on_database_thread(_password_change)(request, user, old, new)
-    # The streams of every other session stop; this one's follow it to its new key.
-    session_ends.tell_sessions_ended(user.pk, renamed=(renamed_from, request.session.session_key))
     return JsonResponse({"user": json_shapes.user_json(user)})
 
 
@@ -76,6 +74,3 @@ def _password_change(request, user, old_password: str, new_password: str) -> Non
     request.user = user
     update_session_auth_hash(request, user)
     login_limit.device_known(request, user)  # this browser's device cookie names the new password
-    # Stored now, not by the middleware after the view: the streams of this session read it
-    # under its new key once told (session_ends.py), and must find the new hash there.
-    request.session.save()

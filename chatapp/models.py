@@ -163,8 +163,8 @@ class StreamClaim(models.Model):
     taken by an answer starting, from its plan until its rows are written (its generation holds the
     place from then on) or it is refused: so that of two starts at once for the last place, one is
     refused before anything goes upstream (services/stream_claims.py). One left by a web process
-    that died between the two stops counting after LIFETIME; a start slower than that is still
-    checked by its write."""
+    that died between the two stops counting after LIFETIME, and is deleted by the user's next
+    start or the periodic purge; a start slower than that is still checked by its write."""
 
     # As long as the slowest start waits on its upstream (its prompt counted, the answer's head:
     # each bounded by INFERENCE_READ_TIMEOUT_SECONDS, 60 s by default); a place a dead process
@@ -176,7 +176,8 @@ class StreamClaim(models.Model):
     # write holds while its upstream request is open, and a claim must not wait on that.
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+",
                              db_constraint=False)
-    claimed_at = models.DateTimeField(default=timezone.now)
+    # Indexed for the periodic purge of the expired claims of every user (tasks.py).
+    claimed_at = models.DateTimeField(default=timezone.now, db_index=True)
 
 
 class DailyRollup(models.Model):

@@ -158,6 +158,8 @@ INSTALLED_APPS = [
 # instead of a hop to a worker thread apiece (chatapp/runtime/middleware.py).
 MIDDLEWARE = [
     "chatapp.runtime.middleware.Security",
+    # Outside the session's: it tells of a password change once the session is stored.
+    "chatapp.streaming.password_changes.tells_password_changes",
     "chatapp.runtime.middleware.Session",
     "chatapp.runtime.middleware.Common",
     "chatapp.runtime.middleware.Csrf",
@@ -280,6 +282,11 @@ CELERY_BEAT_SCHEDULE = {
     "fail-interrupted-streams": {
         "task": "chatapp.tasks.fail_interrupted_streams",
         "schedule": CHAT_REAP_INTERVAL_SECONDS,
+    },
+    # As often as a claim lives (StreamClaim.LIFETIME): expired ones of users who never return.
+    "purge-expired-stream-claims": {
+        "task": "chatapp.tasks.purge_expired_stream_claims",
+        "schedule": 60.0,
     },
     # Hourly: yesterday is rolled up soon after midnight (once its last answer ended).
     "roll-up-audit-days": {

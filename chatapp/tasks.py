@@ -53,6 +53,17 @@ def _interrupted(generation_id: int, unless_heartbeat_since=None) -> bool:
 
 
 @shared_task
+def purge_expired_stream_claims() -> int:
+    """Deletes the places claimed by starts that never ended (services/stream_claims.py: a web
+    process that died mid-start): past StreamClaim.LIFETIME they count no more, and the user's
+    next start deletes them, but a user who never returns would keep them for ever."""
+    purged = services.stream_claims_purge_expired()
+    if purged:
+        logger.info("purged %d expired stream claim(s)", purged)
+    return purged
+
+
+@shared_task
 def purge_expired_records() -> dict:
     """Deletes what is older than CHAT_RETENTION_DAYS (see chatapp/staff/retention.py); off at 0.
 

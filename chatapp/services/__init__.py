@@ -37,7 +37,7 @@ from .generations import (
     generation_save_partials,
     generation_stop,
 )
-from .stream_claims import stream_claim, stream_claim_release
+from .stream_claims import stream_claim, stream_claim_release, stream_claims_purge_expired
 
 __all__ = [
     "MAX_TITLE_CHARS", "AnswerPlan", "AnswerStart", "IllegalTransition", "Outcome", "PartialText", "SentPiece",

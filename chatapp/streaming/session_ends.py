@@ -1,17 +1,19 @@
 """A session's end, as its streams hear it: an answer's relay and a watch stream stop sending to a
-session that signed out, or that a password change in another browser ended
-(chatapp/auth_api.py), within a heartbeat and mostly within a second, in whichever web process
-holds them.
+session that signed out (chatapp/auth_api.py), or that a password change in another browser
+or the admin ended (password_changes.py), within a heartbeat and mostly within a second, in
+whichever web process holds them.
 
 A session's end is no event Django keeps: a sign-out deletes the session, and a password change
 leaves every other session a stale hash that auth.get_user refuses at its next request. So the
-views that end sessions tell the user's group on the channel layer (`tell_sessions_ended`), and
-each web process with streams of that user has one hub for them (one channel in the group, as
-live_hub.py has one per answer): told, or every heartbeat in case the message was lost (a Redis
-restarted, a password changed in the admin or by `manage.py changepassword`), it reads which of
-its streams' sessions still sign the user in (selectors.sessions_signed_in, one read for all)
-and calls back those whose session ended (a session gone, found so twice CONFIRM_SECONDS apart). What a stream
-then does is its own: a watch stream ends, an answer stops (relay.py).
+sign-out's view, and every password change wherever it is made (password_changes.py: our API,
+the admin, `manage.py changepassword`), tell the user's group on the channel layer
+(`tell_sessions_ended`), and each web process with streams of that user has one hub for them
+(one channel in the group, as live_hub.py has one per answer): told, or every heartbeat in case
+the message was lost (a Redis restarted, a password written where no signal is sent), it reads
+which of its streams' sessions still sign the user in (selectors.sessions_signed_in, one read
+for all) and calls back those whose session ended (a session gone, found so twice
+CONFIRM_SECONDS apart). What a stream then does is its own: a watch stream ends, an answer
+stops (relay.py).
 """
 
 import asyncio
@@ -19,6 +21,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 # redis-py's read timeout is its own class, not Python's TimeoutError.
@@ -45,12 +48,18 @@ def user_group(user_id: int) -> str:
 
 def tell_sessions_ended(user_id: int, renamed: tuple[str | None, str | None] | None = None) -> None:
     """After a session of the user ended: every process checks its streams of the user, told in
-    a task of its own (the sign-out's answer waits on nothing; a failure is logged, and the
-    hubs' heartbeat finds the ended session). `renamed` (old key, new key): the session that
-    changed the password goes on under a new key (Django's update_session_auth_hash cycles it),
-    and so do its streams."""
+    a task of its own on an event loop (the sign-out's answer waits on nothing), or before this
+    returns from sync code with no loop of its own (`manage.py changepassword`, a sync request);
+    a failure is logged, and the hubs' heartbeat finds the ended session. `renamed` (old key,
+    new key): the session that changed the password goes on under a new key (Django's
+    update_session_auth_hash cycles it), and so do its streams."""
     message = {"type": ENDED, **({"renamed": list(renamed)} if renamed else {})}
-    held_until_done(_tell(user_id, message))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async_to_sync(_tell)(user_id, message)
+    else:
+        held_until_done(_tell(user_id, message))
 
 
 async def _tell(user_id: int, message: dict) -> None:

@@ -39,7 +39,12 @@ async def restarted_under_pooled_connections(server: RedisServer, connections: i
 
 async def joined(server: RedisServer, group: str) -> None:
     """Waits until `group` has a member on `server` (a listener's or a hub's join is a task of its own)."""
-    members = redis.Redis.from_url(server.url)
+    await joined_at(server.url, group)
+
+
+async def joined_at(url: str, group: str) -> None:
+    """Waits until `group` has a member on the Redis at `url`."""
+    members = redis.Redis.from_url(url)
     for _ in range(200):
         if members.zcard(f"asgi:group:{group}"):
             return

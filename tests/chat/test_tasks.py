@@ -1,14 +1,17 @@
 """Answers whose relay died are ended by the periodic task, keeping what was saved."""
 
+import uuid
 from datetime import timedelta
 
 import os
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chatapp.models import Generation
-from chatapp.tasks import fail_interrupted_streams
+from chatapp.models import Generation, StreamClaim
+from chatapp.tasks import fail_interrupted_streams, purge_expired_stream_claims
 from harness import waiting
 from tests import factories
 from tests.celery_worker import QUEUE, celery_worker
@@ -51,6 +54,25 @@ def test_a_stop_pressed_before_the_crash_still_counts(settings):
     assert (stale.finish_reason, stale.cancelled_by) == ("cancelled", "user")
     assert stale.status == "stopped" and stale.message.status == "stopped"
     assert stale.message.content == "part"
+
+
+def test_the_claims_of_starts_that_died_are_purged_in_one_delete_though_their_users_never_return(settings):
+    """A claim left by a web process that died mid-start stops counting after its lifetime, and
+    was deleted only when that same user started another answer."""
+    gone, returning = factories.user(), factories.user()
+    long_ago = timezone.now() - StreamClaim.LIFETIME - timedelta(seconds=1)
+    for user in (gone, gone, returning):
+        StreamClaim.objects.create(request_id=uuid.uuid4(), user=user, claimed_at=long_ago)
+    starting = StreamClaim.objects.create(request_id=uuid.uuid4(), user=returning)
+
+    with CaptureQueriesContext(connection) as queries:
+        purged = purge_expired_stream_claims()
+
+    assert purged == 3
+    assert list(StreamClaim.objects.all()) == [starting]
+    assert [query["sql"].split()[0] for query in queries] == ["DELETE"]
+    assert "chatapp.tasks.purge_expired_stream_claims" in {
+        entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
 
 
 @pytest.mark.process
