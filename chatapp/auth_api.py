@@ -11,7 +11,6 @@ from . import json_shapes, login_limit, request_input, services
 from .api_door import body_of, endpoint
 from .errors import ApiError
 from .runtime.database_threads import on_database_thread
-from .streaming import session_ends
 
 
 @ensure_csrf_cookie
@@ -44,16 +43,16 @@ def _held_back(request) -> ApiError | None:
 
 @endpoint("POST")
 async def logout(request, user):
-    """Signs this session out: its answer and watch streams stop, in every process."""
+    """Signs this session out: its answer and watch streams stop, in every process (told by
+    session_ends.py's receiver of the sign-out)."""
     await alogout(request)
-    session_ends.tell_sessions_ended(user.pk)
     return JsonResponse({"user": None})
 
 
 @endpoint("POST")
 async def password(request, user):
     """The user's own password, changed: this session stays signed in, every other one ends, and
-    so do their streams (told at the request's end: streaming/password_changes.py)."""
+    so do their streams (told at the request's end: streaming/session_end_signals.py)."""
     body = body_of(request)
     old, new = request_input.text(body, "old_password"), request_input.text(body, "new_password")
     await on_database_thread(_password_change)(request, user, old, new)

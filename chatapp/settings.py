@@ -159,7 +159,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "chatapp.runtime.middleware.Security",
     # Outside the session's: it tells of a password change once the session is stored.
-    "chatapp.streaming.password_changes.tells_password_changes",
+    "chatapp.streaming.session_end_signals.tells_session_ends",
     "chatapp.runtime.middleware.Session",
     "chatapp.runtime.middleware.Common",
     "chatapp.runtime.middleware.Csrf",

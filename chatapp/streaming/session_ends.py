@@ -1,12 +1,12 @@
 """A session's end, as its streams hear it: an answer's relay and a watch stream stop sending to a
-session that signed out (chatapp/auth_api.py), or that a password change in another browser
-or the admin ended (password_changes.py), within a heartbeat and mostly within a second, in
-whichever web process holds them.
+session that signed out (ours, chatapp/auth_api.py, or the admin's), or that a password change in
+another browser or the admin ended, within a heartbeat and mostly within a second, in whichever
+web process holds them.
 
 A session's end is no event Django keeps: a sign-out deletes the session, and a password change
-leaves every other session a stale hash that auth.get_user refuses at its next request. So the
-sign-out's view, and every password change wherever it is made (password_changes.py: our API,
-the admin, `manage.py changepassword`), tell the user's group on the channel layer
+leaves every other session a stale hash that auth.get_user refuses at its next request. So every
+sign-out and every password change, wherever it is made (session_end_signals.py: our API, the
+admin, `manage.py changepassword`), tell the user's group on the channel layer
 (`tell_sessions_ended`), and each web process with streams of that user has one hub for them
 (one channel in the group, as live_hub.py has one per answer): told, or every heartbeat in case
 the message was lost (a Redis restarted, a password written where no signal is sent), it reads

@@ -1,6 +1,6 @@
 """A session's streams end with it, however it ended (chatapp/streaming/session_ends.py): told by
 the sign-out, or by a password change wherever it was made (our API, the admin, `manage.py
-changepassword`: chatapp/streaming/password_changes.py), or found by the hub's heartbeat read
+changepassword`: chatapp/streaming/session_end_signals.py), or found by the hub's heartbeat read
 when nobody told. The two web processes' case, on Redis behind nginx, is
 test_sign_out_across_web_processes.py."""
 
@@ -103,6 +103,26 @@ async def test_a_password_changed_in_the_admin_ends_the_other_sessions_streams_a
     assert changed.status_code == 302 and signed_out(watched)
     assert answered[-1][0] == "done" and text_of(answered) == "one two three"
     assert (await here.get("/api/conversations")).status_code == 200
+
+
+@on_redis
+async def test_signing_out_of_the_admin_ends_that_sessions_streams_at_once_and_not_the_others(
+        transactional_db, upstream, gated, slow_heartbeats, settings):
+    staff = await sync_to_async(factories.user)(is_staff=True, is_superuser=True)
+    conversation = await sync_to_async(factories.conversation)(owner=staff)
+    here, elsewhere = AsyncClient(), AsyncClient()
+    for browser in (here, elsewhere):
+        await browser.aforce_login(staff)
+    _, answer, watch = await answer_and_watch(elsewhere, here, conversation, settings)
+
+    signed_out_of_the_admin = await here.post("/admin/logout/")
+    async with asyncio.timeout(TOLD_WITHIN_S):
+        watched = await watch.to_the_end()
+    gated.release(2)
+    answered = await answer.to_the_end()
+
+    assert signed_out_of_the_admin.status_code == 200 and signed_out(watched)
+    assert answered[-1][0] == "done" and text_of(answered) == "one two three"
 
 
 @on_redis
