@@ -83,46 +83,38 @@ def signed_out(events) -> bool:
     return events[-1][0] == "error" and events[-1][1]["code"] == "signed_out"
 
 
+# What the admin does in one browser: its request, its answer's status, and whose streams end.
+ENDED_IN_THE_ADMIN = {
+    # The password, changed: this session stays signed in, the other one ends.
+    "a password change": (lambda staff: f"/admin/auth/user/{staff.pk}/password/", {
+        "usable_password": "true", "password1": "another-long-passphrase", "password2": "another-long-passphrase"},
+        302, "the other"),
+    "a sign-out": (lambda staff: "/admin/logout/", {}, 200, "its own"),
+}
+
+
 @on_redis
-async def test_a_password_changed_in_the_admin_ends_the_other_sessions_streams_at_once_and_not_its_own(
-        transactional_db, upstream, gated, slow_heartbeats, settings):
+@pytest.mark.parametrize("ending", ENDED_IN_THE_ADMIN)
+async def test_a_session_ended_in_the_admin_ends_its_streams_at_once_and_not_the_other_sessions(
+        transactional_db, upstream, gated, slow_heartbeats, settings, ending):
+    path_of, form, status, whose = ENDED_IN_THE_ADMIN[ending]
     staff = await sync_to_async(factories.user)(is_staff=True, is_superuser=True)
     conversation = await sync_to_async(factories.conversation)(owner=staff)
     here, elsewhere = AsyncClient(), AsyncClient()
     for browser in (here, elsewhere):
         await browser.aforce_login(staff)
-    _, answer, watch = await answer_and_watch(here, elsewhere, conversation, settings)
+    ended, kept = (here, elsewhere) if whose == "its own" else (elsewhere, here)
+    _, answer, watch = await answer_and_watch(kept, ended, conversation, settings)
 
-    changed = await here.post(f"/admin/auth/user/{staff.pk}/password/", {
-        "usable_password": "true", "password1": "another-long-passphrase", "password2": "another-long-passphrase"})
+    done_in_the_admin = await here.post(path_of(staff), form)
     async with asyncio.timeout(TOLD_WITHIN_S):
         watched = await watch.to_the_end()
     gated.release(2)
     answered = await answer.to_the_end()
 
-    assert changed.status_code == 302 and signed_out(watched)
+    assert done_in_the_admin.status_code == status and signed_out(watched)
     assert answered[-1][0] == "done" and text_of(answered) == "one two three"
-    assert (await here.get("/api/conversations")).status_code == 200
-
-
-@on_redis
-async def test_signing_out_of_the_admin_ends_that_sessions_streams_at_once_and_not_the_others(
-        transactional_db, upstream, gated, slow_heartbeats, settings):
-    staff = await sync_to_async(factories.user)(is_staff=True, is_superuser=True)
-    conversation = await sync_to_async(factories.conversation)(owner=staff)
-    here, elsewhere = AsyncClient(), AsyncClient()
-    for browser in (here, elsewhere):
-        await browser.aforce_login(staff)
-    _, answer, watch = await answer_and_watch(elsewhere, here, conversation, settings)
-
-    signed_out_of_the_admin = await here.post("/admin/logout/")
-    async with asyncio.timeout(TOLD_WITHIN_S):
-        watched = await watch.to_the_end()
-    gated.release(2)
-    answered = await answer.to_the_end()
-
-    assert signed_out_of_the_admin.status_code == 200 and signed_out(watched)
-    assert answered[-1][0] == "done" and text_of(answered) == "one two three"
+    assert (await kept.get("/api/conversations")).status_code == 200
 
 
 @on_redis
