@@ -3,7 +3,6 @@
 server takes it once the database is back, so that the answer is stored as the user saw it end."""
 
 import pytest
-from django.db import connection
 
 from chatapp.models import Message
 from harness import waiting
@@ -34,7 +33,6 @@ def test_a_stop_refused_while_the_database_is_down_is_sent_again_until_taken_and
         wait_for_handled(page, lambda: 503 in stop_answers, "the Stop refused while the database is down")
         seen = last_answer(page).locator(".message-content").inner_text()
         administrator.allow_sessions()
-    connection.close()  # the test's own session ended with the others
 
     wait_for_handled(page, lambda: 202 in stop_answers, "the Stop sent again and taken", timeout_s=30)
     answer = _stored_end()

@@ -5,7 +5,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
-import psutil
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
@@ -13,6 +12,7 @@ from django.db import OperationalError, connection
 from chatapp.models import Conversation
 from chatapp.runtime.database_threads import close_broken_connections, on_database_thread
 from common.sse import SSEParser
+from harness.database_administrator import DatabaseAdministrator
 from tests import factories, servers
 from tests.fakes.upstream import Script
 
@@ -42,14 +42,9 @@ def statuses_of_a_burst(client, count: int = 40) -> list[int]:
 
 def terminate_the_servers_backends() -> int:
     """Every session on the test database but this test process's own, as an administrator's
-    restart would end the app's. This process's are spared (told apart by their client ports):
-    the later tests use them."""
-    server_port = int(connection.settings_dict["PORT"] or 5432)
-    ours = [c.laddr.port for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == server_port]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-                       " AND pid <> pg_backend_pid() AND NOT client_port = ANY(%s)", [ours])
-        return len(cursor.fetchall())
+    restart would end the app's (the later tests use this process's)."""
+    with DatabaseAdministrator(servers.shared_database_url()) as administrator:
+        return administrator.end_sessions()
 
 
 def terminate(backends: list[int]) -> None:
