@@ -53,6 +53,8 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let writing = new Set(); // ids of conversations whose answer this page is reading
   let query = "";
   let page = 1;
+  let drops = 0; // conversations taken out of the list (drop) since it was first shown
+  let dropsRead = 0; // `drops` when every page shown was last read as one
   let searchTimer = 0;
   let generation = 0; // newer requests win: a slow answer to an old search must not land
   let maxTitleChars = 0; // the server's, once known (setLimits); 0: the server alone says
@@ -175,6 +177,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     const isFocusHere = isFocusKept || li.contains(document.activeElement);
     li.remove();
     listed.delete(id);
+    drops += 1;
     if (isFocusHere) (neighbour?.querySelector(".conversation-open") || search).focus();
     empty.hidden = list.children.length > 0;
     return conversation.title || UNTITLED;
@@ -194,11 +197,16 @@ export function createSidebar({ open, deleted, failed, announce }) {
    * page after those shown. Read again, every page shown is: the older ones a user asked for
    * stay, and a page the deletes above it shifted gives what moved onto it. With `isFirstOnly`
    * the first page alone is read, and those shown below it stay (conversation_pages.js).
+   * After a drop since the pages shown were read as one, the page after them is read with them:
+   * the gap moved one from it up onto them (Show older pressed before a delete's read came,
+   * which it outruns, or after one deleted in another tab), and read alone it no longer holds it.
    */
   async function load({ append = false, pages = 1, isFirstOnly = false } = {}) {
     const mine = ++generation;
+    const dropsBefore = drops;
+    const isWhole = !isFirstOnly && (!append || drops !== dropsRead);
     try {
-      const numbers = append ? [page + 1] : Array.from({ length: isFirstOnly ? 1 : pages }, (_, i) => i + 1);
+      const numbers = isWhole ? pageNumbers(append ? page + 1 : pages) : [append ? page + 1 : 1];
       const answers = await Promise.all(numbers.map((number) => api.conversations(query, number)));
       if (mine !== generation) return;
       const result = answers.at(-1);
@@ -208,24 +216,25 @@ export function createSidebar({ open, deleted, failed, announce }) {
       const below = isFirstOnly ? shownBelow(shownIds, result) : [];
       if (below === null) return load({ pages: page }); // the first page cannot tell: every page shown
       if (!isFirstOnly) page = result.page;
+      if (isWhole) dropsRead = dropsBefore;
       // The open conversation may have been named by its first message: let the page know.
       document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
       // Items already shown are kept, not rebuilt: a click or a rename begun on one before the
       // answer came goes on (a rebuilt item would take the mouse's release, or drop the rename).
       const focused = list.contains(document.activeElement);
       const moreFocused = document.activeElement === more;
-      if (append) {
-        const unseen = result.results.filter((c) => !listed.has(c.id)); // a page shifted by new ones
+      const unseen = result.results.filter((c) => !listed.has(c.id)); // new ones shift a page read alone
+      if (append && !isWhole) {
         arrangeChildren(list, [...list.children, ...unseen.map(item)]);
-        // Show older, pressed from the keyboard, may hide itself: the focus goes to what it showed.
-        if (moreFocused && unseen.length && result.page >= result.num_pages) {
-          listed.get(unseen[0].id).link.focus();
-        }
       } else {
         const ids = new Set([...result.results.map((c) => c.id), ...below]);
         const items = [...result.results.map(itemFor), ...below.map((id) => listed.get(id).li)];
         for (const id of [...listed.keys()]) if (!ids.has(id)) listed.delete(id);
         arrangeChildren(list, items);
+      }
+      // Show older, pressed from the keyboard, may hide itself: the focus goes to what it showed.
+      if (append && moreFocused && unseen.length && result.page >= result.num_pages) {
+        listed.get(unseen[0].id).link.focus();
       }
       if (focused && !list.contains(document.activeElement)) search.focus(); // its item is gone
       more.hidden = page >= result.num_pages;
@@ -235,6 +244,9 @@ export function createSidebar({ open, deleted, failed, announce }) {
       if (mine === generation) failed(error);
     }
   }
+
+  /** Pages 1 to `last`. */
+  const pageNumbers = (last) => Array.from({ length: last }, (_, i) => i + 1);
 
   search.addEventListener("input", () => {
     clearTimeout(searchTimer);

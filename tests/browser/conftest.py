@@ -145,10 +145,12 @@ def open_conversation(page, conversation) -> None:
     wait_for_true(page, f"document.querySelector('#conversation-title').textContent === {title}")
 
 
-def held(page, pattern: str, method: str = "POST") -> list:
-    """Holds every `method` request to `pattern` unanswered (other methods go on); the list fills
-    with them, for the test to let go (fault injection: a network that does not deliver)."""
+def held(page, pattern: str, method: str = "POST", most: int | None = None) -> list:
+    """Holds every `method` request to `pattern` unanswered (other methods go on), or the first
+    `most` of them; the list fills with them, for the test to let go (fault injection: a network
+    that does not deliver)."""
     routes = []
-    page.route(pattern, lambda route: (routes.append(route) if route.request.method == method
+    page.route(pattern, lambda route: (routes.append(route)
+                                       if route.request.method == method and len(routes) != most
                                        else route.continue_()))
     return routes
