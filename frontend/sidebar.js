@@ -322,11 +322,15 @@ export function createSidebar({ open, deleted, failed, announce }) {
       shown.conversation.title = updated.title;
       showTitle(shown.li, updated.title);
     },
+    /** Signed out: nothing of this user's list outlives it, the pages shown either. */
     clear() {
+      generation += 1; // a read still on its way lands nowhere
       listed.clear();
       list.replaceChildren();
       search.value = "";
       query = "";
+      page = 1;
+      drops = dropsRead = 0;
     },
   };
 }

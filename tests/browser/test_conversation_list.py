@@ -10,7 +10,7 @@ from django.utils import timezone
 from chatapp.models import Conversation
 from harness.page_probes import alert_text, send, wait_for_end, wait_for_handled, wait_for_true
 from tests import factories
-from tests.browser.conftest import held, open_conversation, sign_in
+from tests.browser.conftest import PASSWORD, held, open_conversation, sign_in, sign_in_on_form
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -204,3 +204,24 @@ def test_the_rename_box_holds_what_the_server_takes_counted_in_code_points(chat,
     wait_for_true(chat, f"document.querySelector('{item} .conversation-open').textContent.length === {len(stored.encode('utf-16-le')) // 2}")
     trip.refresh_from_db()
     assert trip.title == stored
+
+
+def test_the_next_user_to_sign_in_on_the_page_sees_their_first_page_not_as_many_as_the_last_had_shown(chat, user):
+    """The list's page count outlived a sign-out: the next user to sign in on the page was shown
+    as many pages of their own as the previous user had asked for."""
+    many_conversations(chat, user, 25)
+    chat.click("#more-conversations")
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 25")
+    chat.click("#logout")
+    chat.wait_for_selector("#login-form", state="visible")
+    other = factories.user(password=PASSWORD)
+    theirs = [factories.conversation(owner=other, title=f"theirs {n:02d}") for n in range(45)][::-1]
+
+    sign_in_on_form(chat, other)
+    chat.wait_for_selector(f'#conversation-list li:has-text("{theirs[0].title}")')
+    with chat.expect_request(LIST) as showing_older:
+        chat.click("#more-conversations")
+
+    assert "page=2" in showing_older.value.url
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 40")
+    assert listed_titles(chat) == [c.title for c in theirs[:40]]
