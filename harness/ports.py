@@ -10,6 +10,9 @@ import socket
 from pathlib import Path
 
 _LOWEST = 10000
+# Ports browsers refuse to connect to (net::ERR_UNSAFE_PORT), of those above _LOWEST: Chromium's
+# list (net/base/port_util.cc) and Firefox's (network.security.ports.banned) both hold 10080.
+_BROWSERS_REFUSE = frozenset({10080})
 _handed_out: set[int] = set()
 
 
@@ -25,7 +28,8 @@ def free_port_run(count: int) -> int:
     low = _ephemeral_low()
     for first in random.sample(range(_LOWEST, low - count), 200):
         run = range(first, first + count)
-        if _handed_out.isdisjoint(run) and all(_bindable(port) for port in run):
+        usable = _handed_out.isdisjoint(run) and _BROWSERS_REFUSE.isdisjoint(run)
+        if usable and all(_bindable(port) for port in run):
             _handed_out.update(run)
             return first
     raise RuntimeError(f"no {count} consecutive free ports below {low}")

@@ -18,3 +18,11 @@ def test_a_run_of_free_ports_is_consecutive_bindable_and_below_the_ephemeral_ran
     first = ports.free_port_run(3)
     assert first + 3 <= ports._ephemeral_low()
     assert all(ports._bindable(port) for port in range(first, first + 3))
+
+
+def test_no_port_handed_out_is_one_browsers_refuse_to_connect_to(monkeypatch):
+    # CI's browser tests failed with net::ERR_UNSAFE_PORT: their stack had been given 10080.
+    first_tried = [10079, 10080, 10093]  # a run of two over 10080, 10080 itself, then a free one
+    monkeypatch.setattr(ports.random, "sample", lambda population, count: list(first_tried))
+
+    assert ports.free_port_run(2) == 10093
