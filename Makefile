@@ -36,8 +36,11 @@ PYTEST_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 # each other's work.
 test check: export OMP_WAIT_POLICY ?= PASSIVE
 
+# What the inference service makes once per machine (the model converted, our kernels built:
+# a minute or two on a fresh one), made before the tests, whose model loads expect seconds.
 test: install frontend/node_modules
 	cd frontend && node --test tests/
+	$(PYTHON) -m inference --prepare
 	$(PYTHON) -m pytest $(PYTEST_WORKERS) --durations=25
 
 check: install frontend/node_modules

@@ -19,7 +19,6 @@ run, every precision included.
 import argparse
 import contextlib
 import enum
-import fcntl
 import logging
 import os
 import shutil
@@ -27,6 +26,8 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+from common import build_lock
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +93,8 @@ class LlamaCpp:
 
         One build at a time per release folder: a second caller (the tests' background build and
         a test that needs the binary, say) waits for the first and then finds the binary."""
-        if self.is_built:
-            return self.server_binary
-        self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / "build.lock").open("w") as lock:  # the source is unpacked once, too
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not self.is_built:
-                self._build()
+        # The source is unpacked once, too.
+        build_lock.build_once(self.home / "build.lock", lambda: self.is_built, self._build)
         return self.server_binary
 
     def build_in_background(self) -> subprocess.Popen | None:

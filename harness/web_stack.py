@@ -1,12 +1,12 @@
 """The app as users reach it: daphne on a database of the caller's, nginx in front serving frontend/."""
 
-import fcntl
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from common import build_lock
 from harness.child_process import running
 from harness.ports import free_port
 from stack import commands, nginx
@@ -41,9 +41,7 @@ def collect_static(env: dict[str, str]) -> None:
     global _collected
     if _collected:
         return
-    nginx.STATIC_ROOT.parent.mkdir(parents=True, exist_ok=True)
-    with (nginx.STATIC_ROOT.parent / "static.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock.held(nginx.STATIC_ROOT.parent / "static.lock"):
         subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
                        cwd=REPO_DIR, env=env, check=True)
     _collected = True

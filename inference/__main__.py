@@ -1,7 +1,8 @@
-"""`python -m inference [--host H] [--port P] [--model PATH] [--check]`; defaults from the
-environment. A setting that cannot be used, or that this machine cannot serve (a cache directory
-it cannot write, a CUDA device it lacks), is one line on stderr and exit status 2, not a
-traceback; `--check` only checks them (`make run` asks before it starts anything)."""
+"""`python -m inference [--host H] [--port P] [--model PATH] [--check | --prepare]`; defaults from
+the environment. A setting that cannot be used, or that this machine cannot serve (a cache
+directory it cannot write, a CUDA device it lacks), is one line on stderr and exit status 2, not a
+traceback; `--check` only checks them (`make run` asks before it starts anything); `--prepare`
+also makes what a first start makes once per machine (`make test` asks before its tests)."""
 
 import argparse
 import logging
@@ -21,6 +22,9 @@ def main() -> None:
     parser.add_argument("--check", action="store_true",
                         help="check the settings, and that this machine can serve them, then "
                              "exit: 0, or 2 with one line saying what is wrong")
+    parser.add_argument("--prepare", action="store_true",
+                        help="check them, then make what the first start makes once per machine "
+                             "(the GGUF model converted, our kernels built) and exit")
     arguments = parser.parse_args()
     try:
         config = InferenceConfig.from_env(host=arguments.host, port=arguments.port,
@@ -28,7 +32,8 @@ def main() -> None:
         config.check_cache_dir()
     except ValueError as error:
         _refuse(error)
-    with_huge_pages = config.huge_pages and not arguments.check and huge_pages.environment(dict(os.environ))
+    with_huge_pages = (config.huge_pages and not (arguments.check or arguments.prepare)
+                       and huge_pages.environment(dict(os.environ)))
     if with_huge_pages:
         # glibc reads its tunables only when a process starts; torch is not imported yet.
         # The same command line, the interpreter's own options (-X, -u) included.
@@ -36,11 +41,26 @@ def main() -> None:
     _check_device(config.device)
     if arguments.check:
         return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if arguments.prepare:
+        _prepare(config)
+        return
     from .server import serve  # imports torch
     from .service import InferenceService
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     sys.exit(serve(InferenceService(config), config.host, config.port))
+
+
+def _prepare(config: InferenceConfig) -> None:
+    """A later start, or a test's, then loads in seconds, as its deadline expects."""
+    from .service import prepare  # imports torch
+
+    try:
+        why_not = prepare(config)
+    except FileNotFoundError as error:  # the default model's package is not installed
+        _refuse(ValueError(str(error)))
+    print(f"inference: prepared in {config.cache_dir}"
+          + (f"; our kernels are not used here: {why_not}" if why_not else ""), flush=True)
 
 
 def _check_device(requested: str) -> None:

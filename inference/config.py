@@ -5,7 +5,7 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from common import env, inference_address
+from common import cache_home, env, inference_address
 from common.inference_address import DEFAULT_HOST, DEFAULT_PORT
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -15,10 +15,6 @@ COMPILE_MODES = ("auto", "on", "off")
 CAPTURE_MODES = ("auto", "off", "calls")
 # Short names people type; the configuration holds torch's own name.
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
-
-
-def _default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "chatapp" / "models"
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,7 @@ class InferenceConfig:
     # Request bodies beyond this many bytes are refused with 413 before they are read whole:
     # a prompt that fits max_model_len is far smaller, and encoding a huge one costs seconds.
     max_body_bytes: int = 1_048_576
-    cache_dir: Path = field(default_factory=_default_cache_dir)
+    cache_dir: Path = field(default_factory=cache_home.default)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -176,7 +172,7 @@ class InferenceConfig:
                 prefix_cache_tokens=env.integer("INFERENCE_PREFIX_CACHE_TOKENS", cls.prefix_cache_tokens),
                 default_max_tokens=env.integer("INFERENCE_DEFAULT_MAX_TOKENS", cls.default_max_tokens),
                 max_body_bytes=env.integer("INFERENCE_MAX_BODY_BYTES", cls.max_body_bytes),
-                cache_dir=Path(env.string("INFERENCE_CACHE_DIR") or _default_cache_dir()),
+                cache_dir=Path(env.string("INFERENCE_CACHE_DIR") or cache_home.default()),
             )
         except env.BadVariable as error:
             raise ValueError(str(error)) from error

@@ -178,6 +178,16 @@ class InferenceService:
                                 f"serves {self.model_name!r}", "model_not_found", "model")
 
 
+def prepare(config: InferenceConfig) -> str | None:
+    """What a first load makes once per machine, made now (the GGUF model converted, our kernels
+    built): a service or a test started later then loads in seconds. Why our kernels are not
+    used here, if they are not."""
+    from .engine import loader, own_kernels
+
+    loader.model_directory(loader.model_path(config.model), config.cache_dir)
+    return own_kernels.load(config.cache_dir)
+
+
 def _characters(messages: list[dict[str, str]]) -> int:
     return sum(len(value) for message in messages for value in message.values())
 

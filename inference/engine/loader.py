@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from common import build_lock
+
 from ..device import resolve as device_of
 
 logger = logging.getLogger(__name__)
@@ -115,14 +117,10 @@ def cpu_has_bf16(flags: frozenset[str]) -> bool:
 
 def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
          model_name: str = "") -> LoadedModel:
-    path = Path(model) if model else default_model_path()
-    if not path.exists():
-        raise FileNotFoundError(f"INFERENCE_MODEL {path} does not exist")
-    if path.is_file() and path.suffix == ".gguf":
-        name = model_name or (DEFAULT_MODEL_NAME if not model else path.stem)
-        path = converted_gguf(path, cache_dir)
-    else:
-        name = model_name or path.name
+    given = model_path(model)
+    # Unnamed, a GGUF file is served under its stem, a folder under its name.
+    name = model_name or (DEFAULT_MODEL_NAME if not model else given.stem if _is_gguf(given) else given.name)
+    path = model_directory(given, cache_dir)
     target = device_of(device)
     steady_attention(target)
     chosen = resolve_dtype(dtype, target)
@@ -140,13 +138,34 @@ def load(model: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
     return LoadedModel(loaded, tokenizer, name, target)
 
 
+def model_path(model: str) -> Path:
+    """INFERENCE_MODEL's path; empty, the default model's GGUF file."""
+    return Path(model) if model else default_model_path()
+
+
+def model_directory(path: Path, cache_dir: Path) -> Path:
+    """The Hugging Face directory the model at `path` loads from: a GGUF file's converted once
+    into `cache_dir`."""
+    if not path.exists():
+        raise FileNotFoundError(f"INFERENCE_MODEL {path} does not exist")
+    return converted_gguf(path, cache_dir) if _is_gguf(path) else path
+
+
+def _is_gguf(path: Path) -> bool:
+    return path.is_file() and path.suffix == ".gguf"
+
+
 def converted_gguf(gguf: Path, cache_dir: Path) -> Path:
     """The safetensors directory for this GGUF file, converting it the first time."""
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
     target = cache_dir / f"{gguf.stem}-{key[:12]}"
-    if (target / "config.json").exists():
-        return target
+    build_lock.build_once(target.with_name(f"{target.name}.lock"), (target / "config.json").exists,
+                          lambda: _convert(gguf, target))
+    return target
+
+
+def _convert(gguf: Path, target: Path) -> None:
     logger.info("converting %s into %s (once)", gguf.name, target)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -159,11 +178,4 @@ def converted_gguf(gguf: Path, cache_dir: Path) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
-    try:
-        # Atomic: an interrupted conversion never leaves half a model behind.
-        partial.rename(target)
-    except OSError:
-        if not (target / "config.json").exists():
-            raise
-        shutil.rmtree(partial, ignore_errors=True)  # another process finished first
-    return target
+    partial.rename(target)  # atomic: an interrupted conversion never leaves half a model behind

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
-from common import env
+from common import build_lock, cache_home, env
 
 from .loader import cpu_flags
 
@@ -170,10 +170,9 @@ def _load(cache_dir: Path | None) -> InstructionSet | str:
     if compiler is None:
         return "no C++ compiler on PATH"
     try:
-        # The user's own directory where no cache is named: a library loaded from a shared one
-        # (/tmp) could be another user's.
-        library = _built(compiler, instructions,
-                         (cache_dir or Path.home() / ".cache" / "chatapp") / "kernels")
+        # The user's own directory where no cache is named (the service's default): a library
+        # loaded from a shared one (/tmp) could be another user's.
+        library = _built(compiler, instructions, (cache_dir or cache_home.default()) / "kernels")
         # Its symbols global: the compiled step's generated code calls the C entry points by name.
         ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
     except subprocess.CalledProcessError as error:
@@ -193,21 +192,23 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
                                   *flags])
                          .encode()).hexdigest()[:16]
     library = directory / f"chatapp-kernels-{key}.so"
-    if library.exists():
-        return library
-    directory.mkdir(parents=True, exist_ok=True)
+    build_lock.build_once(library.with_name(f"{library.name}.lock"), library.exists,
+                          lambda: _compile(compiler, flags, library))
+    return library
+
+
+def _compile(compiler: str, flags: list[str], library: Path) -> None:
     partial = library.with_name(f"{library.name}.partial-{os.getpid()}")
     include = [f"-I{path}" for path in cpp_extension.include_paths()]
     link = [f"-L{path}" for path in cpp_extension.library_paths()]
     rpath = [f"-Wl,-rpath,{path}" for path in cpp_extension.library_paths()]
-    logger.info("building our own kernels into %s (once; about 20 s)", library)
+    logger.info("building our own kernels into %s (once per machine; 20-70 s)", library)
     try:
         subprocess.run([compiler, *flags, *include, *map(str, SOURCES), "-o", str(partial), *link, *rpath,
                         "-lc10", "-ltorch_cpu"], check=True, capture_output=True, text=True)
         os.replace(partial, library)  # atomic: a process loading it never sees half a library
     finally:
         partial.unlink(missing_ok=True)
-    return library
 
 
 def _shape(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
