@@ -14,7 +14,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
 from common.vocabulary import CancelledBy, GenerationStatus
 
-from . import api_door, conversation_settings, json_shapes, request_input, selectors, services
+from . import api_door, conversation_cursor, conversation_settings, json_shapes, request_input, selectors, services
 from .api_door import body_of, endpoint
 from .errors import STREAMS_RETRY_AFTER_SECONDS, ApiError
 from .runtime import user_shares
@@ -72,12 +72,27 @@ async def conversations(request, user):
         title, choices = request_input.text(body, "title", ""), await _choices(body)
         created = await on_database_thread(services.conversation_create)(owner=user, title=title, choices=choices)
         return JsonResponse(json_shapes.conversation_json(created), status=201)
+    after = _place_after(request.GET)
     query = request_input.query_text(request, "q").strip()
     if len(query) > MAX_QUERY_CHARS:
         raise ApiError(400, "query_too_long", f"a search may be at most {MAX_QUERY_CHARS} characters")
     async with user_shares.one_search_at_a_time(user.pk) if query else contextlib.nullcontext():
-        page = await on_database_thread(_conversation_page)(user, query, request.GET.get("page", 1))
+        page = await on_database_thread(_conversation_page)(user, query, after)
     return JsonResponse(page)
+
+
+def _place_after(params) -> tuple | None:
+    """The place in the list that the query parameter `after` names (None: the first page)."""
+    if "page" in params:  # numbered pages shift under a delete elsewhere: see selectors.conversation_list
+        raise ApiError(400, "invalid_value", "page is not taken: read the next page with after=<next>, "
+                                             "the cursor the page before gave")
+    if "after" not in params:
+        return None
+    try:
+        return conversation_cursor.place_of(params["after"])
+    except ValueError:
+        raise ApiError(400, "invalid_cursor", "after must be a cursor the conversation list gave "
+                                              "(its next), sent back as it came") from None
 
 
 async def _choices(body: dict, current_model: str | None = None) -> dict:
@@ -89,12 +104,12 @@ async def _choices(body: dict, current_model: str | None = None) -> dict:
     return choices
 
 
-def _conversation_page(user, query: str, page) -> dict:
-    found = selectors.conversation_list(user=user, query=query, page=page)
+def _conversation_page(user, query: str, after: tuple | None) -> dict:
+    found = selectors.conversation_list(user=user, query=query, after=after)
+    last = found.conversations[-1] if found.has_more else None
     return {"results": [{**json_shapes.conversation_json(c),
-                         "live_generation_id": c.live_generation_id} for c in found],
-            "page": found.number,
-            "num_pages": found.paginator.num_pages, "count": found.paginator.count}
+                         "live_generation_id": c.live_generation_id} for c in found.conversations],
+            "next": None if last is None else conversation_cursor.cursor_of(last)}
 
 
 @endpoint("GET", "PATCH", "DELETE")

@@ -5,11 +5,11 @@ pages' reads, across every owner, are staff/selectors.py.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import import_module
 
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
-from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Case, Exists, F, OuterRef, Prefetch, Q, Subquery, When
 from django.db.models.functions import Coalesce, Length, Substr
@@ -24,9 +24,23 @@ from .models import Conversation, Generation, Message, StreamClaim
 PAGE_SIZE = 20
 
 
-def conversation_list(*, user, query: str = "", page: int = 1):
-    """A page of the user's conversations, each with `live_generation_id`: its answer being
-    written, if one is (a page loaded afresh follows it, so that it ends as written)."""
+@dataclass(frozen=True)
+class ConversationPage:
+    conversations: list[Conversation]  # newest first, each with `live_generation_id`
+    has_more: bool  # the list goes on after the last of these
+
+
+def conversation_list(*, user, query: str = "",
+                      after: tuple[datetime, int] | None = None) -> ConversationPage:
+    """The user's first PAGE_SIZE conversations, or (`after`: an (updated_at, id) read from one)
+    those just after that place in the list, each with `live_generation_id`: its answer being
+    written, if one is (a page loaded afresh follows it, so that it ends as written).
+
+    A place and not a page number: a conversation deleted elsewhere, or moved to the top by an
+    answer, shifts every numbered page after it, so that the next page read would skip one or
+    repeat one. The order is (updated_at, id), newest first; the place is a conversation's in it
+    as it was read, which stays when that conversation moves or goes.
+    """
     live = Generation.objects.filter(conversation=OuterRef("pk"),
                                      status__in=Generation.LIVE_STATUSES)
     conversations = (Conversation.objects.alive().filter(owner=user)
@@ -35,7 +49,13 @@ def conversation_list(*, user, query: str = "", page: int = 1):
         conversations = conversations.filter(
             Q(title__icontains=query) | Q(messages__content__icontains=query)
         ).distinct()
-    return Paginator(conversations.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(page)
+    newest_first = conversations.order_by("-updated_at", "-id")
+    if after is not None:
+        moment, conversation_id = after
+        newest_first = newest_first.filter(
+            Q(updated_at__lt=moment) | Q(updated_at=moment, pk__lt=conversation_id))
+    read = list(newest_first[: PAGE_SIZE + 1])
+    return ConversationPage(read[:PAGE_SIZE], has_more=len(read) > PAGE_SIZE)
 
 
 def conversation_get(*, user, conversation_id: int) -> Conversation:

@@ -87,7 +87,9 @@ export const api = {
   changePassword: (oldPassword, newPassword) =>
     json("/api/auth/password", { method: "POST", body: { old_password: oldPassword, new_password: newPassword } }),
 
-  conversations: (q = "", page = 1) => json(`/api/conversations?${new URLSearchParams({ q: written(q), page })}`),
+  // The list's first page, or (`after`: the `next` of the page read last) the one after it.
+  conversations: (q = "", after = null) =>
+    json(`/api/conversations?${new URLSearchParams({ q: written(q), ...(after === null ? {} : { after }) })}`),
   createConversation: (choices = {}) => json("/api/conversations", { method: "POST", body: writtenSettings(choices) }),
   conversation: (cid) => json(`/api/conversations/${id(cid)}`),
   // The model, the system prompt, temperature and top_p (null: the default).

@@ -1,17 +1,20 @@
-// The conversation list's pages, newest first, as the sidebar reads them again: after an answer,
-// a new conversation or a first message's title only the first page changes, so only it is read.
+// The conversation list's first page read again, and those shown below it: after an answer, a
+// new conversation or a first message's title only the first page changes, so only it is read.
 
 /**
- * The conversations shown below the first page once it is read again (`firstPage`, the API's
- * answer), in their order; null when its answer cannot tell (read every page shown again then).
+ * The ids of the conversations shown (`shown`: each `{id, updated_at}` as last read, in their
+ * order) that stay below the first page read again (`firstPage`, the API's answer); none when
+ * the first page takes the list's place, and Show older goes on after its last.
  * A conversation only ever moves to the top of the list (an answer, a rename) or leaves it
- * (deleted), so those shown after the one the first page now ends with are still after it,
- * and one shown before it that the page lacks is gone.
+ * (deleted). So when the first page ends with one shown, still where it was shown (its
+ * updated_at unchanged), those shown after it are still after it, and one shown before it that
+ * the page lacks is gone. Ending elsewhere, the page cannot tell where those shown below it
+ * stand now: the list folds back to the first page, and Show older reads on from there.
  */
-export function shownBelow(shownIds, firstPage) {
-  if (firstPage.num_pages <= 1) return []; // the first page is the whole list
-  const at = shownIds.indexOf(firstPage.results.at(-1)?.id);
-  if (at < 0) return null;
+export function shownBelow(shown, firstPage) {
+  const last = firstPage.results.at(-1);
+  const at = shown.findIndex((c) => c.id === last?.id);
+  if (firstPage.next === null || at < 0 || shown[at].updated_at !== last.updated_at) return [];
   const onFirst = new Set(firstPage.results.map((c) => c.id));
-  return shownIds.slice(at + 1).filter((id) => !onFirst.has(id));
+  return shown.slice(at + 1).map((c) => c.id).filter((id) => !onFirst.has(id));
 }

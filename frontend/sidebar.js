@@ -52,9 +52,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let current = null;
   let writing = new Set(); // ids of conversations whose answer this page is reading
   let query = "";
-  let page = 1;
-  let drops = 0; // conversations taken out of the list (drop) since it was first shown
-  let dropsRead = 0; // `drops` when every page shown was last read as one
+  let shownEnd = null; // the cursor of the last conversation shown (the API's `next`); null: the list's end
   let searchTimer = 0;
   let generation = 0; // newer requests win: a slow answer to an old search must not land
   let maxTitleChars = 0; // the server's, once known (setLimits); 0: the server alone says
@@ -161,7 +159,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     announce(`Deleted ${name}`);
     otherTabs?.postMessage({ deleted: conversation.id });
     deleted(conversation.id);
-    load({ pages: page }); // those the delete moved up onto the pages shown
+    load({ isBelowKept: true }); // one from below moves up onto the first page
   }
 
   /**
@@ -177,7 +175,6 @@ export function createSidebar({ open, deleted, failed, announce }) {
     const isFocusHere = isFocusKept || li.contains(document.activeElement);
     li.remove();
     listed.delete(id);
-    drops += 1;
     if (isFocusHere) (neighbour?.querySelector(".conversation-open") || search).focus();
     empty.hidden = list.children.length > 0;
     return conversation.title || UNTITLED;
@@ -193,60 +190,48 @@ export function createSidebar({ open, deleted, failed, announce }) {
   });
 
   /**
-   * The list's first `pages` pages read again (a new search: the first), or with `append` the
-   * page after those shown. Read again, every page shown is: the older ones a user asked for
-   * stay, and a page the deletes above it shifted gives what moved onto it. With `isFirstOnly`
-   * the first page alone is read, and those shown below it stay (conversation_pages.js).
-   * After a drop since the pages shown were read as one, the page after them is read with them:
-   * the gap moved one from it up onto them (Show older pressed before a delete's read came,
-   * which it outruns, or after one deleted in another tab), and read alone it no longer holds it.
+   * The list's first page read again (a new search: alone; with `isBelowKept`, those shown below
+   * it stay: conversation_pages.js), or with `append` (Show older) the conversations after the
+   * last one shown. Show older asks for those after that one's place in the list (a cursor),
+   * not for a page by its number: a conversation deleted or moved up elsewhere shifts numbered
+   * pages, and the next would skip one or list one again.
    */
-  async function load({ append = false, pages = 1, isFirstOnly = false } = {}) {
+  async function load({ append = false, isBelowKept = false } = {}) {
     const mine = ++generation;
-    const dropsBefore = drops;
-    const isWhole = !isFirstOnly && (!append || drops !== dropsRead);
     try {
-      const numbers = isWhole ? pageNumbers(append ? page + 1 : pages) : [append ? page + 1 : 1];
-      const answers = await Promise.all(numbers.map((number) => api.conversations(query, number)));
+      const result = await api.conversations(query, append ? shownEnd : null);
       if (mine !== generation) return;
-      const result = answers.at(-1);
-      // Pages read together may both hold one the order moved across their boundary: once.
-      result.results = [...new Map(answers.flatMap((a) => a.results).map((c) => [c.id, c])).values()];
-      const shownIds = [...list.children].map((li) => Number(li.dataset.conversationId));
-      const below = isFirstOnly ? shownBelow(shownIds, result) : [];
-      if (below === null) return load({ pages: page }); // the first page cannot tell: every page shown
-      if (!isFirstOnly) page = result.page;
-      if (isWhole) dropsRead = dropsBefore;
       // The open conversation may have been named by its first message: let the page know.
       document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
       // Items already shown are kept, not rebuilt: a click or a rename begun on one before the
       // answer came goes on (a rebuilt item would take the mouse's release, or drop the rename).
       const focused = list.contains(document.activeElement);
       const moreFocused = document.activeElement === more;
-      const unseen = result.results.filter((c) => !listed.has(c.id)); // new ones shift a page read alone
-      if (append && !isWhole) {
+      const unseen = result.results.filter((c) => !listed.has(c.id));
+      if (append) {
         arrangeChildren(list, [...list.children, ...unseen.map(item)]);
+        shownEnd = result.next;
       } else {
+        const shown = [...list.children].map((li) => listed.get(Number(li.dataset.conversationId)).conversation);
+        const below = isBelowKept ? shownBelow(shown, result) : [];
+        if (!below.length) shownEnd = result.next;
         const ids = new Set([...result.results.map((c) => c.id), ...below]);
         const items = [...result.results.map(itemFor), ...below.map((id) => listed.get(id).li)];
         for (const id of [...listed.keys()]) if (!ids.has(id)) listed.delete(id);
         arrangeChildren(list, items);
       }
       // Show older, pressed from the keyboard, may hide itself: the focus goes to what it showed.
-      if (append && moreFocused && unseen.length && result.page >= result.num_pages) {
+      if (append && moreFocused && unseen.length && shownEnd === null) {
         listed.get(unseen[0].id).link.focus();
       }
       if (focused && !list.contains(document.activeElement)) search.focus(); // its item is gone
-      more.hidden = page >= result.num_pages;
+      more.hidden = shownEnd === null;
       empty.hidden = list.children.length > 0;
       empty.textContent = query ? "No conversation matches." : "No conversations yet.";
     } catch (error) {
       if (mine === generation) failed(error);
     }
   }
-
-  /** Pages 1 to `last`. */
-  const pageNumbers = (last) => Array.from({ length: last }, (_, i) => i + 1);
 
   search.addEventListener("input", () => {
     clearTimeout(searchTimer);
@@ -299,7 +284,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     setLimits(limits) {
       maxTitleChars = Number(limits?.max_title_chars) || 0;
     },
-    refresh: () => load({ isFirstOnly: true }),
+    refresh: () => load({ isBelowKept: true }),
     setCurrent(id) {
       current = id;
       for (const li of list.children) markCurrent(li);
@@ -322,15 +307,14 @@ export function createSidebar({ open, deleted, failed, announce }) {
       shown.conversation.title = updated.title;
       showTitle(shown.li, updated.title);
     },
-    /** Signed out: nothing of this user's list outlives it, the pages shown either. */
+    /** Signed out: nothing of this user's list outlives it, the cursor of its last either. */
     clear() {
       generation += 1; // a read still on its way lands nowhere
       listed.clear();
       list.replaceChildren();
       search.value = "";
       query = "";
-      page = 1;
-      drops = dropsRead = 0;
+      shownEnd = null;
     },
   };
 }

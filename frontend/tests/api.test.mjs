@@ -23,12 +23,12 @@ beforeEach(() => {
 test("unsafe methods carry the CSRF cookie's value; GET does not", async () => {
   answers.push(jsonResponse(200, { user: { username: "a" } }), jsonResponse(200, { results: [] }));
   await api.login("a", "b");
-  await api.conversations("x y", 2);
+  await api.conversations("x y", "1765126800000000.42");
   assert.equal(calls[0].headers["X-CSRFToken"], "tok=1");
   assert.equal(calls[0].method, "POST");
   assert.deepEqual(JSON.parse(calls[0].body), { username: "a", password: "b" });
   assert.equal(calls[1].headers["X-CSRFToken"], undefined);
-  assert.equal(calls[1].url, "/api/conversations?q=x+y&page=2");
+  assert.equal(calls[1].url, "/api/conversations?q=x+y&after=1765126800000000.42");
   assert.equal(calls[1].credentials, "same-origin");
 });
 
@@ -113,7 +113,7 @@ test("what the user wrote goes without a NUL, which the server cannot store and 
     { content: "copied from a log line" }, { content: "rewritten", last_message_id: null, last_message_chars: null }, { title: "Log notes" },
     { system_prompt: "Be brief", temperature: 0.5 }, { model: "m", system_prompt: "Terse" },
   ]);
-  assert.equal(calls[5].url, "/api/conversations?q=log&page=1");
+  assert.equal(calls[5].url, "/api/conversations?q=log"); // the first page: no cursor
 });
 
 test("half an emoji the user pasted goes as the replacement character it shows as, which the server stores", async () => {
@@ -132,7 +132,7 @@ test("half an emoji the user pasted goes as the replacement character it shows a
     { content: "cut \uFFFD here" }, { content: "\uFFFDcut 😀", last_message_id: null, last_message_chars: null }, { title: "Notes \uFFFD" },
     { system_prompt: "Be\uFFFD brief" }, { system_prompt: "Terse\uFFFD" },
   ]);
-  assert.equal(calls[5].url, `/api/conversations?${new URLSearchParams({ q: "cut \uFFFD", page: 1 })}`);
+  assert.equal(calls[5].url, `/api/conversations?${new URLSearchParams({ q: "cut \uFFFD" })}`);
 });
 
 test("a password change sends both passwords, and a refusal's reasons come as its details", async () => {

@@ -130,6 +130,21 @@ def test_show_older_after_deleting_some_lists_every_conversation_once(chat, user
     assert sorted(listed_titles(chat)) == [f"conv {n:02d}" for n in range(22)]
 
 
+def test_show_older_after_a_delete_on_another_device_skips_no_conversation(chat, user):
+    """Show older read the page after those shown by its number: a conversation shown on the first
+    page and deleted on another device (nothing told this page) moved the 21st onto the first page,
+    and the second, read alone, began with the 22nd: the 21st was never listed."""
+    made = many_conversations(chat, user, 25)
+    Conversation.objects.filter(pk=made[3].pk).update(deleted_at=timezone.now())
+
+    chat.click("#more-conversations")
+
+    wait_for_true(chat, "document.getElementById('more-conversations').hidden")
+    titles = listed_titles(chat)
+    assert len(titles) == len(set(titles))
+    assert set(titles) >= {c.title for c in made if c.pk != made[3].pk}
+
+
 def test_an_answer_in_a_conversation_pages_down_reads_only_the_first_page_and_lists_each_once_in_order(
         chat, user, upstream):
     made = many_conversations(chat, user, 45)  # three pages
@@ -146,7 +161,7 @@ def test_an_answer_in_a_conversation_pages_down_reads_only_the_first_page_and_li
 
     newest_first = [c.title for c in Conversation.objects.filter(owner=user).order_by("-updated_at", "-id")]
     assert listed_titles(chat) == newest_first and len(newest_first) == 45
-    assert reads and all("page=1" in url for url in reads)
+    assert reads and not any("after=" in url for url in reads)
     assert chat.locator("#more-conversations").is_hidden()
 
 
@@ -222,6 +237,6 @@ def test_the_next_user_to_sign_in_on_the_page_sees_their_first_page_not_as_many_
     with chat.expect_request(LIST) as showing_older:
         chat.click("#more-conversations")
 
-    assert "page=2" in showing_older.value.url
+    assert "after=" in showing_older.value.url
     wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 40")
     assert listed_titles(chat) == [c.title for c in theirs[:40]]

@@ -110,7 +110,7 @@ async def test_a_title_keeps_no_control_or_invisible_formatting_characters_but_j
     assert kept["title"] == KEPT
 
 
-async def test_conversations_are_paginated_and_searchable_by_title_and_content(api, user):
+async def test_conversations_are_paged_and_searchable_by_title_and_content(api, user):
     def make():
         for i in range(25):
             factories.conversation(owner=user, title=f"Chat {i}")
@@ -119,12 +119,12 @@ async def test_conversations_are_paginated_and_searchable_by_title_and_content(a
     await sync_to_async(make)()
 
     page_one = (await api.get("/api/conversations")).json()
-    page_two = (await api.get("/api/conversations", {"page": 2})).json()
+    page_two = (await api.get("/api/conversations", {"after": page_one["next"]})).json()
     by_content = (await api.get("/api/conversations", {"q": "sourdough"})).json()
     by_title = (await api.get("/api/conversations", {"q": "recipes"})).json()
 
     assert (len(page_one["results"]), len(page_two["results"])) == (20, 6)
-    assert page_one["count"] == 26 and page_one["num_pages"] == 2
+    assert page_two["next"] is None
     assert [c["title"] for c in by_content["results"]] == ["Recipes"]
     assert [c["title"] for c in by_title["results"]] == ["Recipes"]
 

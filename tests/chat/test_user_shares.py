@@ -32,10 +32,10 @@ async def test_one_users_searches_run_one_at_a_time_while_another_users_go_on(ap
     entered, go_on = [], threading.Event()
     real = selectors.conversation_list
 
-    def stalled_search(*, user, query="", page=1):  # a search that takes as long as the test says
+    def stalled_search(*, user, query="", after=None):  # a search that takes as long as the test says
         entered.append(user.pk)
         go_on.wait(30)
-        return real(user=user, query=query, page=page)
+        return real(user=user, query=query, after=after)
     monkeypatch.setattr(selectors, "conversation_list", stalled_search)
     other = AsyncClient()
     await other.aforce_login(other_user)

@@ -44,8 +44,8 @@ BODY_TEMPLATES = {
         "text": {"pieces": [{"offset": 0, "text": hostile.SLOT, "proof": "0" * 32}]},
         "proof": {"pieces": [{"offset": 0, "text": "a", "proof": hostile.SLOT}]}},
 }
-HOSTILE_QUERIES = ["q=a%00b", "q=%ED%A0%80", "page=18446744073709551616", "page=-1", "page=NaN",
-                   "page=" + "9" * 5000]
+HOSTILE_QUERIES = ["q=a%00b", "q=%ED%A0%80", "page=2", "after=18446744073709551616.1", "after=-1.-1",
+                   "after=NaN", "after=1.%00", "after=" + "9" * 5000 + ".1", "after=253402300800000000.1"]
 HOSTILE_IDS = [2**31, 2**63, 2**64]
 # A message page's cursor and size, beyond what an id or a page may be.
 HOSTILE_PAGE_QUERIES = ["before=18446744073709551616", "before=9223372036854775808", "before=-1", "before=%00",
