@@ -50,9 +50,6 @@ from enum import StrEnum
 from pathlib import Path
 
 import torch
-import torch._inductor.config as inductor_config
-from torch._dynamo.decorators import mark_unbacked
-from torch._inductor.compile_fx import compile_fx
 
 from . import group_view, own_kernels
 from .attention import DecodeRows, GroupDecode, StepLayout
@@ -163,6 +160,11 @@ class DecodeGraph:
         # time with it, 0.81-0.91x with Python's; BENCHMARKS.md), ours by their C entry points.
         cpp_wrapper = self.device.type == "cpu"
         freezing = self.module.layout is MatrixLayout.PACKED
+        # The compiler's own modules here, not at the top: importing them took 3-4 s of every
+        # start of the service (a third of it), and the native step (a CPU's default) never
+        # compiles.
+        import torch._inductor.config as inductor_config
+
         with (torch.inference_mode(),
               inductor_config.patch({"freezing": freezing, "cpp_wrapper": cpp_wrapper, **UNCHECKED,
                                      "cpp.min_chunk_size": SERIAL_KERNEL_ELEMENTS,
@@ -186,6 +188,8 @@ class DecodeGraph:
         """torch.compile's backend: inductor's compile (what backend="inductor" calls, with no
         options), the compiled code kept to be called directly where the call was `warm`'s."""
         placeholders = [node.meta.get("example_value") for node in graph_module.graph.nodes if node.op == "placeholder"]
+        from torch._inductor.compile_fx import compile_fx  # see `warm`
+
         arguments = list(example_inputs)
         compiled = compile_fx(graph_module, example_inputs)
         if self._compiling_for is not None:
@@ -276,6 +280,8 @@ class DecodeGraph:
 
     def _call_rows(self, token_ids, positions, table):
         """The graph over rows found through decode_attention_rows' table."""
+        from torch._dynamo.decorators import mark_unbacked  # see `warm`
+
         for tensor in (token_ids, positions, table):
             mark_unbacked(tensor, 0, shape_id="rows")
         return self.compiled(token_ids, positions, (table,))
@@ -291,6 +297,8 @@ class DecodeGraph:
         # In turns in one process (bf16, AVX-512 EPYC), against the graph padded to four rows
         # with a backed count, two runs: one stream 6-8% shorter over 100-token contexts and
         # 27-31% over 1,000, four streams 6-7% and 21-24% (BENCHMARKS.md).
+        from torch._dynamo.decorators import mark_unbacked  # see `warm`
+
         for tensor, dim in ((token_ids, 0), (positions, 0), (keys, 1), (values, 1)):
             mark_unbacked(tensor, dim, shape_id="rows")
         return self.compiled(token_ids, positions, (keys, values))
