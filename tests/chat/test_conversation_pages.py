@@ -121,11 +121,19 @@ async def test_a_malformed_cursor_is_refused_before_the_search_is_read(api):
     assert response.json()["error"]["code"] == "invalid_cursor"
 
 
-async def test_a_page_number_is_refused_with_the_cursor_to_use_instead(api):
+async def test_a_page_number_past_the_first_is_refused_with_the_cursor_to_use_instead(api):
     response = await api.get("/api/conversations", {"page": "2"})
 
     assert response.status_code == 400
     assert "after" in response.json()["error"]["message"]
+
+
+async def test_the_first_page_asked_by_number_is_the_first_page_as_a_page_from_before_the_cursor_asks(api, user):
+    ids = await sync_to_async(conversations_of)(user, 21)
+
+    response = await api.get("/api/conversations", {"page": "1", "q": ""})
+
+    assert response.status_code == 200 and ids_in(response.json()) == ids[:20]
 
 
 async def test_another_users_conversations_are_never_after_a_cursor(api, user, other_user):
