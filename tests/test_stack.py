@@ -9,6 +9,10 @@ import signal
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx2
@@ -29,11 +33,11 @@ ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 SEVERAL_WEB_PROCESSES = ON_REDIS and ON_POSTGRES
 
 
-@pytest.fixture
-def stack_database(tmp_path):
+@contextmanager
+def own_database(directory: Path) -> Iterator[str]:
     """A database of the stack's own: on the test run's PostgreSQL server when it has one."""
     if not ON_POSTGRES:
-        yield f"sqlite:///{tmp_path / 'stack.sqlite3'}"
+        yield f"sqlite:///{directory / 'stack.sqlite3'}"
         return
     name = f"stack_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as server:
@@ -42,6 +46,12 @@ def stack_database(tmp_path):
             yield urlsplit(os.environ["DATABASE_URL"])._replace(path=f"/{name}").geturl()
         finally:
             server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def stack_database(tmp_path):
+    with own_database(tmp_path) as url:
+        yield url
 
 
 def stack_env(database_url: str, public_port: int, daphne_port: int) -> dict[str, str]:
@@ -105,24 +115,53 @@ def test_the_stack_serves_the_app_through_nginx_and_stops_on_ctrl_c_sigterm_or_a
     assert not listening(daphne_port + 1)
 
 
-def test_the_stack_prints_its_address_once_it_answers_and_the_model_has_loaded(
-        nginx_binary, stack_database):
+@dataclass
+class SharedStack:
+    """One stack the tests that leave it running share (each start costs 15-65 s of the real
+    model loading), with what its start showed at the moment each fact held."""
+    process: child_process.ChildProcess
+    base: str
+    daphne_port: int
+    web_processes_listening_when_nginx_first_answered: list[bool]
+    app_healthy_when_ready_was_said: bool
+    model_healthy_when_ready_was_said: bool
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_text(self) -> str:
+        return self.process.log_text()
+
+
+@pytest.fixture(scope="module")
+def shared_stack(nginx_binary, tmp_path_factory):
+    """Awaited through nginx's own page, which reaches no web process: the first moment nginx
+    answers at all is the one at which both web processes must already listen. The start-up
+    facts are recorded here, as they happen, so no test depends on running first."""
+    with own_database(tmp_path_factory.mktemp("shared-stack")) as database:
+        public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
+        env = stack_env(database, public_port, daphne_port)
+        base = f"http://127.0.0.1:{public_port}"
+        with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base}/",
+                                   timeout_s=120) as process:
+            web_processes_listening = [listening(daphne_port), listening(daphne_port + 1)]
+            waiting.wait_until(lambda: "chatapp: ready at" in process.log_text(), 120, "the ready line")
+            app_then = waiting.healthy(f"{base}/healthz")
+            model_then = waiting.healthy(f"{env['INFERENCE_URL']}/health")
+            yield SharedStack(process, base, daphne_port, web_processes_listening, app_then, model_then)
+
+
+def test_the_stack_prints_its_address_once_it_answers_and_the_model_has_loaded(shared_stack):
     """Before, the address came first: it refused connections while nginx waited for its web
     processes, and a first question could meet the model still loading."""
-    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
-    env = stack_env(stack_database, public_port, daphne_port)
-    base = f"http://127.0.0.1:{public_port}"
-
-    with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base}/healthz",
-                               timeout_s=120) as stack:
-        waiting.wait_until(lambda: "chatapp: ready at" in stack.log_text(), 120, "the ready line")
-        app_then = waiting.healthy(f"{base}/healthz")
-        model_then = waiting.healthy(f"{env['INFERENCE_URL']}/health")
-        output = stack.log_text()
+    base = shared_stack.base
+    # Read now, not at start: once stays once, after another test killed a web process too.
+    output = shared_stack.log_text()
 
     starting = output.index(f"chatapp: starting; {base}/ once it answers")
     ready = output.index(f"chatapp: ready at {base}/")
-    assert app_then and model_then
+    assert shared_stack.app_healthy_when_ready_was_said and shared_stack.model_healthy_when_ready_was_said
     assert starting < output.index("nginx started") < ready
     assert output.count("chatapp: ready at") == 1, output
 
@@ -140,22 +179,19 @@ def daphne_pid(stack, port: int) -> int | None:
 
 
 @pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
-def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(nginx_binary, stack_database):
-    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
-    env = stack_env(stack_database, public_port, daphne_port)
-    base = f"http://127.0.0.1:{public_port}"
+def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through_nginx(shared_stack):
+    stack, daphne_port, base = shared_stack, shared_stack.daphne_port, shared_stack.base
 
-    with child_process.running(commands.whole_stack(), env=env, ready_url=f"{base}/healthz",
-                         timeout_s=120) as stack:
-        waiting.wait_until(lambda: listening(daphne_port) and listening(daphne_port + 1), 60, "both web processes")
-        first, second = daphne_pid(stack, daphne_port), daphne_pid(stack, daphne_port + 1)
-        os.kill(first, signal.SIGKILL)
-        waiting.wait_until(lambda: not listening(daphne_port), 10, "web-1 to die")
-        healthy_meanwhile = [waiting.healthy(f"{base}/healthz") for _ in range(4)]
-        waiting.wait_until(lambda: daphne_pid(stack, daphne_port) not in (None, first) and listening(daphne_port),
-                           60, "web-1 to come back")
-        second_after = daphne_pid(stack, daphne_port + 1)
-        output = stack.log_text()
+    waiting.wait_until(lambda: listening(daphne_port) and listening(daphne_port + 1), 60, "both web processes")
+    first, second = daphne_pid(stack, daphne_port), daphne_pid(stack, daphne_port + 1)
+    os.kill(first, signal.SIGKILL)
+    waiting.wait_until(lambda: not listening(daphne_port), 10, "web-1 to die")
+    healthy_meanwhile = [waiting.healthy(f"{base}/healthz") for _ in range(4)]
+    # It leaves the stack whole again: the other tests sharing it may run after.
+    waiting.wait_until(lambda: daphne_pid(stack, daphne_port) not in (None, first) and listening(daphne_port),
+                       60, "web-1 to come back")
+    second_after = daphne_pid(stack, daphne_port + 1)
+    output = stack.log_text()
 
     assert healthy_meanwhile == [True] * 4
     assert second_after == second
@@ -163,23 +199,12 @@ def test_a_killed_web_process_restarts_on_its_own_while_the_other_serves_through
 
 
 @pytest.mark.skipif(not SEVERAL_WEB_PROCESSES, reason="several web processes need Redis and PostgreSQL")
-def test_nginx_takes_no_request_before_every_web_process_listens(nginx_binary, stack_database):
+def test_nginx_takes_no_request_before_every_web_process_listens(shared_stack):
     """A request nginx passed on to a web process still starting would find nothing, and nginx
     would then count that process failed for 10 s after it came up: with the other one killed
     meanwhile, nothing would serve."""
-    public_port, daphne_port = ports.free_port(), ports.free_port_run(2)
-    env = stack_env(stack_database, public_port, daphne_port)
-
-    # The page itself is nginx's own file: asking for it reaches no web process.
-    page = f"http://127.0.0.1:{public_port}/"
-    with child_process.running(commands.whole_stack(), env=env, ready_url=page, timeout_s=120) as stack:
-        web_processes_listening = [listening(daphne_port), listening(daphne_port + 1)]
-        waiting.wait_until(lambda: waiting.healthy(f"http://127.0.0.1:{public_port}/healthz"), 60,
-                           "the stack to answer")
-        output = stack.log_text()
-
-    assert web_processes_listening == [True, True]
-    assert "nginx starts once web-1, web-2 listen" in output
+    assert shared_stack.web_processes_listening_when_nginx_first_answered == [True, True]
+    assert "nginx starts once web-1, web-2 listen" in shared_stack.log_text()
 
 
 @pytest.mark.parametrize("name, value, told", [
