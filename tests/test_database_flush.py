@@ -1,6 +1,7 @@
 """The test database is emptied between transactional tests by DELETE on PostgreSQL
 (tests/postgresql_emptied_by_delete): rows linked by foreign keys go in any order, and the
-next test starts from an empty database as after Django's own TRUNCATE."""
+next test starts from an empty database as after Django's own TRUNCATE and post_migrate (its
+content types and permissions, kept rather than written again)."""
 
 import re
 import threading
@@ -8,6 +9,9 @@ import threading
 import psycopg
 import pytest
 from django.apps import apps
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.core.management.color import no_style
 from django.core.management.sql import sql_flush
@@ -24,8 +28,20 @@ pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="Postg
 def test_a_flush_empties_every_table_with_rows_linked_across_them():
     factories.generation(finish_reason="stop")
     call_command("flush", interactive=False, verbosity=0, inhibit_post_migrate=True)
-    left = {model._meta.db_table: model.objects.count() for model in apps.get_models()}
+    left = {model._meta.db_table: model.objects.count() for model in apps.get_models()
+            if model not in (ContentType, Permission)}
     assert set(left.values()) == {0}, left
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_keeps_the_content_types_and_permissions_that_migrate_made():
+    factories.staff_member()
+    kept = set(ContentType.objects.values_list("pk", "app_label", "model"))
+    permissions = set(Permission.objects.values_list("pk", "codename"))
+    call_command("flush", interactive=False, verbosity=0, reset_sequences=False)  # as pytest-django's
+    assert set(ContentType.objects.values_list("pk", "app_label", "model")) == kept
+    assert set(Permission.objects.values_list("pk", "codename")) == permissions
+    assert not get_user_model().user_permissions.through.objects.exists()  # the grant goes
 
 
 def test_the_flush_deletes_rows_rather_than_truncating_tables():
