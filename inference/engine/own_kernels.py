@@ -192,7 +192,7 @@ def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path
                                   *flags])
                          .encode()).hexdigest()[:16]
     library = directory / f"chatapp-kernels-{key}.so"
-    build_lock.build_once(library.with_name(f"{library.name}.lock"), library.exists,
+    build_lock.build_once(library.with_suffix(".lock"), library.exists,
                           lambda: _compile(compiler, flags, library))
     return library
 
