@@ -3,6 +3,7 @@ settings (WCAG 1.4.4), as Chromium's own default font size (set through the DevT
 
 import pytest
 
+from tests import factories
 from tests.browser.conftest import sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -52,3 +53,16 @@ def test_on_a_phone_with_larger_text_nothing_spills_sideways(page, stack_with_fa
     page.click("#account-toggle")  # on a phone Sign out is in the account's menu
     assert page.locator("#logout").is_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 360
+
+
+def test_each_conversations_rename_and_delete_icons_are_as_large_as_the_text(page, stack_with_fake_upstream, user):
+    """Before, they stayed 16px at any text size: small targets beside larger text."""
+    factories.conversation(owner=user, title="Trip")
+    choose_default_font_size(page, 24)
+
+    sign_in(page, stack_with_fake_upstream, user)
+    page.wait_for_selector("#conversation-list li .icon svg")
+
+    drawn = page.evaluate("""[...document.querySelectorAll('#conversation-list li .icon')].map(button =>
+        [button.querySelector('svg').getBoundingClientRect().width, parseFloat(getComputedStyle(button).fontSize)])""")
+    assert len(drawn) == 2 and all(width == text > 16 for width, text in drawn), drawn
