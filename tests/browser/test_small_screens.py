@@ -53,7 +53,13 @@ def drag(page, pixels: int, step: int = 5) -> None:
         points = [{"x": 200, "y": points[0]["y"] + direction * step}]
         touch.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": points})
         page.evaluate("new Promise((done) => requestAnimationFrame(() => done()))")  # a frame each
+    # The finger lifted, the scroll flings on a few pixels (3 of them failed a test once, read
+    # as the page moving the reader): done once the messages say their scroll ended, which
+    # Chromium says of a touch's scroll once the finger is up and the fling over.
+    page.evaluate("""() => { window.ended = new Promise((done) =>
+        document.querySelector('#messages').addEventListener('scrollend', done, { once: true })); }""")
     touch.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+    page.evaluate("ended")
 
 
 def wait_for_more_text(page, chars: int) -> None:
