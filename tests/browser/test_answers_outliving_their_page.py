@@ -59,15 +59,20 @@ def test_a_stop_pressed_after_the_session_ended_elsewhere_reaches_the_answer_onc
     Refused, the page closes its stream and sends the Stop again once signed in; the answer goes
     on meanwhile, for the grace. The session that asked for it has ended too, which ends its
     streams at the hub's next read of the sessions (session_ends.py): on a machine slow enough
-    that the sign-in takes a heartbeat, that may come first, and stops it where the page did."""
+    that the sign-in takes a heartbeat, that may come first, and stops it where the page did.
+    The Stop is pressed before the session ends and reaches the server after: pressed after, the
+    hub's read could end the answer, and take its Stop button away, before the click landed."""
     upstream.script.chunks = ["Hello", ", ", "world"]
     upstream.script.stall_after = 2
     sign_in(page, stack_with_grace, user)
     send(page, "Say hello")
     wait_for_streaming_text(page, "Hello, ")
+    stops = held(page, STOPS, most=1)
+    page.click("#stop")
+    wait_for_handled(page, lambda: len(stops) == 1, "the Stop sent")
 
     Session.objects.all().delete()  # signed out in another tab
-    page.click("#stop")
+    stops[0].continue_()
     page.wait_for_selector("#login-form", state="visible")
     sign_in_on_form(page, user)
 
