@@ -371,13 +371,16 @@ messageList.onControl({
 
 // --- keys ---
 /** A Stop of the answer on screen. One refused, the answer having ended otherwise (docs/api.md),
- * leaves the record as it is: the conversation is read again to show that, not what was assumed. */
+ * leaves the record as it is: the conversation is read again to show that, not what was assumed.
+ * One refused for a session that ended elsewhere shows the sign-in form (once: it is sent again
+ * meanwhile, and reaches the answer once signed in). */
 function stopHere() {
   const id = conversationId;
   liveHere()?.generation.stop((gid, seen) => api.stop(gid, seen).catch((error) => {
     if (error instanceof ApiError && error.status === 409 && id === conversationId) {
       stored.reload(id).then((isThere) => isThere || foundGone(id));
     }
+    if (error instanceof ApiError && error.status === 401 && isSignedIn) handleError(error);
     throw error;
   }));
 }

@@ -5,6 +5,7 @@ reaches the server, rather than going with the page while the answer writes on; 
 asked, closed mid-answer, leaves another tab of the browser following the answer to its end."""
 
 import contextlib
+from urllib.parse import urlsplit
 
 import playwright.sync_api
 import pytest
@@ -56,20 +57,27 @@ def test_a_stop_pressed_after_the_session_ended_elsewhere_reaches_the_answer_onc
         page, stack_with_grace, user, upstream):
     """Signed out in another tab (or expired), the Stop was refused (401) and never sent again:
     the answer ran on to its length limit, holding the model, and read back as that whole text.
-    Refused, the page closes its stream and sends the Stop again once signed in; the answer goes
-    on meanwhile, for the grace. The session that asked for it has ended too, which ends its
+    Refused, the page shows the sign-in form and sends the Stop again once signed in; the answer
+    goes on meanwhile, for the grace. The session that asked for it has ended too, which ends its
     streams at the hub's next read of the sessions (session_ends.py): on a machine slow enough
     that the sign-in takes a heartbeat, that may come first, and stops it where the page did.
-    The Stop is pressed before the session ends and reaches the server after: pressed after, the
-    hub's read could end the answer, and take its Stop button away, before the click landed."""
+
+    The Stop is pressed while the session holds and reaches the server after it ended (held, then
+    let go), once the page has read the conversation list again at the answer's end: the Stop's
+    refusal is then the only news the page has of the session's end (it showed no sign-in form,
+    the Stop sent again in the background, unseen). Pressed after, the hub's read could end the
+    answer, taking its Stop button away, before the click landed."""
     upstream.script.chunks = ["Hello", ", ", "world"]
     upstream.script.stall_after = 2
     sign_in(page, stack_with_grace, user)
     send(page, "Say hello")
     wait_for_streaming_text(page, "Hello, ")
+    sent, finished = [], []
+    page.on("request", lambda request: sent.append(request))
+    page.on("requestfinished", lambda request: finished.append(request))
     stops = held(page, STOPS, most=1)
     page.click("#stop")
-    wait_for_handled(page, lambda: len(stops) == 1, "the Stop sent")
+    wait_for_handled(page, lambda: list_read_after(stops, sent, finished), "the list read after the Stop")
 
     Session.objects.all().delete()  # signed out in another tab
     stops[0].continue_()
@@ -80,6 +88,14 @@ def test_a_stop_pressed_after_the_session_ended_elsewhere_reaches_the_answer_onc
                        30, "the answer stopped")
     assert Generation.objects.get().cancelled_by in (CancelledBy.USER, CancelledBy.SIGNED_OUT)
     assert Message.objects.get(role="assistant").content == "Hello, "
+
+
+def list_read_after(stops: list, sent: list, finished: list) -> bool:
+    """Whether a read of the conversation list sent after the (held) Stop has finished."""
+    if not stops:
+        return False
+    after = sent[sent.index(stops[0].request) + 1:]
+    return any(request in finished and urlsplit(request.url).path == "/api/conversations" for request in after)
 
 
 def test_the_tab_that_asked_closed_mid_answer_leaves_the_other_tab_following_it_to_its_end(
