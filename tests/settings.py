@@ -12,23 +12,25 @@ os.environ.setdefault("DJANGO_SECRET_KEY", f"test-only-{secrets.token_urlsafe(32
 os.environ.setdefault("INFERENCE_COMPILE", "off")
 
 
-def redis_index_of_this_worker(url: str, worker: str) -> str:
-    """`make test` runs two pytest-xdist workers, each on its own test database, so both reuse
-    the same ids: the channel layer's groups, the cache's counts and Celery's queues would
-    cross between them on one Redis index. Worker gwN takes the index N x 8 past the one asked
-    (16 indexes by default), and sets it in the environment, so its child processes share it."""
+def redis_index_of_this_worker(url: str, worker: str, workers: int = 2) -> str:
+    """`make test` runs pytest-xdist workers, each on its own test database, so all reuse the
+    same ids: the channel layer's groups, the cache's counts and Celery's queues would cross
+    between them on one Redis index. Of `workers` workers, worker gwN takes the index N x
+    16 // workers past the one asked (16 indexes by default: 8 apart for two workers), and sets
+    it in the environment, so its child processes share it."""
     if not url or not worker.startswith("gw"):
         return url
     base, _, index = url.rstrip("/").rpartition("/")
     if not index.isdigit():
         base, index = url.rstrip("/"), "0"
-    return f"{base}/{(int(index) + 8 * int(worker[2:])) % 16}"
+    return f"{base}/{(int(index) + 16 // max(workers, 1) * int(worker[2:])) % 16}"
 
 
 # A child process that loads these settings inherits both variables: it keeps the index.
 _asked = os.environ.setdefault("TEST_REDIS_URL_ASKED", os.environ.get("REDIS_URL", ""))
 if os.environ.get("REDIS_URL", "") == _asked:
-    os.environ["REDIS_URL"] = redis_index_of_this_worker(_asked, os.environ.get("PYTEST_XDIST_WORKER", ""))
+    os.environ["REDIS_URL"] = redis_index_of_this_worker(_asked, os.environ.get("PYTEST_XDIST_WORKER", ""),
+                                                         int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "2")))
 
 from chatapp.settings import *  # noqa: E402,F403
 

@@ -292,5 +292,7 @@ def test_each_test_worker_and_the_processes_it_starts_share_a_redis_index_of_the
 
     assert (first, second) == (asked, "redis://127.0.0.1:6379/8")
     assert redis_index_of_this_worker("redis://127.0.0.1:6379/3", "gw1") == "redis://127.0.0.1:6379/11"
+    assert [redis_index_of_this_worker(asked, f"gw{n}", workers=3) for n in range(3)] == [
+        asked, "redis://127.0.0.1:6379/5", "redis://127.0.0.1:6379/10"]
     assert redis_index_of_this_worker("", "gw1") == "" and redis_index_of_this_worker(asked, "") == asked
     assert child.stdout.strip() == second
