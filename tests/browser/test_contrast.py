@@ -122,3 +122,32 @@ def test_the_edge_of_every_field_stands_out_at_3_to_1_from_inside_and_outside_it
           .map(([id, ratio]) => `#${id} ${ratio.toFixed(2)}:1`); }""")
 
     assert faint == []
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_a_button_whose_panel_is_open_looks_pressed_its_edge_at_3_to_1(chat, theme):
+    """The settings, account and conversations buttons open a panel and say so to a screen
+    reader (aria-expanded) only: seen, an open one looked like a closed one (WCAG 1.4.11: the
+    state of a control is told at 3:1 too). On a phone's width, where the last two show."""
+    chat.emulate_media(color_scheme=theme)
+    chat.set_viewport_size({"width": 390, "height": 800})
+    edge = "(selector) => {" + CONTRAST + """
+        const el = document.querySelector(selector);
+        const style = getComputedStyle(el);
+        return [style.borderTopColor, style.boxShadow, contrast(style.borderTopColor, backgroundOf(el.parentElement))];
+    }"""
+
+    looks = {}
+    for selector in ("#settings-toggle", "#account-toggle", "#toggle-sidebar"):
+        chat.mouse.move(0, 0)  # a hovered button has an edge of its own
+        closed = chat.evaluate(edge, selector)
+        chat.click(selector)
+        chat.mouse.move(0, 0)
+        assert chat.get_attribute(selector, "aria-expanded") == "true"
+        opened = chat.evaluate(edge, selector)
+        looks[selector] = (opened[:2] != closed[:2], opened[2] >= 3)
+        chat.keyboard.press("Escape")  # closed again, before the next (the drawer takes no click)
+        if chat.get_attribute(selector, "aria-expanded") == "true":
+            chat.click(selector)
+
+    assert looks == {selector: (True, True) for selector in looks}
