@@ -54,7 +54,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
   let query = "";
   let shownEnd = null; // the cursor of the last conversation shown (the API's `next`); null: the list's end
   let searchTimer = 0;
-  let generation = 0; // newer requests win: a slow answer to an old search must not land
+  let listRead = 0; // a newer read of the first page wins: a slow answer to an old search must not land
   let maxTitleChars = 0; // the server's, once known (setLimits); 0: the server alone says
   const listed = new Map(); // id -> {conversation, link, li} of the items shown
 
@@ -197,10 +197,16 @@ export function createSidebar({ open, deleted, failed, announce }) {
    * pages, and the next would skip one or list one again.
    */
   async function load({ append = false, isBelowKept = false } = {}) {
-    const mine = ++generation;
+    // Show older's read lands while the list still ends where it read on from, for the same
+    // search: a read of the first page begun meanwhile (an answer's end) leaves that end as it
+    // was unless the pages below are folded back.
+    const mine = append ? null : ++listRead;
+    const from = shownEnd;
+    const asked = query;
+    const isCurrent = () => (append ? shownEnd === from && query === asked : mine === listRead);
     try {
-      const result = await api.conversations(query, append ? shownEnd : null);
-      if (mine !== generation) return;
+      const result = await api.conversations(query, append ? from : null);
+      if (!isCurrent()) return;
       // The open conversation may have been named by its first message: let the page know.
       document.dispatchEvent(new CustomEvent("conversations-loaded", { detail: result.results }));
       // Items already shown are kept, not rebuilt: a click or a rename begun on one before the
@@ -229,7 +235,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
       empty.hidden = list.children.length > 0;
       empty.textContent = query ? "No conversation matches." : "No conversations yet.";
     } catch (error) {
-      if (mine === generation) failed(error);
+      if (isCurrent()) failed(error);
     }
   }
 
@@ -309,7 +315,7 @@ export function createSidebar({ open, deleted, failed, announce }) {
     },
     /** Signed out: nothing of this user's list outlives it, the cursor of its last either. */
     clear() {
-      generation += 1; // a read still on its way lands nowhere
+      listRead += 1; // a read still on its way lands nowhere (Show older's: the list's end is gone)
       listed.clear();
       list.replaceChildren();
       search.value = "";

@@ -165,6 +165,28 @@ def test_an_answer_in_a_conversation_pages_down_reads_only_the_first_page_and_li
     assert chat.locator("#more-conversations").is_hidden()
 
 
+def test_show_older_pressed_as_an_answer_ends_shows_the_older_conversations(chat, user, upstream):
+    """The list read again at an answer's end, begun while Show older's read was on its way, won
+    over it: Show older's answer was dropped, the older conversations never shown, and the user
+    had to press it again. The answer's conversation stays on the first page: the list still ends
+    where Show older read on from."""
+    made = many_conversations(chat, user, 25)
+    open_conversation(chat, made[0])
+    chat.evaluate("window.__loads = 0; document.addEventListener('conversations-loaded', () => { window.__loads += 1; })")
+    older = held(chat, LIST, method="GET", most=1)
+    chat.click("#more-conversations")
+    wait_for_handled(chat, lambda: len(older) == 1, "Show older's read")
+
+    send(chat, "hello")
+    wait_for_end(chat)
+    wait_for_true(chat, "window.__loads >= 1")  # the list read again at the answer's end, landed
+    older[0].continue_()
+
+    wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 25")
+    assert sorted(listed_titles(chat)) == [f"conv {n:02d}" for n in range(25)]
+    assert chat.locator("#more-conversations").is_hidden()
+
+
 def older_page_shown(chat, user) -> list:
     made = many_conversations(chat, user, 25)
     chat.click("#more-conversations")
