@@ -79,6 +79,15 @@ def test_a_rename_under_way_while_the_list_refreshes_keeps_its_words_and_its_foc
     assert listed_titles(chat) == ["Trip plans for May", "Recipes"]
 
 
+# Whether the list has been read, and landed, since count_list_reads.
+LIST_READ = "window.__listReads >= 1"
+
+
+def count_list_reads(page) -> None:
+    page.evaluate("window.__listReads = 0;"
+                  " document.addEventListener('conversations-loaded', () => { window.__listReads += 1; })")
+
+
 def many_conversations(chat, user, count: int) -> list:
     """`count` conversations, the newest first; the page reloaded and its first page listed."""
     made = [factories.conversation(owner=user, title=f"conv {n:02d}") for n in range(count)][::-1]
@@ -98,10 +107,10 @@ def test_older_conversations_shown_and_a_rename_among_them_outlast_the_refresh_a
     oldest = f'#conversation-list li[data-conversation-id="{made[-1].pk}"]'
     chat.click(f"{oldest} .conversation-rename")
     chat.keyboard.type("my half-typed new na")
-    chat.evaluate("window.__loads = 0; document.addEventListener('conversations-loaded', () => { window.__loads += 1; })")
+    count_list_reads(chat)
 
     wait_for_end(chat)
-    wait_for_true(chat, "window.__loads >= 1")  # the list read again at the answer's end
+    wait_for_true(chat, LIST_READ)  # the list read again at the answer's end
 
     assert chat.locator("#conversation-list li").count() == 26
     assert chat.input_value(f"{oldest} .conversation-title-input") == "my half-typed new na"
@@ -172,14 +181,14 @@ def test_show_older_pressed_as_an_answer_ends_shows_the_older_conversations(chat
     where Show older read on from."""
     made = many_conversations(chat, user, 25)
     open_conversation(chat, made[0])
-    chat.evaluate("window.__loads = 0; document.addEventListener('conversations-loaded', () => { window.__loads += 1; })")
+    count_list_reads(chat)
     older = held(chat, LIST, method="GET", most=1)
     chat.click("#more-conversations")
     wait_for_handled(chat, lambda: len(older) == 1, "Show older's read")
 
     send(chat, "hello")
     wait_for_end(chat)
-    wait_for_true(chat, "window.__loads >= 1")  # the list read again at the answer's end, landed
+    wait_for_true(chat, LIST_READ)  # the list read again at the answer's end, landed
     older[0].continue_()
 
     wait_for_true(chat, "document.querySelectorAll('#conversation-list li').length === 25")
