@@ -16,9 +16,8 @@ flush's post_migrate would only write them all again (about 20 ms a test here: h
 from django.db import DatabaseError
 from django.db.backends.postgresql import base, operations
 
-# PostgreSQL's SQLSTATEs of a flush that met another session writing.
+# PostgreSQL's SQLSTATE of a flush that met another session writing.
 DEADLOCK_DETECTED = "40P01"
-FOREIGN_KEY_VIOLATION = "23503"
 FLUSH_TRIES = 3
 # Django's own rows of its models, which post_migrate makes after every flush if they are gone.
 KEPT_TABLES = frozenset({"django_content_type", "auth_permission"})
@@ -26,17 +25,20 @@ KEPT_TABLES = frozenset({"django_content_type", "auth_permission"})
 
 class DatabaseOperations(operations.DatabaseOperations):
     def execute_sql_flush(self, sql_list):
-        """A stack's relay may still be writing its answer's rows as its test ends. DELETE locks
-        rows one after another where TRUNCATE waited for whole tables: the relay may lock two of
-        them in the other order, and PostgreSQL then ends one of the two transactions; or the
-        relay adds a row pointing at one the flush deletes later, after the flush emptied the
-        new row's table, and the flush's deferred foreign-key check refuses its commit. The
-        flush, when it is the one refused, is made again (the other one has ended by then)."""
+        """A stack's relay may still be writing its answer's rows as its test ends. The flush
+        first takes every table as TRUNCATE did (EXCLUSIVE: reads go on, writes wait), so that no
+        row can be added between its deletes: without that, a writer's row pointing at one the
+        flush deleted later failed the flush's deferred foreign-key check at its commit, and the
+        writer's own commit, still on its way when the flush began again, could fail the next try
+        the same way (three tries were not enough on a loaded AVX2 machine). A writer holding one
+        table and asking for another that the flush holds ends one of the two transactions
+        (PostgreSQL's deadlock check); the flush, when it is the one ended, is made again, and its
+        lock waits for that writer's whole transaction."""
         for attempt in range(1, FLUSH_TRIES + 1):
             try:
                 return super().execute_sql_flush(sql_list)
             except DatabaseError as error:
-                met_a_writer = getattr(error.__cause__, "sqlstate", None) in (DEADLOCK_DETECTED, FOREIGN_KEY_VIOLATION)
+                met_a_writer = getattr(error.__cause__, "sqlstate", None) == DEADLOCK_DETECTED
                 if attempt == FLUSH_TRIES or not met_a_writer:
                     raise
 
@@ -44,8 +46,12 @@ class DatabaseOperations(operations.DatabaseOperations):
         if reset_sequences or allow_cascade:
             return super().sql_flush(style, tables, reset_sequences=reset_sequences,
                                      allow_cascade=allow_cascade)
-        return [f"{style.SQL_KEYWORD('DELETE')} {style.SQL_KEYWORD('FROM')} "
-                f"{style.SQL_FIELD(self.quote_name(table))};" for table in tables if table not in KEPT_TABLES]
+        emptied = [style.SQL_FIELD(self.quote_name(table)) for table in tables if table not in KEPT_TABLES]
+        if not emptied:
+            return []
+        lock = f"{style.SQL_KEYWORD('LOCK TABLE')} {', '.join(emptied)} {style.SQL_KEYWORD('IN EXCLUSIVE MODE')};"
+        delete = f"{style.SQL_KEYWORD('DELETE')} {style.SQL_KEYWORD('FROM')}"
+        return [lock, *(f"{delete} {table};" for table in emptied)]
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
