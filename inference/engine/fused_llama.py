@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import matrix_choice
 from .attention import StepLayout, attend
 from .matrices import MatrixLayout, build, choose_dot_row_limit, packed_rows
 
@@ -103,12 +104,18 @@ class FusedLlama:
                       _own(layer.post_attention_layernorm), gate_up, _share(mlp.down_proj))
 
     def _build_matrices(self, model, layout: MatrixLayout, tied: bool, cache_dir: Path | None) -> MatrixLayout:
-        """Every matrix in the layout this machine multiplies fastest; packed or [out, in] ones
+        """Every matrix in the layout this machine multiplies fastest (timed here, or kept from
+        an earlier start where the service has a cache directory); packed or [out, in] ones
         replace the plain."""
         weights = [getattr(layer, name) for layer in self.layers for name in _Layer.MATRICES]
-        chosen, matrices = build(layout, [*weights, self.lm_head], cache_dir)
-        if chosen is MatrixLayout.DOT:
-            choose_dot_row_limit(matrices[: len(weights)])  # the output matrix multiplies few rows
+        every = [*weights, self.lm_head]
+        kept = matrix_choice.read(cache_dir, every) if layout is MatrixLayout.AUTO and cache_dir else None
+        chosen, matrices, timed = build(kept.layout if kept else layout, every, cache_dir)
+        limit = None
+        if chosen is MatrixLayout.DOT:  # the output matrix multiplies few rows
+            limit = choose_dot_row_limit(matrices[: len(weights)], kept.dot_row_limit if kept else None)
+        if timed and cache_dir:
+            matrix_choice.write(cache_dir, every, matrix_choice.MatrixChoice(chosen, limit, timed))
         for layer in self.layers:
             for name in _Layer.MATRICES:
                 setattr(layer, name, matrices.pop(0))

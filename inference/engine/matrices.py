@@ -104,13 +104,16 @@ class DotMatrix:
         return torch.ops.chatapp.dot_rows(rows, self.weight)
 
 
-def choose_dot_row_limit(matrices: list[DotMatrix]) -> int:
+def choose_dot_row_limit(matrices: list[DotMatrix], kept: int | None = None) -> int:
     """Times our product against torch's through `matrices` (the layers', in forward order; past
     LIMIT_WHOLE_ROWS a share of them) at each of LIMIT_ROWS in turn, ours and torch's alternating,
     until torch's is the faster, and sets the most rows ours multiplies at their precision
-    (dot_rows.cpp) to the last count before; the limit. Once per process for a model's matrices."""
+    (dot_rows.cpp) to the last count before; the limit. Once per process for a model's matrices,
+    and not at all where an earlier start's limit is `kept` (matrix_choice.py)."""
     dtype = matrices[0].weight.dtype
     shapes = (dtype, tuple(tuple(m.weight.shape) for m in matrices))
+    if kept is not None:
+        _measured_limits[shapes] = kept
     if shapes in _measured_limits:  # a model loaded again in this process
         return torch.ops.chatapp.dot_rows_limit(dtype, _measured_limits[shapes])
     # torch's product of the same [out, in] weights, what dot_rows hands over to (at::linear
@@ -191,9 +194,10 @@ def can_dot(weight: torch.Tensor, cache_dir: Path | None = None) -> bool:
 
 
 def build(layout: MatrixLayout, weights: list[torch.Tensor],
-          cache_dir: Path | None = None) -> tuple[MatrixLayout, list]:
-    """The layout to multiply `weights` ([in, out], in forward order) in on this machine, and
-    the matrices in it. A layout this machine cannot multiply in falls back to PLAIN.
+          cache_dir: Path | None = None) -> tuple[MatrixLayout, list, str]:
+    """The layout to multiply `weights` ([in, out], in forward order) in on this machine, the
+    matrices in it, and what AUTO timed ("" where nothing was). A layout this machine cannot
+    multiply in falls back to PLAIN.
 
     AUTO times passes through every matrix in each layout at each of PROBE_ROWS rows, the
     model's own matrices in their own order, so that the caches are as cold as in a real step,
@@ -214,18 +218,19 @@ def build(layout: MatrixLayout, weights: list[torch.Tensor],
         if chosen is not layout and layout is not MatrixLayout.AUTO:
             logger.warning("matrices: %s cannot multiply %s weights here; plain instead", layout,
                            str(weights[0].dtype).removeprefix("torch."))
-        return chosen, makers[chosen]()
+        return chosen, makers[chosen](), ""
     layouts = {name: make() for name, make in makers.items()}
     seconds = _probe(layouts, weights[0].dtype)
     chosen = min(seconds, key=lambda name: math.prod(seconds[name]))
     matrices = layouts.pop(chosen)
     del layouts  # the others' copies of the weights
-    logger.info("matrices: a pass at %s rows (median): %s ms: %s", " / ".join(map(str, PROBE_ROWS)),
-                ", ".join(f"{name} " + " / ".join(f"{value * 1e3:.1f}" for value in values)
-                          for name, values in seconds.items()), chosen)
+    timed = (f"a pass at {' / '.join(map(str, PROBE_ROWS))} rows (median): "
+             + ", ".join(f"{name} " + " / ".join(f"{value * 1e3:.1f}" for value in values)
+                         for name, values in seconds.items()) + " ms")
+    logger.info("matrices: %s: %s", timed, chosen)
     if chosen is MatrixLayout.PACKED:
         _pad_single_rows(matrices)
-    return chosen, matrices
+    return chosen, matrices, timed
 
 
 def _probe(layouts: dict[MatrixLayout, list], dtype: torch.dtype) -> dict[MatrixLayout, list[float]]:

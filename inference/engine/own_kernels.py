@@ -184,13 +184,20 @@ def _load(cache_dir: Path | None) -> InstructionSet | str:
     return instructions
 
 
+def source_digest() -> str:
+    """A digest of our kernels' sources: what a build of them, and what was timed with one, is of."""
+    return hashlib.sha256("\0".join(_source_texts()).encode()).hexdigest()
+
+
+def _source_texts() -> list[str]:
+    return [source.read_text() for source in (*SOURCES, *HEADERS)]
+
+
 def _built(compiler: str, instructions: InstructionSet, directory: Path) -> Path:
     """The kernel's shared library for this source, flags and torch, compiled if not yet there."""
     flags = [*COMPILE_FLAGS, *instructions.compile_flags,
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    key = hashlib.sha256("\0".join([*(source.read_text() for source in (*SOURCES, *HEADERS)), torch.__version__, compiler,
-                                  *flags])
-                         .encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([*_source_texts(), torch.__version__, compiler, *flags]).encode()).hexdigest()[:16]
     library = directory / f"chatapp-kernels-{key}.so"
     build_lock.build_once(library.with_suffix(".lock"), library.exists,
                           lambda: _compile(compiler, flags, library))

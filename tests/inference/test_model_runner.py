@@ -148,7 +148,7 @@ def test_when_no_layout_is_named_the_one_measured_faster_is_kept(monkeypatch, fa
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
 
-    chosen, built = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
+    chosen, built, _ = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
 
     assert chosen is faster
     assert len(built) == 2 and all(isinstance(matrix, KINDS[faster]) for matrix in built)
@@ -168,7 +168,7 @@ def test_a_layout_far_faster_at_one_row_is_kept_over_one_a_little_faster_at_many
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
 
-    chosen, _ = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
+    chosen, _, _ = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
 
     assert chosen is MatrixLayout.DOT
 
@@ -191,7 +191,7 @@ def test_a_machine_that_slows_down_while_the_layouts_are_timed_still_keeps_the_f
 
     monkeypatch.setattr(matrices, "_pass", timed_pass)
 
-    chosen, _ = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
+    chosen, _, _ = matrices.build(MatrixLayout.AUTO, [torch.randn(8, 16), torch.randn(16, 8)])
 
     assert chosen is MatrixLayout.DOT
     assert len(timed) == passes
