@@ -34,11 +34,10 @@ def celery_worker(schedule: Path) -> list[str]:
 
 
 def preparation() -> list[list[str]]:
-    """What runs, in order, before the stack's processes start: the migrations, the static files
-    (nginx serves them), and the first admin account (DJANGO_ADMIN_*; its password printed once
-    when generated). `make run` runs them, and docker-compose.yml's `migrate` job the same."""
-    return [[sys.executable, "manage.py", *step]
-            for step in (["migrate", "--noinput"], ["collectstatic", "--noinput", "-v0"], ["ensure_admin"])]
+    """What runs, in order, before the stack's processes start: `manage.py prepare` (the
+    migrations, the static files and the first admin account, chatapp/management/commands/
+    prepare.py). `make run` runs it, and docker-compose.yml's `migrate` job the same."""
+    return [[sys.executable, "manage.py", "prepare"]]
 
 
 def reaper() -> list[str]:

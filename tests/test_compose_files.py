@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chatapp.management.commands import prepare
 from stack import commands
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,8 +283,8 @@ def test_web_can_be_scaled_no_fixed_name_and_no_published_port(compose):
 
 def test_the_migrations_run_once_before_any_web_replica_starts(compose):
     migrate = services(compose)["migrate"]
-    assert "migrate" in " ".join(migrate["command"]) and migrate["restart"] == "no"
-    assert "migrate" not in " ".join(services(compose)["web"]["command"])
+    assert migrate["command"][-2:] == ["manage.py", "prepare"] and migrate["restart"] == "no"
+    assert not {"migrate", "prepare"} & set(" ".join(services(compose)["web"]["command"]).split())
     assert dependencies(services(compose)["web"])["migrate"] == {"condition": "service_completed_successfully"}
 
 
@@ -293,8 +294,8 @@ def test_the_migrate_job_prepares_what_make_run_does_and_creates_the_first_admin
 
     steps = re.findall(r"manage\.py (\w+)", " ".join(migrate["command"]))
 
-    assert steps == [command[2] for command in commands.preparation()]
-    assert "ensure_admin" in steps
+    assert steps == [command[2] for command in commands.preparation()] == ["prepare"]
+    assert [name for name, _ in prepare.STEPS] == ["migrate", "collectstatic", "ensure_admin"]
     for name in ("DJANGO_ADMIN_USERNAME", "DJANGO_ADMIN_EMAIL", "DJANGO_ADMIN_PASSWORD"):
         assert migrate["environment"][name].startswith(f"${{{name}:-"), name  # from the shell or .env
 
