@@ -7,6 +7,8 @@ import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
+from common.cpu_model import cpu_model
+
 from .report import REPO_ROOT
 
 
@@ -15,7 +17,7 @@ def inference_notes(threads: int) -> dict:
     import transformers
 
     notes = {
-        "cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
+        "cpu": cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "threads": threads,
         "load_average": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -27,20 +29,10 @@ def inference_notes(threads: int) -> dict:
 
 
 def web_notes() -> dict:
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "memory_gb": _memory_gb(),
             "python": platform.python_version(), "django": version("django"),
             "daphne": version("daphne"), "load_average": ", ".join(
                 f"{x:.2f}" for x in os.getloadavg()), "commit": _commit()}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _memory_gb() -> float:

@@ -9,7 +9,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,17 +109,6 @@ def cpu_flags() -> frozenset[str]:
     found = {"avx512_bf16": torch.cpu._is_avx512_bf16_supported(),
              "amx_bf16": torch.cpu._is_amx_tile_supported()}
     return frozenset(name for name, present in found.items() if present)
-
-
-def cpu_model() -> str:
-    """This CPU's name as Linux's /proc/cpuinfo gives it, else what Python's platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def cpu_has_bf16(flags: frozenset[str]) -> bool:

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import torch
 
+from common.cpu_model import cpu_model
+
 from . import own_kernels
-from .loader import cpu_flags, cpu_model
+from .loader import cpu_flags
 from .matrices import MatrixLayout
 
 logger = logging.getLogger(__name__)
