@@ -3,8 +3,8 @@ file's tests stay together, as they share its fixtures. The browser tests' sessi
 stand-in upstream's stack, tests/browser/conftest.py) set up once on each worker that runs one.
 
 Each worker has its own test database (pytest-django) and Redis index (tests/settings.py).
-Half the suite waits on processes it started, a stand-in's timed tokens or a browser, so the
-workers outnumber the cores.
+Half the suite waits on processes it started, a stand-in's timed tokens or a browser, so two
+workers keep both cores busy where one left them idle (three gained nothing: README).
 """
 
 import pytest

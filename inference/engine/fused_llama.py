@@ -109,13 +109,14 @@ class FusedLlama:
         replace the plain."""
         weights = [getattr(layer, name) for layer in self.layers for name in _Layer.MATRICES]
         every = [*weights, self.lm_head]
-        kept = matrix_choice.read(cache_dir, every) if layout is MatrixLayout.AUTO and cache_dir else None
+        kept_at = matrix_choice.path_for(cache_dir, every) if layout is MatrixLayout.AUTO and cache_dir else None
+        kept = matrix_choice.read(kept_at) if kept_at else None
         chosen, matrices, timed = build(kept.layout if kept else layout, every, cache_dir)
         limit = None
         if chosen is MatrixLayout.DOT:  # the output matrix multiplies few rows
             limit = choose_dot_row_limit(matrices[: len(weights)], kept.dot_row_limit if kept else None)
-        if timed and cache_dir:
-            matrix_choice.write(cache_dir, every, matrix_choice.MatrixChoice(chosen, limit, timed))
+        if timed and kept_at:
+            matrix_choice.write(kept_at, matrix_choice.MatrixChoice(chosen, limit, timed))
         for layer in self.layers:
             for name in _Layer.MATRICES:
                 setattr(layer, name, matrices.pop(0))

@@ -39,9 +39,13 @@ class MatrixChoice:
     timings: str  # what the timing measured, for the log
 
 
-def read(cache_dir: Path, weights: list[torch.Tensor]) -> MatrixChoice | None:
-    """The choice kept for these weights on this machine, or None (never timed, or unreadable)."""
-    path = _path(cache_dir, weights)
+def path_for(cache_dir: Path, weights: list[torch.Tensor]) -> Path:
+    """Where the choice for these weights on this machine is kept."""
+    return cache_dir / FOLDER / f"choice-{_key(weights)}.json"
+
+
+def read(path: Path) -> MatrixChoice | None:
+    """The choice kept at `path`, or None (never timed, or unreadable)."""
     try:
         kept = json.loads(path.read_text())
         choice = MatrixChoice(MatrixLayout(kept["layout"]), kept["dot_row_limit"], kept["timings"])
@@ -55,9 +59,9 @@ def read(cache_dir: Path, weights: list[torch.Tensor]) -> MatrixChoice | None:
     return choice
 
 
-def write(cache_dir: Path, weights: list[torch.Tensor], choice: MatrixChoice) -> None:
-    """Keeps `choice` for the next start; a start that cannot write it only times them again."""
-    path = _path(cache_dir, weights)
+def write(path: Path, choice: MatrixChoice) -> None:
+    """Keeps `choice` at `path` for the next start; a start that cannot write it only times them
+    again."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written whole, then renamed: two services starting at once each write a whole file.
@@ -66,10 +70,6 @@ def write(cache_dir: Path, weights: list[torch.Tensor], choice: MatrixChoice) ->
         os.replace(file.name, path)
     except OSError as error:
         logger.warning("matrices: the choice could not be kept in %s (%s)", path.parent, error)
-
-
-def _path(cache_dir: Path, weights: list[torch.Tensor]) -> Path:
-    return cache_dir / FOLDER / f"choice-{_key(weights)}.json"
 
 
 def _key(weights: list[torch.Tensor]) -> str:
